@@ -1,0 +1,233 @@
+"""Activation functions phi: one SymPy expression each, with numpy and torch callables.
+
+An :class:`Activation` carries everything the theory needs about phi:
+
+* ``expr``: the SymPy expression in the symbol :data:`z` (the source of truth for derivations);
+* ``numpy`` / ``torch`` and ``numpy_derivative`` / ``torch_derivative``: fast callables;
+* ``degree``: the degree alpha of positive homogeneity, phi(r z) = r^alpha phi(z) for r > 0
+  (None if phi is not positive-homogeneous), and then ``ab`` = (a, b) with
+  phi(z) = a rho_alpha(z) - b rho_alpha(-z), rho_alpha(z) = max(z, 0)^alpha (Yang et al. 2019, Prop E.17,
+  with the corrected sign b = -phi(-1));
+* ``kinks``: the points where phi is not smooth (quadrature splits there).
+
+Strings understood by :func:`parse_activation`::
+
+    relu, relu^1.5, relu(beta=2), relu(beta=0.5)^2, leaky_relu(0.2), identity,
+    tanh, tanh(gamma=0.5), erf, erf(gamma=2), sin, sin(gamma=0.5)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+import torch
+
+z = sp.Symbol("z", real=True)
+
+KNOWN_ACTIVATIONS = (
+    "relu",
+    "relu^alpha",
+    "relu(beta=...)",
+    "leaky_relu(slope)",
+    "identity",
+    "tanh(gamma=...)",
+    "erf(gamma=...)",
+    "sin(gamma=...)",
+)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A coordinatewise nonlinearity phi with its symbolic and numeric forms."""
+
+    name: str
+    expr: sp.Expr
+    numpy: Callable[[np.ndarray], np.ndarray] = field(repr=False)
+    torch: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
+    numpy_derivative: Callable[[np.ndarray], np.ndarray] = field(repr=False)
+    torch_derivative: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
+    degree: float | None = None
+    ab: tuple[float, float] | None = None
+    kinks: tuple[float, ...] = ()
+
+    @property
+    def derivative(self) -> sp.Expr:
+        """phi'(z) as a SymPy expression."""
+        return sp.diff(self.expr, z)
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return self.degree is not None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _num(value: float) -> str:
+    """Shortest readable spelling of a parameter (2.0 -> '2', 0.25 -> '0.25')."""
+    return f"{value:g}"
+
+
+def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
+    """phi(z) = max(z + beta, 0)^alpha; positive-homogeneous of degree alpha when beta = 0."""
+    if not alpha > 0:
+        raise ValueError(f"relu power alpha must be > 0, got {alpha}: max(z, 0)^alpha is not a function for alpha <= 0")
+    a_s, b_s = sp.nsimplify(alpha), sp.nsimplify(beta)
+    expr = sp.Piecewise(((z + b_s) ** a_s, z + b_s > 0), (0, True))
+
+    def positive_part_np(x):
+        return np.maximum(np.asarray(x, dtype=float) + beta, 0.0)
+
+    def value_np(x):
+        return positive_part_np(x) ** alpha
+
+    def deriv_np(x):
+        r = positive_part_np(x)
+        return np.where(r > 0, alpha * np.where(r > 0, r, 1.0) ** (alpha - 1.0), 0.0)
+
+    def value_t(x):
+        return torch.clamp(x + beta, min=0.0) ** alpha
+
+    def deriv_t(x):
+        r = torch.clamp(x + beta, min=0.0)
+        return torch.where(r > 0, alpha * torch.where(r > 0, r, torch.ones_like(r)) ** (alpha - 1.0), torch.zeros_like(r))
+
+    name = "relu" if beta == 0 else f"relu(beta={_num(beta)})"
+    if alpha != 1:
+        name += f"^{_num(alpha)}"
+    homogeneous = beta == 0
+    return Activation(
+        name=name,
+        expr=expr,
+        numpy=value_np,
+        torch=value_t,
+        numpy_derivative=deriv_np,
+        torch_derivative=deriv_t,
+        degree=float(alpha) if homogeneous else None,
+        ab=(1.0, 0.0) if homogeneous else None,
+        kinks=(0.0 - float(beta),),
+    )
+
+
+def leaky_relu(slope: float) -> Activation:
+    """phi(z) = z for z > 0, slope * z otherwise: degree 1, (a, b) = (1, slope)."""
+    s_s = sp.nsimplify(slope)
+    return Activation(
+        name=f"leaky_relu({_num(slope)})",
+        expr=sp.Piecewise((z, z > 0), (s_s * z, True)),
+        numpy=lambda x: np.where(np.asarray(x) > 0, x, slope * np.asarray(x)),
+        torch=lambda x: torch.where(x > 0, x, slope * x),
+        numpy_derivative=lambda x: np.where(np.asarray(x) > 0, 1.0, slope),
+        torch_derivative=lambda x: torch.where(x > 0, torch.ones_like(x), slope * torch.ones_like(x)),
+        degree=1.0,
+        ab=(1.0, float(slope)),
+        kinks=(0.0,),
+    )
+
+
+def identity() -> Activation:
+    """phi(z) = z: degree 1, (a, b) = (1, 1) since z = rho_1(z) - rho_1(-z)."""
+    return Activation(
+        name="identity",
+        expr=z,
+        numpy=lambda x: np.asarray(x, dtype=float),
+        torch=lambda x: x,
+        numpy_derivative=lambda x: np.ones_like(np.asarray(x, dtype=float)),
+        torch_derivative=torch.ones_like,
+        degree=1.0,
+        ab=(1.0, 1.0),
+    )
+
+
+def _scaled_smooth(name: str, gamma: float) -> Activation:
+    """phi(z) = f(gamma z) for f in {tanh, erf, sin}: smooth, not homogeneous."""
+    g_s = sp.nsimplify(gamma)
+    sym = {"tanh": sp.tanh, "erf": sp.erf, "sin": sp.sin}[name]
+    expr = sym(g_s * z)
+    deriv = sp.diff(expr, z)
+    f_np = sp.lambdify(z, expr, modules=["scipy", "numpy"])
+    d_np = sp.lambdify(z, deriv, modules=["scipy", "numpy"])
+    f_t = {"tanh": torch.tanh, "erf": torch.erf, "sin": torch.sin}[name]
+    d_t = {
+        "tanh": lambda x: gamma / torch.cosh(gamma * x) ** 2,
+        "erf": lambda x: gamma * 2 / math.sqrt(math.pi) * torch.exp(-((gamma * x) ** 2)),
+        "sin": lambda x: gamma * torch.cos(gamma * x),
+    }[name]
+    return Activation(
+        name=name if gamma == 1 else f"{name}(gamma={_num(gamma)})",
+        expr=expr,
+        numpy=lambda x: f_np(np.asarray(x, dtype=float)),
+        torch=lambda x: f_t(gamma * x),
+        numpy_derivative=lambda x: d_np(np.asarray(x, dtype=float)),
+        torch_derivative=d_t,
+    )
+
+
+_SPEC = re.compile(r"^\s*(?P<base>[a-z_]+)\s*(?:\((?P<args>[^()]*)\))?\s*(?:\^\s*(?P<power>[^\s]+))?\s*$")
+
+
+def _parse_args(args: str | None, spec: str) -> tuple[list[float], dict[str, float]]:
+    positional: list[float] = []
+    keywords: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in (args or "").split(","))):
+        key, _, value = part.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"activation {spec!r}: parameter {part!r} is not a number") from None
+        if not math.isfinite(number):
+            raise ValueError(f"activation {spec!r}: parameter {part!r} must be finite")
+        if key:
+            keywords[key.strip()] = number
+        else:
+            positional.append(number)
+    return positional, keywords
+
+
+def _one_parameter(spec: str, positional: list[float], keywords: dict[str, float], key: str, default: float) -> float:
+    """The single parameter `key` of an activation, given by position or by name."""
+    unknown = set(keywords) - {key}
+    if unknown or len(positional) + len(keywords) > 1:
+        raise ValueError(f"activation {spec!r}: expected at most one parameter {key!r}, got {positional or ''}{keywords or ''}")
+    return positional[0] if positional else keywords.get(key, default)
+
+
+def parse_activation(spec: str | Activation) -> Activation:
+    """Turn a string such as ``"relu^1.5"`` or ``"tanh(gamma=0.5)"`` into an :class:`Activation`."""
+    if isinstance(spec, Activation):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"activation must be a string or an Activation, got {type(spec).__name__}")
+    match = _SPEC.match(spec.lower())
+    known = "; known: " + ", ".join(KNOWN_ACTIVATIONS)
+    if not match:
+        raise ValueError(f"cannot parse activation {spec!r}{known}")
+    base, power = match["base"], match["power"]
+    positional, keywords = _parse_args(match["args"], spec)
+    if power is not None and base != "relu":
+        raise ValueError(f"activation {spec!r}: only relu takes a power (relu^alpha)")
+    if base == "relu":
+        try:
+            alpha = float(power) if power is not None else 1.0
+        except ValueError:
+            raise ValueError(f"activation {spec!r}: power {power!r} is not a number") from None
+        return relu(alpha=alpha, beta=_one_parameter(spec, positional, keywords, "beta", 0.0))
+    if base in ("leaky_relu", "leakyrelu"):
+        if not positional and not keywords:
+            raise ValueError(f"activation {spec!r}: leaky_relu needs its slope, e.g. leaky_relu(0.2)")
+        return leaky_relu(_one_parameter(spec, positional, keywords, "slope", 0.0))
+    if base in ("identity", "id", "linear"):
+        if positional or keywords:
+            raise ValueError(f"activation {spec!r}: identity takes no parameters")
+        return identity()
+    if base in ("tanh", "erf", "sin"):
+        gamma = _one_parameter(spec, positional, keywords, "gamma", 1.0)
+        if gamma == 0:
+            raise ValueError(f"activation {spec!r}: gamma = 0 makes phi constant, and batch norm of a constant is undefined")
+        return _scaled_smooth(base, gamma)
+    raise ValueError(f"unknown activation {spec!r}{known}")

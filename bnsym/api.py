@@ -1,0 +1,89 @@
+"""The stable public face of bnsym: each function takes an activation (name or Activation), B, eps, method."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .activations import Activation, parse_activation
+from .forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
+from .laplace import bn_kernel_laplace, centring
+from .qmc import bn_kernel_qmc
+from .validation import check_batch_size, check_covariance, check_eps
+
+FIXED_POINT_METHODS = ("laplace", "spherical")
+BN_KERNEL_METHODS = ("laplace", "spherical", "qmc")
+
+
+def _check_method(method: str | None, known: tuple[str, ...]) -> None:
+    if method is not None and method not in known:
+        raise ValueError(f"unknown method {method!r}; known methods: {', '.join(known)}")
+
+
+def _check_laplace(phi: Activation, eps: float) -> None:
+    if not phi.is_homogeneous:
+        raise ValueError(f"method 'laplace' needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity); {phi} is not")
+    if eps != 0:
+        raise ValueError("method 'laplace' needs eps = 0: with eps > 0 batch norm is no longer scale invariant")
+
+
+def fixed_point(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None) -> FixedPoint:
+    """The BSB1 fixed point Sigma* = q ((1 - c) I + c 11^T) of Sigma -> V_{B_phi}(Sigma).
+
+    ``method``: "laplace" (closed form, positive-homogeneous phi, eps = 0; Thm F.8) or "spherical"
+    (quadrature on the BN sphere, any phi; Thm 4). Default: "laplace" where it applies.
+    """
+    phi = parse_activation(phi)
+    batch_size = check_batch_size(B)
+    eps = check_eps(eps)
+    _check_method(method, FIXED_POINT_METHODS)
+    if method is None:
+        method = "laplace" if phi.is_homogeneous and eps == 0 else "spherical"
+    if method == "laplace":
+        _check_laplace(phi, eps)
+        return fixed_point_laplace(phi, batch_size)
+    return fixed_point_spherical(phi, batch_size, eps)
+
+
+def _bsb1_mu(sigma: np.ndarray) -> float | None:
+    """mu if G Sigma G = mu G (to rounding), else None."""
+    g = centring(sigma.shape[0])
+    projected = g @ sigma @ g
+    mu = np.trace(projected) / (sigma.shape[0] - 1)
+    return mu if np.abs(projected - mu * g).max() <= 1e-12 * np.abs(sigma).max() else None
+
+
+def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method: str | None = None,
+              with_error: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """V_{B_phi}(Sigma) = E[B_phi(h) B_phi(h)^T], h ~ N(0, Sigma): the next layer's B x B covariance.
+
+    This is the infinite-width (NNGP) kernel of one batch-normed layer, for any PSD Sigma. Methods:
+
+    * "laplace": eq. (11) with Gauss-Jacobi quadrature, for positive-homogeneous phi and eps = 0;
+      error estimate = difference between the last two quadrature rules (about 1e-12).
+    * "spherical": exact spherical integral, any phi, only for inputs with G Sigma G = mu G (BSB1 type).
+    * "qmc": randomised quasi-Monte Carlo over h, any phi, any Sigma, any eps; error estimate = standard
+      error over independent scramblings (about 1e-5 for smooth phi).
+
+    Default: "laplace" where it applies, else "spherical" where it applies, else "qmc".
+    With ``with_error=True`` returns (V, elementwise error estimate).
+    """
+    phi = parse_activation(phi)
+    sigma = check_covariance(Sigma)
+    eps = check_eps(eps)
+    _check_method(method, BN_KERNEL_METHODS)
+    mu = _bsb1_mu(sigma)
+    if method is None:
+        method = "laplace" if phi.is_homogeneous and eps == 0 else "spherical" if mu is not None else "qmc"
+    if method == "laplace":
+        _check_laplace(phi, eps)
+        value, error = bn_kernel_laplace(phi, sigma)
+    elif method == "spherical":
+        if mu is None:
+            raise ValueError("method 'spherical' needs G Sigma G = mu G (a BSB1-type input); use 'qmc' or 'laplace' for general Sigma")
+        q, qc, err = bsb1_image(phi, sigma.shape[0], mu, eps)
+        batch = sigma.shape[0]
+        value = (q - qc) * np.eye(batch) + qc * np.ones((batch, batch))
+        error = np.full((batch, batch), err)
+    else:
+        value, error = bn_kernel_qmc(phi, sigma, eps)
+    return (value, error) if with_error else value

@@ -1,0 +1,65 @@
+"""The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import api
+from .activations import parse_activation
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line, without the usage block."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        self.exit(2, f"bnsym: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="bnsym", description="Mean field predictions for batch-normalized networks.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    predict = commands.add_parser("predict", help="theory predictions for one activation and batch size")
+    predict.add_argument("--phi", required=True, help="activation, e.g. relu, tanh, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
+    predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
+    predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
+    predict.add_argument("--method", default=None, help="fixed-point method: laplace or spherical (default: best available)")
+    predict.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None = None) -> dict:
+    """All predictions for (phi, B, eps) as a JSON-ready dict."""
+    if isinstance(batch_size, str):
+        try:
+            batch_size = float(batch_size) if any(ch in batch_size for ch in ".eE") else int(batch_size)
+        except ValueError:
+            raise ValueError(f"batch size must be a whole number, got {batch_size!r}") from None
+    point = api.fixed_point(phi, batch_size, eps=eps, method=method)
+    return {
+        "phi": str(parse_activation(phi)),
+        "batch_size": point.batch_size,
+        "eps": point.eps,
+        "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        result = predict(args.phi, args.batch_size, args.eps, args.method)
+    except ValueError as error:
+        print(f"bnsym: error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+    else:
+        fp = result["fixed_point"]
+        print(f"phi = {result['phi']}, B = {result['batch_size']}, eps = {result['eps']}")
+        print(f"BSB1 fixed point ({fp['method']}): q* = {fp['q']:.10g}, c* = {fp['c']:.10g}, mu* = {fp['mu']:.10g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

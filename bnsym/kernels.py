@@ -1,0 +1,146 @@
+"""Arccosine kernels and the Gaussian kernel V_phi of positive-homogeneous activations.
+
+Conventions (Yang et al. 2019, Sec. E.1; Cho & Saul 2009). With rho_alpha(z) = max(z, 0)^alpha and
+(u, v) standard normal with correlation c,
+
+    c_alpha = E[rho_alpha(u)^2] = 2^(alpha-1) Gamma(alpha + 1/2) / sqrt(pi),
+    J_alpha(c) = E[rho_alpha(u) rho_alpha(v)] / c_alpha,          so J_alpha(1) = 1, J_alpha(-1) = 0.
+
+For phi(z) = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17),
+
+    J_phi(c) = (a^2 + b^2) J_alpha(c) - 2 a b J_alpha(-c),
+    V_phi(Sigma)_ij = E[phi(h_i) phi(h_j)] = c_alpha (Sigma_ii Sigma_jj)^(alpha/2) J_phi(Sigma_ij / sqrt(Sigma_ii Sigma_jj)).
+
+The integer-order kernels are *derived* here in SymPy: Sheppard's orthant probability from Price's
+theorem, then the ladder d/dc E[rho_n(u) rho_n(v)] = n^2 E[rho_{n-1}(u) rho_{n-1}(v)] (Prop E.14).
+Real orders use the hypergeometric series (Sec. 2.1 of our catalogue), checked against the integer
+closed forms and against quadrature in the tests.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import sympy as sp
+from scipy.special import gammaln, hyp2f1
+
+from .activations import Activation
+from .derivation import Derivation
+
+c = sp.Symbol("c", real=True)
+_t = sp.Symbol("t", real=True)
+
+
+def derive_arccos_kernel(order: int) -> Derivation:
+    """J_n(c) for integer n >= 0 by Price's theorem, step by step.
+
+    Price: d/dc E[f(u) g(v)] = E[f'(u) g'(v)]. With f = g = rho_0 = step function, f' = delta, so
+    d/dc P(u > 0, v > 0) = p_{u,v}(0, 0) = 1 / (2 pi sqrt(1 - c^2)); P = 1/4 at c = 0.
+    With f = g = rho_n, f' = n rho_{n-1}, and E[rho_n(u) rho_n(-u)] = 0 fixes the constant at c = -1.
+    """
+    if order < 0:
+        raise ValueError(f"order must be >= 0, got {order}")
+    d = Derivation(f"Arccosine kernel J_{order} from Price's theorem")
+    density_at_origin = 1 / (2 * sp.pi * sp.sqrt(1 - _t**2))
+    moment = sp.Rational(1, 4) + sp.integrate(density_at_origin, (_t, 0, c))
+    d.step("Sheppard's orthant probability, from $\\partial_c P = p_{u,v}(0,0)$ and $P|_{c=0}=1/4$:",
+           sp.Eq(sp.Symbol("E[rho_0(u) rho_0(v)]"), moment))
+    for n in range(1, order + 1):
+        moment = n**2 * sp.integrate(moment.subs(c, _t), (_t, -1, c))
+        moment = sp.simplify(moment)
+        d.step(f"Price's ladder, $\\partial_c E[\\rho_{n}\\rho_{n}] = {n**2} E[\\rho_{n - 1}\\rho_{n - 1}]$, "
+               f"zero at $c=-1$:", sp.Eq(sp.Symbol(f"E[rho_{n}(u) rho_{n}(v)]"), moment))
+    normaliser = sp.simplify(moment.subs(c, 1))
+    d.step("Its value at $c = 1$ is $c_n = E[\\rho_n(z)^2]$:", sp.Eq(sp.Symbol(f"c_{order}"), normaliser))
+    kernel = sp.simplify((moment / normaliser).rewrite(sp.acos))
+    d.result = kernel
+    d.step(f"Normalised kernel $\\mathcal{{J}}_{order}(c)$:", sp.Eq(sp.Symbol(f"J_{order}(c)"), kernel))
+    return d
+
+
+@cache
+def _integer_kernel(order: int):
+    """Numeric J_n, lambdified from the SymPy derivation (cse=True)."""
+    return sp.lambdify(c, derive_arccos_kernel(order).result, modules="numpy", cse=True)
+
+
+def c_alpha(alpha: float | np.ndarray) -> np.ndarray:
+    """c_alpha = E[rho_alpha(z)^2] = 2^(alpha-1) Gamma(alpha + 1/2) / sqrt(pi), z ~ N(0, 1) (Defn E.7)."""
+    alpha = np.asarray(alpha, dtype=float)
+    return np.exp((alpha - 1) * np.log(2.0) + gammaln(alpha + 0.5) - 0.5 * np.log(np.pi))
+
+
+def c_alpha_symbolic(alpha: sp.Expr) -> sp.Expr:
+    """SymPy form of c_alpha."""
+    return 2 ** (alpha - 1) * sp.gamma(alpha + sp.Rational(1, 2)) / sp.sqrt(sp.pi)
+
+
+def arccos_kernel_symbolic(alpha: sp.Expr) -> sp.Expr:
+    """J_alpha(c) in SymPy: the derived closed form for integer alpha, the hypergeometric form otherwise."""
+    if sp.sympify(alpha).is_Integer:
+        return derive_arccos_kernel(int(alpha)).result
+    even = 2**alpha * sp.gamma((alpha + 1) / 2) ** 2 / sp.pi * sp.hyper([-alpha / 2, -alpha / 2], [sp.Rational(1, 2)], c**2)
+    odd = 2 ** (alpha + 1) * sp.gamma(alpha / 2 + 1) ** 2 / sp.pi * c * sp.hyper(
+        [(1 - alpha) / 2, (1 - alpha) / 2], [sp.Rational(3, 2)], c**2)
+    return (even + odd) / (4 * c_alpha_symbolic(alpha))
+
+
+def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
+    """J_alpha(c), vectorised over c in [-1, 1], for alpha > -1/2.
+
+    E[rho_a(u) rho_a(v)] = (1/4) [ 2^a Gamma((a+1)/2)^2 / pi * 2F1(-a/2, -a/2; 1/2; c^2)
+                                   + 2^(a+1) Gamma(a/2+1)^2 / pi * c * 2F1((1-a)/2, (1-a)/2; 3/2; c^2) ]
+    (even part E|u|^a|v|^a plus odd part, each from Mehler's expansion); integer orders use the
+    closed forms derived by :func:`derive_arccos_kernel`.
+    """
+    if not alpha > -0.5:
+        raise ValueError(f"the arccosine kernel J_alpha needs alpha > -1/2 (E[rho_alpha^2] finite), got {alpha}")
+    corr = np.clip(np.asarray(corr, dtype=float), -1.0, 1.0)
+    if float(alpha).is_integer() and alpha <= 3:
+        return np.clip(_integer_kernel(int(alpha))(corr) + 0.0 * corr, 0.0, 1.0)
+    x = corr**2
+    even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * hyp2f1(-alpha / 2, -alpha / 2, 0.5, x)
+    odd = np.exp((alpha + 1) * np.log(2.0) + 2 * gammaln(alpha / 2 + 1) - np.log(np.pi)) * corr * hyp2f1(
+        (1 - alpha) / 2, (1 - alpha) / 2, 1.5, x)
+    return np.clip((even + odd) / (4 * c_alpha(alpha)), 0.0, 1.0)
+
+
+def arccos_kernel_derivative(alpha: float, corr: np.ndarray) -> np.ndarray:
+    """J_alpha'(c) = alpha^2 / (2 alpha - 1) * J_{alpha-1}(c) for alpha > 1/2 (Prop E.14)."""
+    if not alpha > 0.5:
+        raise ValueError(f"J_alpha'(c) is finite on (-1, 1] only for alpha > 1/2, got {alpha}")
+    return alpha**2 / (2 * alpha - 1) * arccos_kernel(alpha - 1, corr)
+
+
+def _homogeneous_parts(phi: Activation) -> tuple[float, float, float]:
+    if not phi.is_homogeneous:
+        raise ValueError(f"{phi} is not positive-homogeneous: the arccosine-kernel route needs phi = a rho_alpha(z) - b rho_alpha(-z)")
+    a, b = phi.ab
+    return phi.degree, a, b
+
+
+def phi_kernel(phi: Activation, corr: np.ndarray) -> np.ndarray:
+    """J_phi(c) = (a^2 + b^2) J_alpha(c) - 2ab J_alpha(-c) (Cor E.19); J_phi(1) = a^2 + b^2."""
+    alpha, a, b = _homogeneous_parts(phi)
+    return (a * a + b * b) * arccos_kernel(alpha, corr) - 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
+
+
+def phi_kernel_derivative(phi: Activation, corr: np.ndarray) -> np.ndarray:
+    """J_phi'(c) = (a^2 + b^2) J_alpha'(c) + 2ab J_alpha'(-c)."""
+    alpha, a, b = _homogeneous_parts(phi)
+    return (a * a + b * b) * arccos_kernel_derivative(alpha, corr) + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
+
+
+def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
+    """V_phi(Sigma) = E[phi(h) phi(h)^T], h ~ N(0, Sigma), for positive-homogeneous phi (Prop E.10).
+
+    Broadcasts over leading axes of ``sigma`` (..., B, B). Zero-variance coordinates give zero rows
+    (phi(0) = 0 for alpha > 0).
+    """
+    alpha, _, _ = _homogeneous_parts(phi)
+    sigma = np.asarray(sigma, dtype=float)
+    diag = np.clip(np.diagonal(sigma, axis1=-2, axis2=-1), 0.0, None)
+    scale = np.sqrt(diag[..., :, None] * diag[..., None, :])
+    corr = np.divide(sigma, scale, out=np.zeros_like(sigma), where=scale > 0)
+    return np.where(scale > 0, c_alpha(alpha) * scale**alpha * phi_kernel(phi, corr), 0.0)

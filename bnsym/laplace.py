@@ -1,0 +1,111 @@
+"""The Laplace method (Yang et al. 2019, Thm 2 / Thm 3.2, Lemmas E.1-E.2) for positive-homogeneous phi.
+
+Batch norm with eps = 0 is B_phi(h) = phi(sqrt(B) y / |y|), y = G h, G = I - 11^T / B. If phi is
+positive-homogeneous of degree alpha, B_phi(h) = B^(alpha/2) |y|^(-alpha) phi(y), and Schwinger's
+parametrisation |y|^(-2 alpha) = Gamma(alpha)^-1 int_0^oo s^(alpha-1) exp(-s |y|^2) ds turns the
+normalisation into a Gaussian integral:
+
+    V_{B_phi}(Sigma) = B^alpha / Gamma(alpha) int_0^oo s^(alpha-1) det(I + 2 s Sigma^G)^(-1/2)
+                       V_phi(Sigma^G (I + 2 s Sigma^G)^(-1)) ds,            Sigma^G = G Sigma G.   (eq. 11)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+from scipy.special import roots_jacobi
+
+from .activations import Activation
+from .derivation import Derivation
+from .kernels import gaussian_kernel
+
+B, alpha, s, mu, u = sp.symbols("B alpha s mu u", positive=True)
+
+
+def derive_bsb1_scale() -> Derivation:
+    """K_{alpha,B}: the Laplace integral at a BSB1 input, where Sigma^G = mu G (Thm F.8).
+
+    Sigma^G (I + 2s Sigma^G)^(-1) = mu/(1 + 2 s mu) G and det(I + 2 s Sigma^G) = (1 + 2 s mu)^(B-1), so
+    V_{B_phi}(Sigma) = B^alpha/Gamma(alpha) V_phi(G) int s^(alpha-1) (mu/(1+2 s mu))^alpha (1+2 s mu)^(-(B-1)/2) ds
+    (V_phi is alpha-homogeneous). The result is independent of mu: every BSB1 input maps to the same matrix.
+    """
+    d = Derivation("The Laplace integral at a BSB1 input")
+    integrand = B**alpha / sp.gamma(alpha) * s ** (alpha - 1) * (mu / (1 + 2 * s * mu)) ** alpha * (1 + 2 * s * mu) ** (-(B - 1) / 2)
+    d.step("Scalar factor multiplying $V_\\phi(G)$ in eq. (11) when $\\Sigma^G = \\mu G$:",
+           sp.Eq(sp.Symbol("I"), sp.Integral(integrand, (s, 0, sp.oo))))
+    substituted = sp.powsimp(sp.expand_power_base(integrand.subs(s, u / (2 * mu)) / (2 * mu), force=True), force=True)
+    d.step("Substitute $s = u / (2\\mu)$: $\\mu$ drops out.", sp.Eq(sp.Symbol("I"), sp.Integral(substituted, (u, 0, sp.oo))))
+    a_, b_ = sp.symbols("a b", positive=True)
+    beta_integral = sp.integrate(u ** (a_ - 1) * (1 + u) ** (-a_ - b_), (u, 0, sp.oo), conds="none")
+    d.step("Euler's Beta integral:", sp.Eq(sp.Integral(u ** (a_ - 1) * (1 + u) ** (-a_ - b_), (u, 0, sp.oo)), beta_integral))
+    prefactor = sp.simplify(substituted / (u ** (alpha - 1) * (1 + u) ** (-alpha - (B - 1) / 2)))
+    assert not prefactor.has(u), "substituted integrand is not of Beta form"
+    scale = sp.gammasimp(prefactor * beta_integral.subs({a_: alpha, b_: (B - 1) / 2}))
+    d.result = scale
+    d.step("With $a = \\alpha$, $b = (B-1)/2$:", sp.Eq(sp.Symbol("I"), scale))
+    return d
+
+
+def bsb1_scale(alpha_value: float, batch_size: np.ndarray) -> np.ndarray:
+    """kappa_{alpha,B} = (B/2)^alpha Gamma((B-1)/2) / Gamma((B-1)/2 + alpha): V_{B_phi}(BSB1) = kappa V_phi(G)."""
+    from scipy.special import gammaln
+
+    b = np.asarray(batch_size, dtype=float)
+    return np.exp(alpha_value * np.log(b / 2) + gammaln((b - 1) / 2) - gammaln((b - 1) / 2 + alpha_value))
+
+
+def centring(batch_size: int) -> np.ndarray:
+    """G = I - 11^T / B, the projector onto the batch-mean-zero subspace."""
+    return np.eye(batch_size) - np.full((batch_size, batch_size), 1.0 / batch_size)
+
+
+def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, max_nodes: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """V_{B_phi}(Sigma) by eq. (11) with Gauss-Jacobi quadrature; returns (V, error estimate).
+
+    With Sigma^G = U diag(lam) U^T (r nonzero eigenvalues) and a reference scale m = mean(lam), the
+    change of variables s = x / (2 m (1 - x)) maps eq. (11) to
+
+        (B/(2m))^alpha / Gamma(alpha) int_0^1 x^(alpha-1) (1-x)^(r/2-1) F(x) dx,
+        F(x) = prod_k (1 - x + x lam_k/m)^(-1/2) V_phi(U diag(lam_k / (1 - x + x lam_k/m)) U^T),
+
+    with F smooth on [0, 1] (constant for BSB1 inputs). Gauss-Jacobi with weight x^(alpha-1)(1-x)^(r/2-1)
+    integrates the endpoint singularities exactly; nodes double until two rules agree to ``rtol``
+    (relative to max |V|), and that difference is the error estimate.
+    """
+    from scipy.special import gammaln
+
+    batch = sigma.shape[0]
+    alpha_value = phi.degree
+    g = centring(batch)
+    lam, vecs = np.linalg.eigh(g @ sigma @ g)
+    keep = lam > 1e-12 * max(lam.max(), 0.0)
+    lam, vecs = lam[keep], vecs[:, keep]
+    rank = lam.size
+    m = lam.mean()
+    ratio = lam / m
+
+    def rule(n: int) -> np.ndarray:
+        t, w = roots_jacobi(n, rank / 2 - 1, alpha_value - 1)  # weight (1-t)^(r/2-1) (1+t)^(alpha-1) on [-1, 1]
+        x = (1 + t) / 2
+        w = w / 2 ** (rank / 2 + alpha_value - 1)  # so that sum w f = int_0^1 x^(alpha-1)(1-x)^(r/2-1) f dx
+        denom = (1 - x)[:, None] + x[:, None] * ratio[None, :]  # (n, r)
+        det_factor = np.prod(denom, axis=1) ** -0.5
+        cov = np.einsum("ik,nk,jk->nij", vecs, lam[None, :] / denom, vecs)
+        f = det_factor[:, None, None] * gaussian_kernel(phi, cov)
+        return np.tensordot(w, f, axes=1)
+
+    log_pref = alpha_value * np.log(batch / (2 * m)) - gammaln(alpha_value)
+    n = 16
+    previous = rule(n)
+    while True:
+        n *= 2
+        current = rule(n)
+        error = np.abs(current - previous)
+        if error.max() <= rtol * np.abs(current).max() or n >= max_nodes:
+            break
+        previous = current
+    if error.max() > rtol * np.abs(current).max() * 1e3:
+        raise ValueError(f"Laplace quadrature did not converge (error {error.max():.2e} with {n} nodes): "
+                         "Sigma^G is too ill-conditioned; use method='qmc'")
+    prefactor = np.exp(log_pref)
+    return prefactor * current, prefactor * error

@@ -1,0 +1,25 @@
+"""Torch simulators of wide random batch-normalized networks (CPU or CUDA, float64, TF32 off)."""
+
+from bnsym.sim.device import configure_torch, default_device, generator
+from bnsym.sim.networks import (
+    SAMPLERS,
+    batch_norm,
+    gram,
+    inputs_with_gram,
+    mean_diagonal,
+    mean_off_diagonal,
+    simulate_forward,
+)
+
+__all__ = [
+    "SAMPLERS",
+    "batch_norm",
+    "configure_torch",
+    "default_device",
+    "generator",
+    "gram",
+    "inputs_with_gram",
+    "mean_diagonal",
+    "mean_off_diagonal",
+    "simulate_forward",
+]

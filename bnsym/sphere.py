@@ -1,0 +1,139 @@
+"""The law of a batch-normed vector and integration against it (Yang et al. 2019, Sec. E.3, Thm 4 / F.5).
+
+With eps = 0 and G Sigma G = mu G (any BSB1 Sigma with mu > 0), y = G h is an isotropic Gaussian in the
+(B-1)-dimensional subspace 1^perp, so the batch-norm output x = sqrt(B) y / |y| is uniform on the sphere
+of radius sqrt(B) in 1^perp. Its coordinates are x_a = sqrt(B-1) <e_a, v> with v uniform on the unit
+sphere S^(B-2) and unit vectors e_a with <e_a, e_b> = -1/(B-1).
+
+The projection p of v onto a fixed 2-plane has density (B-3)/(2 pi) (1 - |p|^2)^((B-5)/2) on the unit
+disk. In polar coordinates p = R (cos psi, sin psi) in the plane of e_1, e_2 (angle theta_0 = arccos(-1/(B-1))
+between them), two coordinates are
+
+    x_1 = sqrt(B-1) R cos(psi),    x_2 = sqrt(B-1) R cos(psi - theta_0),
+
+with u = R^2 distributed as ((B-3)/2) (1-u)^((B-5)/2) du on [0, 1] and psi uniform. :func:`expect_pair`
+integrates f(x_1, x_2) over this law with Gauss rules that split at the kinks of f, so the rule is
+spectrally accurate for piecewise-smooth phi.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+from scipy.special import roots_jacobi, roots_legendre
+
+from .derivation import Derivation
+
+B, t, R = sp.symbols("B t R", positive=True)
+
+
+def derive_marginals() -> Derivation:
+    """Normalising constants and moments of one and two coordinates of the BN output (Sec. E.3)."""
+    d = Derivation("Marginals of the batch-norm output on its sphere")
+    n = B - 1  # ambient dimension of the sphere S^(n-1) = S^(B-2)
+    one = (1 - t**2) ** ((n - 3) / 2)
+    z1 = sp.gammasimp(sp.hyperexpand(sp.integrate(one, (t, -1, 1), conds="none")))
+    d.step("One coordinate $t = \\langle e_1, v\\rangle$ of $v$ uniform on $S^{B-2}$ has density $\\propto (1-t^2)^{(B-4)/2}$, with total mass",
+           sp.Eq(sp.Integral(one, (t, -1, 1)), z1))
+    second = sp.gammasimp(sp.hyperexpand(sp.integrate(t**2 * one, (t, -1, 1), conds="none")) / z1)
+    second = sp.simplify(sp.expand_func(second))
+    d.step("so $E[t^2]$ is", sp.Eq(sp.Symbol("E[t^2]"), second))
+    d.step("and each BN coordinate $x_a = \\sqrt{B-1}\\,t$ has unit second moment:",
+           sp.Eq(sp.Symbol("E[x_a^2]"), sp.simplify((B - 1) * second)))
+    m = sp.Symbol("m")
+    off = sp.solve(sp.Eq(1 + (B - 1) * m, 0), m)[0]
+    d.step("Since $\\sum_b x_b = 0$, $0 = E[x_a \\sum_b x_b] = E[x_a^2] + (B-1) E[x_a x_b]$, so",
+           sp.Eq(sp.Symbol("E[x_a x_b]"), off))
+    two = 2 * sp.pi * R * (1 - R**2) ** ((n - 4) / 2)
+    z2 = sp.simplify(sp.integrate(two, (R, 0, 1), conds="none"))
+    d.step("Two coordinates: the projection onto a 2-plane has density $\\propto (1-|p|^2)^{(B-5)/2}$ on the unit disk, mass",
+           sp.Eq(sp.Integral(two, (R, 0, 1)), z2))
+    d.result = sp.simplify(1 / z2)
+    d.step("so the normalised planar density is", sp.Eq(sp.Symbol("p_2"), d.result * (1 - R**2) ** ((n - 4) / 2)))
+    return d
+
+
+def pair_angle(batch_size: int) -> float:
+    """theta_0 = arccos(-1/(B-1)), the angle between the directions of two BN coordinates."""
+    return float(np.arccos(-1.0 / (batch_size - 1)))
+
+
+def _gauss_on_piece(n: int, lo: float, hi: float, weight_exponent: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights for int_lo^hi g(u) w(u) du with u = lo + (hi - lo) s^2, s in [0, 1].
+
+    w(u) = (1 - u)^a when ``weight_exponent`` = a and hi = 1 (then 1 - u = (1-lo)(1-s)(1+s) and the
+    (1 - s)^a factor is taken by Gauss-Jacobi); otherwise w is smooth on the piece and folded into g.
+    The s^2 map smooths an algebraic onset of a kink at u = lo.
+    """
+    if weight_exponent is None:
+        x, w = roots_legendre(n)
+        s_nodes, s_weights = (x + 1) / 2, w / 2
+        extra = np.ones_like(s_nodes)
+    else:
+        x, w = roots_jacobi(n, weight_exponent, 0.0)  # weight (1 - x)^a on [-1, 1]
+        s_nodes = (x + 1) / 2
+        s_weights = w / 2 ** (weight_exponent + 1)  # (1 - x)^a = 2^a (1 - s)^a, dx = 2 ds
+        extra = ((1 - lo) * (1 + s_nodes)) ** weight_exponent
+    u = lo + (hi - lo) * s_nodes**2
+    return u, s_weights * extra * 2 * (hi - lo) * s_nodes
+
+
+def _radius_pieces(batch_size: int, kinks: tuple[float, ...], scale: float) -> list[float]:
+    """Breakpoints of u = R^2 in [0, 1] where a kink of phi first reaches |x_a| = sqrt(B-1) R scale."""
+    cuts = {0.0, 1.0}
+    for k in kinks:
+        u_k = (k / (np.sqrt(batch_size - 1) * scale)) ** 2
+        if 0 < u_k < 1:
+            cuts.add(float(u_k))
+    return sorted(cuts)
+
+
+def expect_pair(
+    f: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    batch_size: int,
+    kinks: tuple[float, ...] = (),
+    n: int = 64,
+    scale: float = 1.0,
+) -> float:
+    """E[f(s x_1, s x_2)] for two coordinates x_1, x_2 of the batch-norm output (uniform on its sphere).
+
+    ``kinks`` are the points where f is not smooth as a function of either argument; ``scale`` = s
+    multiplies the output (eps > 0 shrinks it). Uses n radial and n angular nodes per smooth piece.
+    """
+    theta0 = pair_angle(batch_size)
+    a = (batch_size - 5) / 2
+    cuts = _radius_pieces(batch_size, kinks, scale)
+    u_nodes, u_weights = [], []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        u, w = _gauss_on_piece(n, lo, hi, a if hi == 1.0 else None)
+        if hi < 1.0:
+            w = w * (1 - u) ** a
+        u_nodes.append(u)
+        u_weights.append(w * (batch_size - 3) / 2)
+    u = np.concatenate(u_nodes)
+    w_u = np.concatenate(u_weights)
+    radius = np.sqrt(u) * np.sqrt(batch_size - 1) * scale  # |x| scale of the pair at this node
+
+    # angular breakpoints: psi where x_1 or x_2 crosses a kink (clipped arccos gives harmless extras)
+    breaks = [np.zeros_like(u), np.full_like(u, 2 * np.pi)]
+    for k in kinks:
+        angle = np.arccos(np.clip(np.divide(k, radius, out=np.zeros_like(radius), where=radius > 0), -1, 1))
+        for phase in (0.0, theta0):
+            breaks += [np.mod(phase + angle, 2 * np.pi), np.mod(phase - angle, 2 * np.pi)]
+    breaks = np.sort(np.stack(breaks, axis=1), axis=1)  # (n_u, n_breaks)
+    lo, width = breaks[:, :-1], np.diff(breaks, axis=1)
+    x, w = roots_legendre(n)
+    psi = lo[..., None] + width[..., None] * (x + 1) / 2  # (n_u, arcs, n)
+    w_psi = width[..., None] * w / 2 / (2 * np.pi)
+    r = radius[:, None, None]
+    values = f(r * np.cos(psi), r * np.cos(psi - theta0))
+    return float(np.sum(w_u[:, None, None] * w_psi * values))
+
+
+def expect_pair_with_error(f, batch_size: int, kinks: tuple[float, ...] = (), n: int = 64, scale: float = 1.0) -> tuple[float, float]:
+    """:func:`expect_pair` with n and 2n nodes: (value at 2n, |difference|) as an error estimate."""
+    coarse = expect_pair(f, batch_size, kinks, n, scale)
+    fine = expect_pair(f, batch_size, kinks, 2 * n, scale)
+    return fine, abs(fine - coarse)
