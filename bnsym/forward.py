@@ -15,14 +15,17 @@ The fixed point is Sigma* = q [(1 - c) I + c 11^T] (BSB1: one diagonal value, on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
+import sympy as sp
 from scipy.optimize import brentq
-from scipy.special import roots_genlaguerre
+from scipy.special import gammaln, roots_genlaguerre
 
 from .activations import Activation
-from .kernels import c_alpha, phi_kernel
-from .laplace import bsb1_scale
+from .derivation import Derivation
+from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel
+from .laplace import B, alpha, derive_bsb1_scale
 from .sphere import expect_pair_with_error
 
 
@@ -49,10 +52,18 @@ class FixedPoint:
         return self.q * ((1 - self.c) * np.eye(b) + self.c * np.ones((b, b)))
 
 
+@cache
+def _log_bsb1_constant():
+    """log K_{alpha,B} lambdified from :func:`derive_homogeneous_fixed_point` (Gamma -> gammaln: no overflow)."""
+    constant = derive_homogeneous_fixed_point().steps[0][1].rhs
+    log_constant = sp.expand_log(sp.log(constant), force=True).replace(
+        lambda e: isinstance(e, sp.log) and isinstance(e.args[0], sp.gamma), lambda e: sp.loggamma(e.args[0].args[0]))
+    return sp.lambdify((alpha, B), log_constant, modules=[{"loggamma": gammaln}, "numpy"], cse=True)
+
+
 def bsb1_constant(phi: Activation, batch_size: np.ndarray) -> np.ndarray:
-    """K_{alpha,B} = c_alpha ((B-1)/B)^alpha kappa_{alpha,B}: V_{B_phi}(BSB1) = K BSB1(J_phi(1), J_phi(rho))."""
-    b = np.asarray(batch_size, dtype=float)
-    return c_alpha(phi.degree) * ((b - 1) / b) ** phi.degree * bsb1_scale(phi.degree, b)
+    """K_{alpha,B}, vectorised over B: V_{B_phi}(BSB1) = K_{alpha,B} BSB1(J_phi(1), J_phi(-1/(B-1))) (Thm F.8)."""
+    return np.exp(_log_bsb1_constant()(phi.degree, np.asarray(batch_size, dtype=float)))
 
 
 def fixed_point_laplace(phi: Activation, batch_size: int) -> FixedPoint:
@@ -104,3 +115,27 @@ def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n:
     mu = float(np.exp(brentq(excess, lo, hi, xtol=1e-13)))
     q, qc, error = bsb1_image(phi, batch_size, mu, eps, n=n)
     return FixedPoint(q=q, c=qc / q, batch_size=batch_size, eps=eps, method="spherical", error=error)
+
+
+def derive_homogeneous_fixed_point() -> Derivation:
+    """Thm F.8 and Thm 5 in SymPy: K_{alpha,B}, then ReLU's q* = 1/2 and c* = J_1(-1/(B-1)).
+
+    V_phi(G) has diagonal c_alpha g^alpha J_phi(1) and off-diagonal c_alpha g^alpha J_phi(-1/(B-1)),
+    g = (B-1)/B the diagonal of G; the Laplace integral multiplies it by (B/2)^alpha Gamma((B-1)/2)/Gamma((B-1)/2+alpha).
+    """
+    d = Derivation("The BSB1 fixed point of a positive-homogeneous phi")
+    scale = derive_bsb1_scale().result
+    j1, j_rho = sp.symbols("J_phi(1) J_phi(rho)")
+    constant = sp.simplify(c_alpha_symbolic(alpha) * ((B - 1) / B) ** alpha * scale)
+    d.step("$K_{\\alpha,B} = c_\\alpha\\,((B-1)/B)^\\alpha \\times$ the Laplace factor:", sp.Eq(sp.Symbol("K_{alpha,B}"), constant))
+    d.step("Diagonal of $\\Sigma^*$ (Thm F.8):", sp.Eq(sp.Symbol("q^*"), constant * j1))
+    d.step("Off-diagonal, with $\\rho = -1/(B-1)$ the correlation of two entries of $G$:", sp.Eq(sp.Symbol("q^* c^*"), constant * j_rho))
+    relu_constant = sp.simplify(constant.subs(alpha, 1))
+    d.step("ReLU ($\\alpha = 1$, $\\mathcal{J}_\\phi = \\mathcal{J}_1$, $\\mathcal{J}_1(1) = 1$): $K_{1,B}$ is the same for every $B$,",
+           sp.Eq(sp.Symbol("q^*_relu"), relu_constant))
+    c_relu = sp.simplify(arccos_kernel_symbolic(1).subs(c, -1 / (B - 1)))
+    d.step("and $c^* = \\mathcal{J}_1(-1/(B-1))$:", sp.Eq(sp.Symbol("c^*_relu"), c_relu))
+    d.step("As $B \\to \\infty$ the batch decorrelates to the i.i.d. Gaussian value $\\mathcal{J}_1(0)$:",
+           sp.Eq(sp.Limit(sp.Symbol("c^*_relu"), B, sp.oo), sp.limit(c_relu, B, sp.oo)))
+    d.result = c_relu
+    return d

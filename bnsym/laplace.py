@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import sympy as sp
-from scipy.special import roots_jacobi
+from scipy.special import gammaln
 
 from .activations import Activation
 from .derivation import Derivation
 from .kernels import gaussian_kernel
+from .quadrature import gauss_jacobi
 
 B, alpha, s, mu, u = sp.symbols("B alpha s mu u", positive=True)
 
@@ -46,14 +47,6 @@ def derive_bsb1_scale() -> Derivation:
     return d
 
 
-def bsb1_scale(alpha_value: float, batch_size: np.ndarray) -> np.ndarray:
-    """kappa_{alpha,B} = (B/2)^alpha Gamma((B-1)/2) / Gamma((B-1)/2 + alpha): V_{B_phi}(BSB1) = kappa V_phi(G)."""
-    from scipy.special import gammaln
-
-    b = np.asarray(batch_size, dtype=float)
-    return np.exp(alpha_value * np.log(b / 2) + gammaln((b - 1) / 2) - gammaln((b - 1) / 2 + alpha_value))
-
-
 def centring(batch_size: int) -> np.ndarray:
     """G = I - 11^T / B, the projector onto the batch-mean-zero subspace."""
     return np.eye(batch_size) - np.full((batch_size, batch_size), 1.0 / batch_size)
@@ -72,8 +65,6 @@ def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, m
     integrates the endpoint singularities exactly; nodes double until two rules agree to ``rtol``
     (relative to max |V|), and that difference is the error estimate.
     """
-    from scipy.special import gammaln
-
     batch = sigma.shape[0]
     alpha_value = phi.degree
     g = centring(batch)
@@ -85,16 +76,16 @@ def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, m
     ratio = lam / m
 
     def rule(n: int) -> np.ndarray:
-        t, w = roots_jacobi(n, rank / 2 - 1, alpha_value - 1)  # weight (1-t)^(r/2-1) (1+t)^(alpha-1) on [-1, 1]
+        t, w = gauss_jacobi(n, rank / 2 - 1, alpha_value - 1)  # weight (1-t)^(r/2-1) (1+t)^(alpha-1), normalised
         x = (1 + t) / 2
-        w = w / 2 ** (rank / 2 + alpha_value - 1)  # so that sum w f = int_0^1 x^(alpha-1)(1-x)^(r/2-1) f dx
         denom = (1 - x)[:, None] + x[:, None] * ratio[None, :]  # (n, r)
         det_factor = np.prod(denom, axis=1) ** -0.5
         cov = np.einsum("ik,nk,jk->nij", vecs, lam[None, :] / denom, vecs)
         f = det_factor[:, None, None] * gaussian_kernel(phi, cov)
         return np.tensordot(w, f, axes=1)
 
-    log_pref = alpha_value * np.log(batch / (2 * m)) - gammaln(alpha_value)
+    # prefactor times Beta(alpha, r/2) = int_0^1 x^(alpha-1) (1-x)^(r/2-1) dx, the mass of the normalised rule
+    log_pref = alpha_value * np.log(batch / (2 * m)) + gammaln(rank / 2) - gammaln(alpha_value + rank / 2)
     n = 16
     previous = rule(n)
     while True:

@@ -22,9 +22,10 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
-from scipy.special import roots_jacobi, roots_legendre
+from scipy.special import roots_legendre
 
 from .derivation import Derivation
+from .quadrature import gauss_jacobi
 
 B, t, R = sp.symbols("B t R", positive=True)
 
@@ -60,24 +61,21 @@ def pair_angle(batch_size: int) -> float:
     return float(np.arccos(-1.0 / (batch_size - 1)))
 
 
-def _gauss_on_piece(n: int, lo: float, hi: float, weight_exponent: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and weights for int_lo^hi g(u) w(u) du with u = lo + (hi - lo) s^2, s in [0, 1].
+def _gauss_on_piece(n: int, lo: float, hi: float, a: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes u and weights for int_lo^hi g(u) (1 - u)^a du.
 
-    w(u) = (1 - u)^a when ``weight_exponent`` = a and hi = 1 (then 1 - u = (1-lo)(1-s)(1+s) and the
-    (1 - s)^a factor is taken by Gauss-Jacobi); otherwise w is smooth on the piece and folded into g.
-    The s^2 map smooths an algebraic onset of a kink at u = lo.
+    The last piece (hi = 1) uses Gauss-Jacobi in t = (u - lo)/(1 - lo) with weight (1 - t)^a, which
+    resolves the concentration of (1 - u)^a near u = 0 at large B. Interior pieces carry a smooth
+    weight and use Gauss-Legendre after u = lo + (hi - lo) s^2, which smooths the algebraic onset of
+    a kink at u = lo.
     """
-    if weight_exponent is None:
-        x, w = roots_legendre(n)
-        s_nodes, s_weights = (x + 1) / 2, w / 2
-        extra = np.ones_like(s_nodes)
-    else:
-        x, w = roots_jacobi(n, weight_exponent, 0.0)  # weight (1 - x)^a on [-1, 1]
-        s_nodes = (x + 1) / 2
-        s_weights = w / 2 ** (weight_exponent + 1)  # (1 - x)^a = 2^a (1 - s)^a, dx = 2 ds
-        extra = ((1 - lo) * (1 + s_nodes)) ** weight_exponent
+    if hi == 1.0:
+        x, w = gauss_jacobi(n, a, 0.0)  # normalised weights for (1 - x)^a on [-1, 1]
+        return lo + (1 - lo) * (x + 1) / 2, w * (1 - lo) ** (a + 1) / (a + 1)
+    x, w = roots_legendre(n)
+    s_nodes, s_weights = (x + 1) / 2, w / 2
     u = lo + (hi - lo) * s_nodes**2
-    return u, s_weights * extra * 2 * (hi - lo) * s_nodes
+    return u, s_weights * 2 * (hi - lo) * s_nodes * (1 - u) ** a
 
 
 def _radius_pieces(batch_size: int, kinks: tuple[float, ...], scale: float) -> list[float]:
@@ -107,9 +105,7 @@ def expect_pair(
     cuts = _radius_pieces(batch_size, kinks, scale)
     u_nodes, u_weights = [], []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
-        u, w = _gauss_on_piece(n, lo, hi, a if hi == 1.0 else None)
-        if hi < 1.0:
-            w = w * (1 - u) ** a
+        u, w = _gauss_on_piece(n, lo, hi, a)
         u_nodes.append(u)
         u_weights.append(w * (batch_size - 3) / 2)
     u = np.concatenate(u_nodes)

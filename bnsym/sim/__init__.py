@@ -10,15 +10,18 @@ from bnsym.sim.networks import (
     mean_off_diagonal,
     simulate_forward,
 )
+from bnsym.sim.statistics import extrapolate_to_infinite_width, mean_and_se
 
 __all__ = [
     "SAMPLERS",
     "batch_norm",
     "configure_torch",
     "default_device",
+    "extrapolate_to_infinite_width",
     "generator",
     "gram",
     "inputs_with_gram",
+    "mean_and_se",
     "mean_diagonal",
     "mean_off_diagonal",
     "simulate_forward",
