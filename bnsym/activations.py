@@ -75,8 +75,8 @@ def _num(value: float) -> str:
 
 def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
     """phi(z) = max(z + beta, 0)^alpha; positive-homogeneous of degree alpha when beta = 0."""
-    if not alpha > 0:
-        raise ValueError(f"relu power alpha must be > 0, got {alpha}: max(z, 0)^alpha is not a function for alpha <= 0")
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"relu power alpha must be a finite number > 0, got {alpha} (max(z, 0)^alpha is no activation otherwise)")
     a_s, b_s = sp.nsimplify(alpha), sp.nsimplify(beta)
     expr = sp.Piecewise(((z + b_s) ** a_s, z + b_s > 0), (0, True))
 

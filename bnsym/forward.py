@@ -20,7 +20,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 from scipy.optimize import brentq
-from scipy.special import gammaln, roots_genlaguerre
+from scipy.special import roots_genlaguerre
 
 from .activations import Activation
 from .derivation import Derivation
@@ -53,17 +53,21 @@ class FixedPoint:
 
 
 @cache
-def _log_bsb1_constant():
-    """log K_{alpha,B} lambdified from :func:`derive_homogeneous_fixed_point` (Gamma -> gammaln: no overflow)."""
+def _bsb1_constant_kernel():
+    """K_{alpha,B} lambdified from :func:`derive_homogeneous_fixed_point`.
+
+    The ratio Gamma(x)/Gamma(x + alpha), x = (B-1)/2, is written as 1/(x)_alpha (rising factorial, scipy's
+    ``poch``), which stays accurate at large B where log-Gamma differences cancel.
+    """
     constant = derive_homogeneous_fixed_point().steps[0][1].rhs
-    log_constant = sp.expand_log(sp.log(constant), force=True).replace(
-        lambda e: isinstance(e, sp.log) and isinstance(e.args[0], sp.gamma), lambda e: sp.loggamma(e.args[0].args[0]))
-    return sp.lambdify((alpha, B), log_constant, modules=[{"loggamma": gammaln}, "numpy"], cse=True)
+    x = (B - 1) / 2
+    stable = sp.gammasimp(constant * sp.gamma(x + alpha) / sp.gamma(x)) / sp.rf(x, alpha)
+    return sp.lambdify((alpha, B), stable, modules="scipy", cse=True)
 
 
 def bsb1_constant(phi: Activation, batch_size: np.ndarray) -> np.ndarray:
     """K_{alpha,B}, vectorised over B: V_{B_phi}(BSB1) = K_{alpha,B} BSB1(J_phi(1), J_phi(-1/(B-1))) (Thm F.8)."""
-    return np.exp(_log_bsb1_constant()(phi.degree, np.asarray(batch_size, dtype=float)))
+    return _bsb1_constant_kernel()(phi.degree, np.asarray(batch_size, dtype=float))
 
 
 def fixed_point_laplace(phi: Activation, batch_size: int) -> FixedPoint:
@@ -81,22 +85,28 @@ def _pair_moments(phi: Activation, batch_size: int, scale: float, n: int) -> tup
     return q, qc, max(e1, e2)
 
 
+def _radial_average(phi: Activation, batch_size: int, mu: float, eps: float, n: int, n_radial: int) -> np.ndarray:
+    """E_r[(q, q c, error)] over r ~ chi_{B-1}, the BN output scaled by kappa(r) = (1 + B eps/(mu r^2))^(-1/2)."""
+    nodes, weights = roots_genlaguerre(n_radial, (batch_size - 1) / 2 - 1)  # r^2 / 2 ~ Gamma((B-1)/2)
+    weights = weights / weights.sum()
+    kappa = (1 + batch_size * eps / (2 * mu * nodes)) ** -0.5
+    return weights @ np.array([_pair_moments(phi, batch_size, k, n) for k in kappa])
+
+
 def bsb1_image(phi: Activation, batch_size: int, mu: float = 1.0, eps: float = 0.0, n: int = 64,
                n_radial: int = 48) -> tuple[float, float, float]:
     """(q, q c, error): V_{B_phi}(Sigma) = BSB1(q, q c) for any BSB1 Sigma with G Sigma G = mu G.
 
     For eps = 0 the result does not depend on mu. For eps > 0 the radius r ~ chi_{B-1} is integrated with
-    generalised Gauss-Laguerre in r^2 / 2 ~ Gamma((B-1)/2).
+    generalised Gauss-Laguerre in r^2 / 2 ~ Gamma((B-1)/2); the error estimate adds the change from
+    n_radial to 2 n_radial radial nodes to the angular one.
     """
     if eps == 0:
         return _pair_moments(phi, batch_size, 1.0, n)
-    shape = (batch_size - 1) / 2
-    nodes, weights = roots_genlaguerre(n_radial, shape - 1)
-    weights = weights / weights.sum()
-    kappa = (1 + batch_size * eps / (2 * mu * nodes)) ** -0.5
-    moments = np.array([_pair_moments(phi, batch_size, k, n) for k in kappa])
-    q, qc = weights @ moments[:, 0], weights @ moments[:, 1]
-    return float(q), float(qc), float(weights @ moments[:, 2])
+    coarse = _radial_average(phi, batch_size, mu, eps, n, n_radial)
+    fine = _radial_average(phi, batch_size, mu, eps, n, 2 * n_radial)
+    radial_error = np.abs(fine[:2] - coarse[:2]).max()
+    return float(fine[0]), float(fine[1]), float(fine[2] + radial_error)
 
 
 def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n: int = 64) -> FixedPoint:
@@ -106,12 +116,13 @@ def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n:
         return FixedPoint(q=q, c=qc / q, batch_size=batch_size, method="spherical", error=error)
 
     def excess(log_mu: float) -> float:
-        q, qc, _ = bsb1_image(phi, batch_size, np.exp(log_mu), eps, n=32, n_radial=32)
+        q, qc, _ = bsb1_image(phi, batch_size, np.exp(log_mu), eps, n=n)
         return np.log(q - qc) - log_mu
 
     lo, hi = -30.0, 10.0
     if not (excess(lo) > 0 > excess(hi)):
-        raise ValueError(f"no BSB1 fixed point with mu > 0 for {phi} at eps = {eps}: the batch collapses (mu* = 0)")
+        raise ValueError(f"no BSB1 fixed point with mu > 0 for {phi} at eps = {eps}: the map mu -> q(mu) - q c(mu) stays "
+                         "below the identity, so the centred covariance shrinks to 0 layer by layer (mu* = 0)")
     mu = float(np.exp(brentq(excess, lo, hi, xtol=1e-13)))
     q, qc, error = bsb1_image(phi, batch_size, mu, eps, n=n)
     return FixedPoint(q=q, c=qc / q, batch_size=batch_size, eps=eps, method="spherical", error=error)

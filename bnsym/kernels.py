@@ -140,7 +140,7 @@ def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
     """
     alpha, _, _ = _homogeneous_parts(phi)
     sigma = np.asarray(sigma, dtype=float)
-    diag = np.clip(np.diagonal(sigma, axis1=-2, axis2=-1), 0.0, None)
-    scale = np.sqrt(diag[..., :, None] * diag[..., None, :])
+    root = np.sqrt(np.clip(np.diagonal(sigma, axis1=-2, axis2=-1), 0.0, None))
+    scale = root[..., :, None] * root[..., None, :]  # sqrt(S_ii S_jj) without overflow
     corr = np.divide(sigma, scale, out=np.zeros_like(sigma), where=scale > 0)
     return np.where(scale > 0, c_alpha(alpha) * scale**alpha * phi_kernel(phi, corr), 0.0)

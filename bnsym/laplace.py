@@ -68,7 +68,8 @@ def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, m
     batch = sigma.shape[0]
     alpha_value = phi.degree
     g = centring(batch)
-    lam, vecs = np.linalg.eigh(g @ sigma @ g)
+    projected = g @ sigma @ g
+    lam, vecs = np.linalg.eigh(projected / np.abs(projected).max())  # V_{B_phi} is scale invariant (eps = 0)
     keep = lam > 1e-12 * max(lam.max(), 0.0)
     lam, vecs = lam[keep], vecs[:, keep]
     rank = lam.size

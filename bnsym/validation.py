@@ -16,7 +16,9 @@ WHY_MIN_BATCH = (
 
 def check_batch_size(batch_size: object) -> int:
     """B must be an integer >= 4."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+    if isinstance(batch_size, bool):
+        raise ValueError(f"batch size must be a whole number, got {batch_size!r}")
+    if not isinstance(batch_size, numbers.Integral):
         if isinstance(batch_size, numbers.Real) and float(batch_size).is_integer():
             batch_size = int(batch_size)
         else:
@@ -32,6 +34,8 @@ def check_batch_size(batch_size: object) -> int:
 def check_eps(eps: object) -> float:
     """eps (the batch-norm stabiliser) must be a finite number >= 0."""
     try:
+        if isinstance(eps, bool):
+            raise TypeError
         value = float(eps)
     except (TypeError, ValueError):
         raise ValueError(f"eps must be a number, got {eps!r}") from None
@@ -42,7 +46,10 @@ def check_eps(eps: object) -> float:
 
 def check_covariance(sigma: object) -> np.ndarray:
     """Sigma must be a finite, symmetric, positive semi-definite B x B matrix with B >= 4 and G Sigma G != 0."""
-    matrix = np.asarray(sigma, dtype=float)
+    try:
+        matrix = np.asarray(sigma, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"Sigma must be a numeric B x B matrix, got {type(sigma).__name__}") from None
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"Sigma must be a square B x B matrix, got shape {matrix.shape}")
     check_batch_size(matrix.shape[0])

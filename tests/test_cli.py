@@ -1,0 +1,102 @@
+"""The bnsym console command: JSON output equals the Python API, bad input is one line on stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bnsym
+from bnsym.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+BAD_ARGUMENTS = {
+    "batch size 3": (["--phi", "relu", "--batch-size", "3"], "below 4"),
+    "batch size 8.5": (["--phi", "relu", "--batch-size", "8.5"], "whole number"),
+    "batch size -2": (["--phi", "relu", "--batch-size", "-2"], "positive"),
+    "batch size abc": (["--phi", "relu", "--batch-size", "abc"], "whole number"),
+    "unknown activation": (["--phi", "swish", "--batch-size", "8"], "unknown activation"),
+    "eps -1": (["--phi", "relu", "--batch-size", "8", "--eps", "-1"], "eps"),
+    "eps nan": (["--phi", "relu", "--batch-size", "8", "--eps", "nan"], "eps"),
+    "unknown method": (["--phi", "relu", "--batch-size", "8", "--method", "qmc"], "unknown method"),
+    "no fixed point": (["--phi", "tanh", "--batch-size", "8", "--eps", "1"], "no BSB1 fixed point"),
+    "missing --batch-size": (["--phi", "relu"], "--batch-size"),
+    "missing --phi": (["--batch-size", "8"], "--phi"),
+}
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    """main(argv) in process: (exit status, stdout, stderr); argparse errors exit through SystemExit."""
+    try:
+        status = main(argv)
+    except SystemExit as stop:
+        status = stop.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("relu^1.5", 16), ("leaky_relu(0.2)", 6)])
+def test_predict_json_equals_the_api(capsys, spec, batch):
+    status, out, err = _run(capsys, ["predict", "--phi", spec, "--batch-size", str(batch), "--json"])
+    assert status == 0 and err == ""
+    result = json.loads(out)
+    point = bnsym.fixed_point(spec, batch)
+    assert result["phi"] == bnsym.parse_activation(spec).name and result["batch_size"] == batch and result["eps"] == 0
+    fixed = result["fixed_point"]
+    assert fixed["q"] == point.q and fixed["c"] == point.c and fixed["mu"] == point.mu
+    assert fixed["method"] == point.method and fixed["error"] == point.error
+
+
+def test_predict_options(capsys):
+    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "-B", "8.0", "--eps", "0.5", "--method", "spherical", "--json"])
+    assert status == 0
+    result = json.loads(out)
+    point = bnsym.fixed_point("tanh", 8, eps=0.5, method="spherical")
+    assert result["batch_size"] == 8 and result["eps"] == 0.5
+    assert result["fixed_point"]["q"] == point.q and result["fixed_point"]["c"] == point.c
+
+
+def test_predict_text(capsys):
+    status, out, err = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8"])
+    assert status == 0 and err == ""
+    point = bnsym.fixed_point("relu", 8)
+    assert "phi = relu, B = 8" in out
+    assert f"q* = {point.q:.10g}" in out and f"c* = {point.c:.10g}" in out
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_bad_input_is_one_line_on_stderr(capsys, case):
+    arguments, match = BAD_ARGUMENTS[case]
+    status, out, err = _run(capsys, ["predict", *arguments, "--json"])
+    assert status != 0 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bnsym: error:"), err
+    assert match in lines[0] and "Traceback" not in err
+
+
+def test_no_command(capsys):
+    status, out, err = _run(capsys, [])
+    assert status != 0 and len(err.splitlines()) == 1 and err.startswith("bnsym: error:")
+
+
+def _console_script() -> Path:
+    script = Path(sys.executable).parent / "bnsym"
+    return script if script.exists() else ROOT / ".venv" / "bin" / "bnsym"
+
+
+def test_console_script():
+    """The installed entry point, run as a user runs it (one case: importing torch makes each run ~2.5 s)."""
+    bad = subprocess.run([str(_console_script()), "predict", "--phi", "relu", "--batch-size", "3", "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode != 0 and bad.stdout == ""
+    lines = bad.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bnsym: error:") and "below 4" in lines[0], bad.stderr
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_infinite_power_is_an_error(capsys):
+    status, out, err = _run(capsys, ["predict", "--phi", "relu^inf", "--batch-size", "8", "--json"])
+    assert status != 0 and err.startswith("bnsym: error:")
