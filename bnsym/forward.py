@@ -59,7 +59,7 @@ def _bsb1_constant_kernel():
     The ratio Gamma(x)/Gamma(x + alpha), x = (B-1)/2, is written as 1/(x)_alpha (rising factorial, scipy's
     ``poch``), which stays accurate at large B where log-Gamma differences cancel.
     """
-    constant = derive_homogeneous_fixed_point().steps[0][1].rhs
+    constant = derive_bsb1_constant().result
     x = (B - 1) / 2
     stable = sp.gammasimp(constant * sp.gamma(x + alpha) / sp.gamma(x)) / sp.rf(x, alpha)
     return sp.lambdify((alpha, B), stable, modules="scipy", cse=True)
@@ -128,17 +128,26 @@ def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n:
     return FixedPoint(q=q, c=qc / q, batch_size=batch_size, eps=eps, method="spherical", error=error)
 
 
-def derive_homogeneous_fixed_point() -> Derivation:
-    """Thm F.8 and Thm 5 in SymPy: K_{alpha,B}, then ReLU's q* = 1/2 and c* = J_1(-1/(B-1)).
+def derive_bsb1_constant() -> Derivation:
+    """K_{alpha,B} = c_alpha ((B-1)/B)^alpha times the Laplace factor of :func:`derive_bsb1_scale`.
 
     V_phi(G) has diagonal c_alpha g^alpha J_phi(1) and off-diagonal c_alpha g^alpha J_phi(-1/(B-1)),
     g = (B-1)/B the diagonal of G; the Laplace integral multiplies it by (B/2)^alpha Gamma((B-1)/2)/Gamma((B-1)/2+alpha).
     """
-    d = Derivation("The BSB1 fixed point of a positive-homogeneous phi")
-    scale = derive_bsb1_scale().result
-    j1, j_rho = sp.symbols("J_phi(1) J_phi(rho)")
-    constant = sp.simplify(c_alpha_symbolic(alpha) * ((B - 1) / B) ** alpha * scale)
+    d = Derivation("The constant of the BSB1 image")
+    constant = sp.simplify(c_alpha_symbolic(alpha) * ((B - 1) / B) ** alpha * derive_bsb1_scale().result)
     d.step("$K_{\\alpha,B} = c_\\alpha\\,((B-1)/B)^\\alpha \\times$ the Laplace factor:", sp.Eq(sp.Symbol("K_{alpha,B}"), constant))
+    d.result = constant
+    return d
+
+
+def derive_homogeneous_fixed_point() -> Derivation:
+    """Thm F.8 and Thm 5 in SymPy: K_{alpha,B}, then ReLU's q* = 1/2 and c* = J_1(-1/(B-1))."""
+    d = Derivation("The BSB1 fixed point of a positive-homogeneous phi")
+    constant_derivation = derive_bsb1_constant()
+    d.steps.extend(constant_derivation.steps)
+    constant = constant_derivation.result
+    j1, j_rho = sp.symbols("J_phi(1) J_phi(rho)")
     d.step("Diagonal of $\\Sigma^*$ (Thm F.8):", sp.Eq(sp.Symbol("q^*"), constant * j1))
     d.step("Off-diagonal, with $\\rho = -1/(B-1)$ the correlation of two entries of $G$:", sp.Eq(sp.Symbol("q^* c^*"), constant * j_rho))
     relu_constant = sp.simplify(constant.subs(alpha, 1))
