@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from .activations import Activation, parse_activation
+from .gegenbauer import fixed_point_gegenbauer
 from .forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
 from .laplace import bn_kernel_laplace, centring
 from .qmc import bn_kernel_qmc
 from .validation import check_batch_size, check_covariance, check_eps
 
-FIXED_POINT_METHODS = ("laplace", "spherical")
+FIXED_POINT_METHODS = ("laplace", "spherical", "gegenbauer")
 BN_KERNEL_METHODS = ("laplace", "spherical", "qmc")
 
 
@@ -26,11 +27,21 @@ def _check_laplace(phi: Activation, eps: float) -> None:
         raise ValueError("method 'laplace' needs eps = 0: with eps > 0 batch norm is no longer scale invariant")
 
 
-def fixed_point(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None) -> FixedPoint:
+def _check_gegenbauer(eps: float, tol: float) -> None:
+    if eps != 0:
+        raise ValueError("method 'gegenbauer' needs eps = 0: the BN output is then uniform on its sphere, which the basis is built on")
+    if not tol > 0:
+        raise ValueError(f"tol must be a positive number, got {tol!r}")
+
+
+def fixed_point(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None,
+                tol: float = 1e-8) -> FixedPoint:
     """The BSB1 fixed point Sigma* = q ((1 - c) I + c 11^T) of Sigma -> V_{B_phi}(Sigma).
 
-    ``method``: "laplace" (closed form, positive-homogeneous phi, eps = 0; Thm F.8) or "spherical"
-    (quadrature on the BN sphere, any phi; Thm 4). Default: "laplace" where it applies.
+    ``method``: "laplace" (closed form, positive-homogeneous phi, eps = 0; Thm F.8), "spherical"
+    (quadrature on the BN sphere, any phi; Thm 4) or "gegenbauer" (series in the Gegenbauer basis, any phi,
+    eps = 0; Thm F.13; truncated where the error bound on q* c* is below ``tol``, else ValueError).
+    Default: "laplace" where it applies, else "spherical".
     """
     phi = parse_activation(phi)
     batch_size = check_batch_size(B)
@@ -41,6 +52,9 @@ def fixed_point(phi: str | Activation, B: int, eps: float = 0.0, method: str | N
     if method == "laplace":
         _check_laplace(phi, eps)
         return fixed_point_laplace(phi, batch_size)
+    if method == "gegenbauer":
+        _check_gegenbauer(eps, tol)
+        return fixed_point_gegenbauer(phi, batch_size, tol)
     return fixed_point_spherical(phi, batch_size, eps)
 
 

@@ -1,0 +1,306 @@
+"""The Gegenbauer basis of functions of one batch-norm coordinate (Yang et al. 2019, Defn E.40-E.46, Thm F.13, Thm 9).
+
+One coordinate of the batch-norm output is x = sqrt(B-1) t, where t = <e, v> is one coordinate of v uniform on
+the unit sphere S^(B-2); t has density proportional to (1 - t^2)^((B-4)/2) on [-1, 1]. The Gegenbauer
+polynomials C_l^(lambda), lambda = (B-3)/2, are orthogonal for exactly this weight, so
+
+    psi_l(x) = C_l^(lambda)(x / sqrt(B-1)) / n_l,    n_l^2 = E[C_l(t)^2] = lambda C_l(1) / (l + lambda),
+
+is an orthonormal basis of functions of x, phi = sum_l a_l psi_l with a_l = E[phi(x) psi_l(x)].
+Funk-Hecke (the zonal reproducing property, Fact E.46) gives, for two unit vectors u, w with u.w = rho,
+
+    E_v[psi_l(sqrt(B-1) u.v) psi_m(sqrt(B-1) w.v)] = delta_lm C^_l(rho),    C^_l = C_l / C_l(1),
+
+and two BN coordinates have rho = -1/(B-1). Hence the fixed point (Thm F.13)
+
+    q* = sum_l a_l^2,    q* c* = sum_l a_l^2 C^_l(-1/(B-1)),    mu* = sum_l c_l a_l^2,  c_l = 1 - C^_l(-1/(B-1)),
+
+and the gradient explosion rate (Thm 9, eq. 27)
+
+    lambda_G = sum_l l (l+B-3)/(B-3) c_l a_l^2 / sum_l c_l a_l^2.
+
+Truncation. The tails of the two series are known exactly without computing more coefficients: Parseval,
+sum_l a_l^2 = E[phi(x)^2], and the Dirichlet energy on the sphere (the Laplace-Beltrami eigenvalue of degree
+l is l(l+B-3)), sum_l l(l+B-3) a_l^2 = E[(B-1-x^2) phi'(x)^2]. Since c_l -> 1 (|C^_l(rho)| -> 0), the series
+are summed to l = L and the tails added with c_l = 1; the error is the tail times sup_{l>L} |C^_l(rho)|.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+from scipy.special import roots_legendre
+
+from .activations import Activation
+from .derivation import Derivation
+from .quadrature import gauss_jacobi
+
+B, t, rho = sp.symbols("B t rho", real=True)
+lam = sp.Symbol("lambda", positive=True)  # (B-3)/2 > 0 for B >= 4: the symbolic derivations run in lambda
+
+
+def _lam(batch_size):
+    """lambda = (B-3)/2; symbolic batch sizes use the positive symbol ``lam``."""
+    if batch_size is None:
+        return lam
+    return sp.Rational(batch_size - 3, 2) if isinstance(batch_size, int) else (batch_size - 3) / 2
+
+
+def in_batch_size(expr: sp.Basic) -> sp.Basic:
+    """Rewrite an expression (or matrix) in lambda as one in B (lambda = (B-3)/2), simplified, for display."""
+    tidy = lambda e: sp.factor(sp.simplify(e.subs(lam, (B - 3) / 2)))  # noqa: E731
+    return expr.applyfunc(tidy) if isinstance(expr, sp.MatrixBase) else tidy(expr)
+
+
+def psi_symbolic(l: int, batch_size: int | None = None, var: sp.Symbol = t) -> sp.Expr:
+    """psi_l as a polynomial in t = x / sqrt(B-1): C_l^(lambda)(t) / n_l, n_l^2 = lambda C_l(1) / (l + lambda)."""
+    lm = _lam(batch_size)
+    c_at_one = sp.rf(2 * lm, l) / sp.factorial(l)
+    return sp.expand_func(sp.gegenbauer(l, lm, var)) / sp.sqrt(lm * c_at_one / (l + lm))
+
+
+def sphere_moment(k: int, batch_size: int | None = None) -> sp.Expr:
+    """E[t^k] for one coordinate of v uniform on S^(B-2): (1/2)_(k/2) / (lambda+1)_(k/2) for even k, else 0."""
+    if k % 2:
+        return sp.Integer(0)
+    return sp.rf(sp.Rational(1, 2), k // 2) / sp.rf(_lam(batch_size) + 1, k // 2)
+
+
+def _expect_one(poly: sp.Expr, batch_size: int | None) -> sp.Expr:
+    """E[p(t)] for a polynomial p, by the moments of :func:`sphere_moment`."""
+    p = sp.Poly(sp.expand(poly), t)
+    return sum(coeff * sphere_moment(k, batch_size) for (k,), coeff in p.terms())
+
+
+def _pair_moment(i: int, j: int, batch_size: int | None) -> sp.Expr:
+    """E[v_1^i v_2^j], v uniform on S^(B-2): (1/2)_(i/2) (1/2)_(j/2) / (lambda+1)_((i+j)/2) for even i, j, else 0."""
+    if i % 2 or j % 2:
+        return sp.Integer(0)
+    return sp.rf(sp.Rational(1, 2), i // 2) * sp.rf(sp.Rational(1, 2), j // 2) / sp.rf(_lam(batch_size) + 1, (i + j) // 2)
+
+
+def expect_pair_polynomial(f: sp.Expr, g: sp.Expr, batch_size: int | None = None, correlation: sp.Expr = rho) -> sp.Expr:
+    """E[f(u.v) g(w.v)] for polynomials f, g in t, v uniform on S^(B-2), unit u, w with u.w = rho (exact).
+
+    Writes w = rho u + sqrt(1 - rho^2) u_perp, so u.v = v_1 and w.v = rho v_1 + sqrt(1 - rho^2) v_2.
+    """
+    v1, v2 = sp.symbols("v_1 v_2", real=True)
+    s = sp.sqrt(1 - correlation**2)
+    product = sp.Poly(sp.expand(f.subs(t, v1) * g.subs(t, correlation * v1 + s * v2)), v1, v2)
+    return sp.expand(sum(coeff * _pair_moment(i, j, batch_size) for (i, j), coeff in product.terms()))
+
+
+def normalized_gegenbauer_symbolic(l: int, var: sp.Expr = rho, batch_size: int | None = None) -> sp.Expr:
+    """C^_l(var) = C_l^(lambda)(var) / C_l^(lambda)(1)."""
+    lm = _lam(batch_size)
+    return sp.expand_func(sp.gegenbauer(l, lm, var)) / (sp.rf(2 * lm, l) / sp.factorial(l))
+
+
+def _matrix(size: int, entry) -> sp.Matrix:
+    return sp.Matrix(size, size, lambda i, j: sp.factor(sp.simplify(entry(i, j))))
+
+
+def derive_basis(max_degree: int = 3) -> Derivation:
+    """Orthonormality and the zonal reproducing property of psi_l, symbolically in B (Defn E.40-E.46).
+
+    All steps run in lambda = (B-3)/2 > 0 and are displayed in B.
+    """
+    d = Derivation("The Gegenbauer basis of one batch-norm coordinate")
+    k = sp.Symbol("k", integer=True, nonnegative=True)
+    d.step("One coordinate $t$ of $v$ uniform on $S^{B-2}$ has density $\\propto (1-t^2)^{(B-4)/2}$ and moments (Beta integrals)",
+           sp.Eq(sp.Symbol("E[t^{2k}]"), sp.rf(sp.Rational(1, 2), k) / sp.rf((B - 1) / 2, k)))
+    size = max_degree + 1
+    d.step("The first basis functions $\\psi_l = C_l^{((B-3)/2)}(t)/n_l$, $n_l^2 = \\lambda C_l(1)/(l+\\lambda)$, $t = x/\\sqrt{B-1}$:",
+           sp.Eq(sp.Symbol("psi_l"), sp.Matrix([sp.factor(in_batch_size(sp.simplify(psi_symbolic(l)))) for l in range(size)]),
+                 evaluate=False))
+    gram = _matrix(size, lambda i, j: _expect_one(psi_symbolic(i) * psi_symbolic(j), None))
+    d.step("Their Gram matrix $E[\\psi_l \\psi_m]$ from the moments, for symbolic $B$, is the identity:",
+           sp.Eq(sp.Symbol("E[psi_l psi_m]"), gram, evaluate=False))
+    pair = _matrix(size, lambda i, j: expect_pair_polynomial(psi_symbolic(i), psi_symbolic(j)))
+    d.step("Two coordinates at correlation $\\rho$ (Funk-Hecke): $E[\\psi_l(u\\cdot v)\\psi_m(w\\cdot v)]$ is diagonal,",
+           sp.Eq(sp.Symbol("E[psi_l(u.v) psi_m(w.v)]"), in_batch_size(pair), evaluate=False))
+    d.result = sp.Matrix([sp.factor(sp.simplify(normalized_gegenbauer_symbolic(l))) for l in range(size)])
+    d.step("and its diagonal is the normalised Gegenbauer polynomial $\\hat C_l(\\rho) = C_l(\\rho)/C_l(1)$:",
+           sp.Eq(sp.Symbol("hat C_l(rho)"), in_batch_size(d.result), evaluate=False))
+    return d
+
+
+def coefficients_symbolic(phi: sp.Expr, var: sp.Symbol, max_degree: int, batch_size: int | None = None) -> list[sp.Expr]:
+    """Exact a_l = E[phi(x) psi_l(x)] for a polynomial phi(var), x = sqrt(B-1) t = sqrt(2 lambda + 2) t, l <= max_degree."""
+    phi_t = sp.expand(phi.subs(var, sp.sqrt(2 * _lam(batch_size) + 2) * t))
+    return [sp.simplify(_expect_one(phi_t * psi_symbolic(l, batch_size), batch_size)) for l in range(max_degree + 1)]
+
+
+# --- numeric --------------------------------------------------------------------------------------------
+
+def psi(l_max: int, batch_size: int, x: np.ndarray) -> np.ndarray:
+    """psi_0..psi_{l_max} at BN coordinates x, shape (l_max + 1, *x.shape), by the three-term recurrence.
+
+    psi_{l+1} = [2 (l+lambda) t psi_l - (l+2 lambda-1) psi_{l-1} / r_{l-1}] / ((l+1) r_l), t = x/sqrt(B-1),
+    r_l = n_{l+1}/n_l = sqrt((l+2 lambda)(l+lambda) / ((l+1)(l+1+lambda))): no C_l(1) (which overflows) appears.
+    """
+    lam = (batch_size - 3) / 2
+    tt = np.asarray(x, dtype=float) / np.sqrt(batch_size - 1)
+    out = np.empty((l_max + 1, *tt.shape))
+    out[0] = 1.0
+    if l_max >= 1:
+        out[1] = tt * np.sqrt(2 * (1 + lam))
+    for l in range(1, l_max):
+        r_prev = np.sqrt((l - 1 + 2 * lam) * (l - 1 + lam) / (l * (l + lam)))
+        r = np.sqrt((l + 2 * lam) * (l + lam) / ((l + 1) * (l + 1 + lam)))
+        out[l + 1] = (2 * (l + lam) * tt * out[l] - (l + 2 * lam - 1) * out[l - 1] / r_prev) / ((l + 1) * r)
+    return out
+
+
+def normalized_gegenbauer(l_max: int, batch_size: int, value: float) -> np.ndarray:
+    """C^_0..C^_{l_max} at one point: C^_{l+1} = [2 (l+lambda) s C^_l - l C^_{l-1}] / (l + 2 lambda)."""
+    lam = (batch_size - 3) / 2
+    out = np.empty(l_max + 1)
+    out[0] = 1.0
+    if l_max >= 1:
+        out[1] = value
+    for l in range(1, l_max):
+        out[l + 1] = (2 * (l + lam) * value * out[l] - l * out[l - 1]) / (l + 2 * lam)
+    return out
+
+
+def coefficient_weights(l_max: int, batch_size: int) -> np.ndarray:
+    """c_l = 1 - C^_l(-1/(B-1)) for l = 0..l_max (c_0 = 0, c_l > 0 for l >= 1; eq. 27)."""
+    return 1.0 - normalized_gegenbauer(l_max, batch_size, -1.0 / (batch_size - 1))
+
+
+def _half_piece(n: int, lo: float, hi: float, special: float, a: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes t and log-weights for int_lo^hi f(t) (1 - t^2)^a dt, accurate at the endpoint ``special``.
+
+    At t = +-1 only the fractional part of a (0, or 1/2 for odd B) goes into a Gauss-Jacobi weight; the
+    bell-shaped rest is part of the integrand, so a weight concentrated near t = 0 (large B) stays resolved.
+    At a kink the rule is graded, t = special -+ (hi - lo) s^2, which turns a power |t - kink|^alpha into
+    |s|^(2 alpha) (smooth for alpha = 1/2, 1, 3/2, ...).
+    """
+    h = hi - lo
+    if abs(special) == 1.0:
+        frac = a - np.floor(a)
+        exponents = (frac, 0.0) if special == 1.0 else (0.0, frac)
+        s, w = gauss_jacobi(n, *exponents)
+        tt = lo + h * (s + 1) / 2
+        in_weight = frac * np.log1p(-special * tt)  # (1 -+ t)^frac, already in the Jacobi weight
+        # mass of (1 -+ s)^frac on [-1, 1] is 2^(frac+1)/(frac+1); dt = h/2 ds; (1 -+ t) = (h/2)(1 -+ s)
+        return tt, np.log(w) + (frac + 1) * np.log(h) - np.log1p(frac) + a * np.log1p(-tt * tt) - in_weight
+    x, w = roots_legendre(n)
+    u = (x + 1) / 2
+    tt = special + np.sign((lo + hi) / 2 - special) * h * u**2
+    return tt, np.log(w * h * u) + a * np.log1p(-tt * tt)  # dt = 2 h u du, du = dx/2
+
+
+def one_coordinate_rule(batch_size: int, kinks: tuple[float, ...] = (), n: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes x and weights (summing to 1) for E[f(x)], x one BN coordinate, density prop. to (B-1-x^2)^((B-4)/2).
+
+    Without kinks: Gauss-Jacobi for (1-t^2)^a, a = (B-4)/2, t = x/sqrt(B-1). With kinks, [-1, 1] is split at
+    t = kink/sqrt(B-1) and each piece is halved, every half with a rule adapted to its one special end
+    (:func:`_half_piece`). Weights are formed in log space and normalised by their sum (the exact mass).
+    """
+    a = (batch_size - 4) / 2
+    root = np.sqrt(batch_size - 1)
+    cuts = sorted({-1.0, 1.0, *(k / root for k in kinks if -root < k < root)})
+    if len(cuts) == 2:
+        s, w = gauss_jacobi(n, a, a)
+        return root * s, w
+    nodes, log_w = [], []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        mid = (lo + hi) / 2
+        for part in (_half_piece(n, lo, mid, lo, a), _half_piece(n, mid, hi, hi, a)):
+            nodes.append(part[0])
+            log_w.append(part[1])
+    log_w = np.concatenate(log_w)
+    weights = np.exp(log_w - log_w.max())
+    return root * np.concatenate(nodes), weights / weights.sum()
+
+
+def coefficients(phi: Activation, batch_size: int, l_max: int, n: int | None = None) -> np.ndarray:
+    """a_l = E[phi(x) psi_l(x)], l = 0..l_max, by the kink-split rule of :func:`one_coordinate_rule`."""
+    x, w = one_coordinate_rule(batch_size, phi.kinks, n or 2 * l_max + 64)
+    return psi(l_max, batch_size, x) @ (w * phi.numpy(x))
+
+
+@dataclass(frozen=True)
+class GegenbauerSums:
+    """Tail-corrected sums of the Gegenbauer series of phi at batch size B, truncated at degree ``terms``.
+
+    ``energy`` = sum_l a_l^2 = E[phi^2] and ``dirichlet`` = sum_l l(l+B-3) a_l^2 = E[(B-1-x^2) phi'^2] (exact),
+    ``cross`` ~ sum_l a_l^2 C^_l(rho), ``weighted`` ~ sum_l c_l a_l^2, ``weighted_dirichlet`` ~
+    sum_l l(l+B-3) c_l a_l^2, each with its error bound (tail x sup |C^_l(rho)| beyond ``terms``).
+    """
+
+    terms: int
+    energy: float
+    dirichlet: float
+    cross: float
+    weighted: float
+    weighted_dirichlet: float
+    cross_error: float
+    dirichlet_error: float
+
+
+def gegenbauer_sums(phi: Activation, batch_size: int, terms: int) -> GegenbauerSums:
+    """The sums behind Thm F.13 and Thm 9 from a_0..a_L (L = ``terms``), tails added with c_l = 1."""
+    a = coefficients(phi, batch_size, terms)
+    x, w = one_coordinate_rule(batch_size, phi.kinks, 2 * terms + 64)
+    energy = float(w @ phi.numpy(x) ** 2)
+    dirichlet = float(w @ ((batch_size - 1 - x**2) * phi.numpy_derivative(x) ** 2))
+    l = np.arange(terms + 1)
+    laplacian = l * (l + batch_size - 3)
+    c_hat = normalized_gegenbauer(4 * terms, batch_size, -1.0 / (batch_size - 1))
+    beyond = float(np.abs(c_hat[terms + 1:]).max())  # sup |C^_l(rho)| over l in (L, 4L]: the tail's c_l - 1
+    a2 = a**2
+    tail_energy = max(energy - a2.sum(), 0.0)
+    tail_dirichlet = max(dirichlet - laplacian @ a2, 0.0)
+    c_hat = c_hat[: terms + 1]
+    return GegenbauerSums(
+        terms=terms,
+        energy=energy,
+        dirichlet=dirichlet,
+        cross=float(a2 @ c_hat),
+        weighted=float(a2 @ (1 - c_hat) + tail_energy),
+        weighted_dirichlet=float(laplacian @ (a2 * (1 - c_hat)) + tail_dirichlet),
+        cross_error=float(tail_energy * beyond),
+        dirichlet_error=float(tail_dirichlet * beyond),
+    )
+
+
+def _converged_sums(phi: Activation, batch_size: int, tol: float, max_terms: int, error_of) -> GegenbauerSums:
+    """Double the truncation degree from 16 until ``error_of(sums) <= tol``; say why when max_terms is not enough."""
+    terms = 16
+    while True:
+        sums = gegenbauer_sums(phi, batch_size, terms)
+        if error_of(sums) <= tol:
+            return sums
+        if terms >= max_terms:
+            raise ValueError(
+                f"the Gegenbauer series of {phi} at B = {batch_size} does not reach tol = {tol:g} within {max_terms} terms "
+                f"(error estimate {error_of(sums):.2g}): its coefficients decay only algebraically"
+                + (" because phi has a kink" if phi.kinks else "")
+                + "; pass a larger tol or max_terms, or use another method")
+        terms *= 2
+
+
+def fixed_point_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8, max_terms: int = 2048):
+    """BSB1 fixed point from the Gegenbauer series (Thm F.13): q* = sum a_l^2, q* c* = sum a_l^2 C^_l(-1/(B-1)).
+
+    The truncation degree doubles until the error bound on q* c* is below ``tol`` (absolute).
+    """
+    from .forward import FixedPoint
+
+    sums = _converged_sums(phi, batch_size, tol, max_terms, lambda s: s.cross_error)
+    return FixedPoint(q=sums.energy, c=sums.cross / sums.energy, batch_size=batch_size, method="gegenbauer",
+                      error=sums.cross_error)
+
+
+def gradient_rate_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8, max_terms: int = 2048) -> tuple[float, float]:
+    """lambda_G of Thm 9 (eq. 27) and its relative error bound; degree doubles until the bound is below ``tol``."""
+    def relative_error(s: GegenbauerSums) -> float:
+        return s.dirichlet_error / s.weighted_dirichlet + s.cross_error / s.weighted
+
+    sums = _converged_sums(phi, batch_size, tol, max_terms, relative_error)
+    return sums.weighted_dirichlet / ((batch_size - 3) * sums.weighted), relative_error(sums)

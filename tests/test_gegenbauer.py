@@ -1,0 +1,141 @@
+"""bnsym.gegenbauer: the basis (symbolic and numeric), the one-coordinate rule, Thm F.13 and Thm 9.
+
+References are independent of bnsym.gegenbauer: scipy's Gegenbauer polynomials and 2F1, adaptive
+quadrature of the one-coordinate marginal and the catalogue's angular pair integral (conftest), the
+spherical fixed point of chapter 1, and the exact Thm 9 minimum (B-2)/(B-3) of a linear phi.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+from scipy.special import eval_gegenbauer, hyp2f1
+
+import bnsym
+from bnsym import gegenbauer as geg
+from bnsym.activations import parse_activation
+
+from conftest import sphere_pair, sphere_single
+
+BATCHES = (4, 5, 6, 8, 16, 33, 64)
+
+
+def test_symbolic_basis_is_orthonormal_and_reproducing():
+    d = geg.derive_basis(3)
+    (_, gram), (_, pair) = d.steps[2][1].args, d.steps[3][1].args
+    assert gram == sp.eye(4)
+    diagonal = sp.diag(*geg.in_batch_size(d.result))
+    assert sp.simplify(pair - diagonal) == sp.zeros(4, 4)
+
+
+@pytest.mark.parametrize("degree", range(5))
+def test_normalized_gegenbauer_symbolic_matches_scipy(degree):
+    for batch in (5, 8, 21):
+        expr = geg.normalized_gegenbauer_symbolic(degree, geg.rho, batch)
+        lam = (batch - 3) / 2
+        for value in (-0.7, 0.1, 0.9):
+            reference = eval_gegenbauer(degree, lam, value) / eval_gegenbauer(degree, lam, 1.0)
+            assert float(expr.subs(geg.rho, value)) == pytest.approx(reference, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_psi_recurrence_matches_scipy_gegenbauer(batch):
+    x = np.linspace(-np.sqrt(batch - 1), np.sqrt(batch - 1), 9)
+    values = geg.psi(12, batch, x)
+    lam = (batch - 3) / 2
+    for l in range(13):
+        c_l = eval_gegenbauer(l, lam, x / np.sqrt(batch - 1))
+        norm2 = sphere_single(lambda y: eval_gegenbauer(l, lam, y / np.sqrt(batch - 1)) ** 2, batch)
+        np.testing.assert_allclose(values[l], c_l / np.sqrt(norm2), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("batch", (*BATCHES, 256, 1024, 1025))
+@pytest.mark.parametrize("kinks", [(), (0.0,), (0.7, -1.3)])
+def test_one_coordinate_rule_integrates_moments_exactly(batch, kinks):
+    x, w = geg.one_coordinate_rule(batch, kinks, 48)
+    t = x / np.sqrt(batch - 1)
+    for k in range(0, 12, 2):
+        assert w @ t**k == pytest.approx(float(geg.sphere_moment(k, batch)), rel=1e-12)
+
+
+@pytest.mark.parametrize("batch", (*BATCHES, 128, 1000))
+def test_coefficient_weights_equal_the_hypergeometric_form(batch):
+    c = geg.coefficient_weights(40, batch)
+    k = np.arange(41)
+    hyper = 1 - (-1.0) ** k * hyp2f1(-k, batch - 3 + k, batch / 2 - 1, (batch - 2) / (2 * (batch - 1)))
+    np.testing.assert_allclose(c, hyper, atol=1e-11)
+    assert c[0] == 0 and np.all(c[1:] > 0)
+
+
+def _cubic() -> bnsym.Activation:
+    z = sp.Symbol("z", real=True)
+    return bnsym.Activation("cubic", z**3, lambda x: x**3, lambda x: x**3, lambda x: 3 * x**2, lambda x: 3 * x**2)
+
+
+@pytest.mark.parametrize("batch", (5, 8, 32))
+def test_numeric_coefficients_of_a_polynomial_are_exact(batch):
+    z = sp.Symbol("z")
+    exact = [float(a) for a in geg.coefficients_symbolic(z**3, z, 6, batch)]
+    np.testing.assert_allclose(geg.coefficients(_cubic(), batch, 6), exact, atol=1e-12)
+
+
+@pytest.mark.parametrize("spec", ["relu", "tanh", "relu^1.5"])
+@pytest.mark.parametrize("batch", (5, 16))
+def test_numeric_coefficients_match_adaptive_quadrature(spec, batch):
+    phi = parse_activation(spec)
+    lam = (batch - 3) / 2
+    a = geg.coefficients(phi, batch, 6)
+    for l in range(7):
+        def c_l(y, l=l):
+            return eval_gegenbauer(l, lam, y / np.sqrt(batch - 1))
+        norm = np.sqrt(sphere_single(lambda y: c_l(y) ** 2, batch))
+        reference = sphere_single(lambda y: phi.numpy(y) * c_l(y), batch, phi.kinks) / norm
+        assert a[l] == pytest.approx(reference, abs=1e-10)
+
+
+@pytest.mark.parametrize("spec", ["tanh", "sin", "erf", "identity", "relu", "leaky_relu(0.2)", "relu^2"])
+@pytest.mark.parametrize("batch", BATCHES)
+def test_fixed_point_matches_the_spherical_route(spec, batch):
+    point = bnsym.fixed_point(spec, batch, method="gegenbauer", tol=1e-9)
+    reference = bnsym.fixed_point(spec, batch, method="spherical")
+    assert point.error <= 1e-9
+    assert point.q == pytest.approx(reference.q, abs=1e-10)
+    assert point.q * point.c == pytest.approx(reference.q * reference.c, abs=1e-9 + reference.error)
+
+
+@pytest.mark.parametrize("spec", ["tanh", "relu", "relu^1.5", "sin"])
+@pytest.mark.parametrize("batch", (5, 8, 24))
+def test_dirichlet_form_identity(spec, batch):
+    """Thm E.47: E_p2[(B-1-x_1^2) phi'(x_1)^2 + (1 + x_1 x_2) phi'(x_1) phi'(x_2)] = sum_k k(k+B-3) c_k a_k^2."""
+    phi = parse_activation(spec)
+    d = phi.numpy_derivative
+    left = sphere_pair(lambda u, v: (batch - 1 - u * u) * d(u) ** 2 + (1 + u * v) * d(u) * d(v), batch, phi.kinks)
+    sums = geg.gegenbauer_sums(phi, batch, 256)
+    assert sums.weighted_dirichlet == pytest.approx(left, rel=1e-7, abs=sums.dirichlet_error)
+
+
+@pytest.mark.parametrize("batch", range(5, 65))
+def test_linear_phi_attains_the_minimum_rate(batch):
+    rate, error = geg.gradient_rate_gegenbauer(parse_activation("identity"), batch)
+    assert rate == pytest.approx((batch - 2) / (batch - 3), rel=1e-12)
+    assert error <= 1e-12
+
+
+@pytest.mark.parametrize("spec", ["tanh", "sin", "relu", "relu^1.5", "erf(gamma=2)"])
+@pytest.mark.parametrize("batch", (5, 8, 32))
+def test_nonlinear_phi_explodes_faster_than_linear(spec, batch):
+    rate, _ = geg.gradient_rate_gegenbauer(parse_activation(spec), batch, tol=1e-5)
+    assert rate > (batch - 2) / (batch - 3)
+
+
+def test_algebraic_decay_is_reported_not_hidden():
+    with pytest.raises(ValueError, match="decay only algebraically because phi has a kink"):
+        geg.fixed_point_gegenbauer(parse_activation("relu"), 4, tol=1e-12, max_terms=128)
+
+
+@pytest.mark.parametrize("bad, match", [(dict(eps=0.1), "needs eps = 0"), (dict(tol=0.0), "tol must be a positive"),
+                                        (dict(tol=float("nan")), "tol must be a positive")])
+def test_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bnsym.fixed_point("tanh", 8, method="gegenbauer", **bad)
