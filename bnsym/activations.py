@@ -12,7 +12,7 @@ An :class:`Activation` carries everything the theory needs about phi:
 
 Strings understood by :func:`parse_activation`::
 
-    relu, relu^1.5, relu(beta=2), relu(beta=0.5)^2, leaky_relu(0.2), identity,
+    relu, relu^1.5, relu(beta=2), relu(beta=0.5)^2, leaky_relu(0.2), identity, cubic,
     tanh, tanh(gamma=0.5), erf, erf(gamma=2), sin, sin(gamma=0.5)
 """
 
@@ -35,6 +35,7 @@ KNOWN_ACTIVATIONS = (
     "relu(beta=...)",
     "leaky_relu(slope)",
     "identity",
+    "cubic",
     "tanh(gamma=...)",
     "erf(gamma=...)",
     "sin(gamma=...)",
@@ -144,6 +145,18 @@ def identity() -> Activation:
     )
 
 
+def cubic() -> Activation:
+    """phi(z) = z^3: a polynomial, so its Gegenbauer series is finite (degrees 1 and 3)."""
+    return Activation(
+        name="cubic",
+        expr=z**3,
+        numpy=lambda x: np.asarray(x, dtype=float) ** 3,
+        torch=lambda x: x**3,
+        numpy_derivative=lambda x: 3 * np.asarray(x, dtype=float) ** 2,
+        torch_derivative=lambda x: 3 * x**2,
+    )
+
+
 def _scaled_smooth(name: str, gamma: float) -> Activation:
     """phi(z) = f(gamma z) for f in {tanh, erf, sin}: smooth, not homogeneous."""
     g_s = sp.nsimplify(gamma)
@@ -225,6 +238,10 @@ def parse_activation(spec: str | Activation) -> Activation:
         if positional or keywords:
             raise ValueError(f"activation {spec!r}: identity takes no parameters")
         return identity()
+    if base == "cubic":
+        if positional or keywords:
+            raise ValueError(f"activation {spec!r}: cubic takes no parameters")
+        return cubic()
     if base in ("tanh", "erf", "sin"):
         gamma = _one_parameter(spec, positional, keywords, "gamma", 1.0)
         if gamma == 0:

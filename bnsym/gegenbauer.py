@@ -48,6 +48,13 @@ def _lam(batch_size):
     return sp.Rational(batch_size - 3, 2) if isinstance(batch_size, int) else (batch_size - 3) / 2
 
 
+def _simplify(expr: sp.Expr) -> sp.Expr:
+    """simplify, after factoring the radicands so that sqrt((lambda + 1)^2) becomes lambda + 1 (lambda > 0)."""
+    roots = lambda e: e.replace(lambda p: p.is_Pow and p.exp.is_Rational and p.exp.q == 2,  # noqa: E731
+                                lambda p: sp.factor(p.base) ** p.exp)
+    return sp.simplify(roots(sp.simplify(roots(expr))))
+
+
 def in_batch_size(expr: sp.Basic) -> sp.Basic:
     """Rewrite an expression (or matrix) in lambda as one in B (lambda = (B-3)/2), simplified, for display."""
     tidy = lambda e: sp.factor(sp.simplify(e.subs(lam, (B - 3) / 2)))  # noqa: E731
@@ -130,7 +137,68 @@ def derive_basis(max_degree: int = 3) -> Derivation:
 def coefficients_symbolic(phi: sp.Expr, var: sp.Symbol, max_degree: int, batch_size: int | None = None) -> list[sp.Expr]:
     """Exact a_l = E[phi(x) psi_l(x)] for a polynomial phi(var), x = sqrt(B-1) t = sqrt(2 lambda + 2) t, l <= max_degree."""
     phi_t = sp.expand(phi.subs(var, sp.sqrt(2 * _lam(batch_size) + 2) * t))
-    return [sp.simplify(_expect_one(phi_t * psi_symbolic(l, batch_size), batch_size)) for l in range(max_degree + 1)]
+    return [_simplify(_expect_one(phi_t * psi_symbolic(l, batch_size), batch_size)) for l in range(max_degree + 1)]
+
+
+def derive_coefficient_normalisation() -> Derivation:
+    """The prefactor of eq. (26): E_{p_1}[phi^2] = prefactor * int phi(z)^2 ((B-1) - z^2)^((B-4)/2) dz.
+
+    The printed prefactor carries (B-1)^(+(B-3)/2); the mass of the weight fixes the exponent to -(B-3)/2.
+    """
+    d = Derivation("The normalisation of eq. (26)")
+    zz = sp.Symbol("z", real=True)
+    n = 2 * lam + 2  # B - 1
+    weight = (n - zz**2) ** (lam - sp.Rational(1, 2))
+    mass = sp.gammasimp(sp.integrate(weight, (zz, -sp.sqrt(n), sp.sqrt(n)), conds="none"))
+    d.step("The weight of one BN coordinate, $((B-1) - z^2)^{(B-4)/2}$ on $|z| < \\sqrt{B-1}$, has mass",
+           sp.Eq(sp.Integral(in_batch_size(weight), (zz, -sp.sqrt(B - 1), sp.sqrt(B - 1))), in_batch_size(mass)))
+    d.result = sp.simplify(in_batch_size(1 / mass))
+    d.step("so the prefactor that makes the left side of eq. (26) an expectation is", sp.Eq(sp.Symbol("prefactor"), d.result))
+    return d
+
+
+def derive_dirichlet_identity(degree: int = 3) -> Derivation:
+    """Thm E.47 for a generic polynomial phi of the given degree, symbolically in B:
+
+    E_{p_2}[(B-1-x_1^2) phi'(x_1)^2 + (1 + x_1 x_2) phi'(x_1) phi'(x_2)] = sum_k k (k+B-3) c_k a_k^2.
+    """
+    d = Derivation("The Dirichlet-form identity (Thm E.47)")
+    zz = sp.Symbol("z", real=True)
+    b = sp.symbols(f"b_1:{degree + 1}", real=True)
+    phi = sum(bj * zz ** (j + 1) for j, bj in enumerate(b))
+    d.step("Take a generic polynomial", sp.Eq(sp.Function("phi")(zz), phi))
+    root = sp.sqrt(2 * lam + 2)  # sqrt(B - 1): x = sqrt(B-1) t
+    slope = sp.diff(phi, zz).subs(zz, root * t)
+    single = _expect_one((2 * lam + 2) * (1 - t**2) * slope**2, None)
+    corr = -1 / (2 * lam + 2)
+    pair = (expect_pair_polynomial(slope, slope, None, corr)
+            + (2 * lam + 2) * expect_pair_polynomial(t * slope, t * slope, None, corr))
+    left = sp.factor(sp.simplify(single + pair))
+    d.step("The left side of Thm E.47, by the exact moments of one and two coordinates, is",
+           sp.Eq(sp.Symbol("D(phi)"), in_batch_size(left)))
+    a = coefficients_symbolic(phi, zz, degree, None)
+    right = sum(k * (k + 2 * lam) * (1 - normalized_gegenbauer_symbolic(k, corr, None)) * a[k] ** 2
+                for k in range(1, degree + 1))
+    d.step("The right side, from the exact Gegenbauer coefficients $a_k$ and $c_k = 1 - \\hat C_k(-1/(B-1))$, is",
+           sp.Eq(sp.Symbol("sum_k k(k+B-3) c_k a_k^2"), in_batch_size(sp.factor(sp.simplify(right)))))
+    d.result = _simplify(left - right)
+    d.step("and the difference vanishes identically in $B$ and in the coefficients:", sp.Eq(sp.Symbol("difference"), d.result))
+    return d
+
+
+def derive_rate_minimum() -> Derivation:
+    """Thm 9: lambda_G - (B-2)/(B-3) = sum_k (k-1)(k+B-2) c_k a_k^2 / ((B-3) sum_k c_k a_k^2) >= 0."""
+    d = Derivation("Linear phi minimises the gradient explosion rate (Thm 9)")
+    k = sp.Symbol("k", integer=True, positive=True)
+    weight = k * (k + B - 3) / (B - 3)
+    d.step("Thm 9 weighs $c_k a_k^2$ by", sp.Eq(sp.Symbol("w_k"), weight))
+    gap = sp.factor(weight - (B - 2) / (B - 3))
+    d.step("and its excess over the value at $k = 1$ factors as", sp.Eq(sp.Symbol("w_k - w_1"), gap))
+    d.result = gap
+    d.step("which is $\\ge 0$ for $k \\ge 1$, zero only at $k = 1$; with $c_k > 0$ (since $|\\hat C_k(\\rho)| < 1$ for $|\\rho| < 1$), "
+           "$\\lambda_G \\ge (B-2)/(B-3)$ with equality iff $a_k = 0$ for all $k \\ge 2$, i.e. phi is linear.",
+           sp.Eq(sp.Symbol("w_1"), weight.subs(k, 1)))
+    return d
 
 
 # --- numeric --------------------------------------------------------------------------------------------

@@ -68,16 +68,11 @@ def test_coefficient_weights_equal_the_hypergeometric_form(batch):
     assert c[0] == 0 and np.all(c[1:] > 0)
 
 
-def _cubic() -> bnsym.Activation:
-    z = sp.Symbol("z", real=True)
-    return bnsym.Activation("cubic", z**3, lambda x: x**3, lambda x: x**3, lambda x: 3 * x**2, lambda x: 3 * x**2)
-
-
 @pytest.mark.parametrize("batch", (5, 8, 32))
 def test_numeric_coefficients_of_a_polynomial_are_exact(batch):
     z = sp.Symbol("z")
     exact = [float(a) for a in geg.coefficients_symbolic(z**3, z, 6, batch)]
-    np.testing.assert_allclose(geg.coefficients(_cubic(), batch, 6), exact, atol=1e-12)
+    np.testing.assert_allclose(geg.coefficients(parse_activation("cubic"), batch, 6), exact, atol=1e-12)
 
 
 @pytest.mark.parametrize("spec", ["relu", "tanh", "relu^1.5"])
@@ -139,3 +134,28 @@ def test_algebraic_decay_is_reported_not_hidden():
 def test_bad_input(bad, match):
     with pytest.raises(ValueError, match=match):
         bnsym.fixed_point("tanh", 8, method="gegenbauer", **bad)
+
+
+def test_dirichlet_identity_holds_symbolically_for_cubics():
+    assert geg.derive_dirichlet_identity(3).result == 0
+
+
+def test_rate_minimum_gap_factors():
+    k = sp.Symbol("k", integer=True, positive=True)
+    gap = geg.derive_rate_minimum().result
+    assert sp.simplify(gap - (k * (k + geg.B - 3) - (geg.B - 2)) / (geg.B - 3)) == 0
+    assert gap.subs(k, 1) == 0
+
+
+@pytest.mark.parametrize("batch", (5, 8, 13))
+def test_eq26_prefactor_makes_an_expectation(batch):
+    """The derived prefactor turns int phi^2 ((B-1)-z^2)^((B-4)/2) dz into E[phi^2]; the printed (B-1)^(+(B-3)/2) does not."""
+    from scipy.integrate import quad
+
+    prefactor = float(geg.derive_coefficient_normalisation().result.subs(geg.B, batch))
+    root = np.sqrt(batch - 1)
+    integral = quad(lambda z: np.maximum(z, 0) ** 2 * (batch - 1 - z * z) ** ((batch - 4) / 2), -root, root, points=[0])[0]
+    relu = parse_activation("relu")
+    assert prefactor * integral == pytest.approx(sphere_single(lambda x: relu.numpy(x) ** 2, batch, (0.0,)), rel=1e-10)
+    printed = prefactor * (batch - 1) ** (batch - 3)  # (B-1)^(+(B-3)/2) instead of (B-1)^(-(B-3)/2)
+    assert abs(printed * integral - prefactor * integral) > 1
