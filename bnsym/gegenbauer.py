@@ -311,14 +311,26 @@ class GegenbauerSums:
     dirichlet_error: float
 
 
+def sphere_laplacian_eigenvalues(terms: int, batch_size: int) -> np.ndarray:
+    """l (l + B - 3), l = 0..terms: the eigenvalues of -Laplace-Beltrami on S^(B-2) for degree-l harmonics."""
+    l = np.arange(terms + 1)
+    return l * (l + batch_size - 3.0)
+
+
+def rate_contributions(phi: Activation, batch_size: int, terms: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-degree terms of Thm 9: (l(l+B-3)/(B-3) c_l a_l^2, c_l a_l^2) for l = 0..terms (no tail)."""
+    a2 = coefficients(phi, batch_size, terms) ** 2
+    weighted = coefficient_weights(terms, batch_size) * a2
+    return sphere_laplacian_eigenvalues(terms, batch_size) / (batch_size - 3) * weighted, weighted
+
+
 def gegenbauer_sums(phi: Activation, batch_size: int, terms: int) -> GegenbauerSums:
     """The sums behind Thm F.13 and Thm 9 from a_0..a_L (L = ``terms``), tails added with c_l = 1."""
     a = coefficients(phi, batch_size, terms)
     x, w = one_coordinate_rule(batch_size, phi.kinks, 2 * terms + 64)
     energy = float(w @ phi.numpy(x) ** 2)
     dirichlet = float(w @ ((batch_size - 1 - x**2) * phi.numpy_derivative(x) ** 2))
-    l = np.arange(terms + 1)
-    laplacian = l * (l + batch_size - 3)
+    laplacian = sphere_laplacian_eigenvalues(terms, batch_size)
     c_hat = normalized_gegenbauer(4 * terms, batch_size, -1.0 / (batch_size - 1))
     beyond = float(np.abs(c_hat[terms + 1:]).max())  # sup |C^_l(rho)| over l in (L, 4L]: the tail's c_l - 1
     a2 = a**2
