@@ -465,20 +465,53 @@ def pair_moments(a: np.ndarray, batch_size: int) -> tuple[float, float, float]:
     return float(padded @ (c_hat * padded)), float((jac @ ja) @ (c_hat * padded)), float(ja @ (c_hat * ja))
 
 
-def forward_eigenvalues_from_moments(moments: ForwardMoments, batch_size: int) -> dict[str, float]:
-    """lambda_G = 0, lambda_L, lambda_M = (B-1)/(2 B mu*) x (the projected ultrasymmetric eigenvalues of T), R7."""
-    from .ultrasymmetric import projected_eigenvalues
-
-    values = dict(zip((S0, S2, P00, P20, P11), (moments.s0, moments.s2, moments.p00, moments.p20, moments.p11)))
-    classes = {name: float(expr.subs(B, batch_size).subs(values)) for name, expr in _class_reduction().items()}
-    eigen = projected_eigenvalues(classes, batch_size)
-    mu = moments.s0 - moments.p00
-    return {"G": 0.0, **{key: (batch_size - 1) * eigen[key] / (2 * batch_size * mu) for key in ("L", "M")}}
-
-
 @cache
 def _class_reduction() -> dict[str, sp.Expr]:
     return derive_class_reduction().result
+
+
+@cache
+def _moment_weights(batch_size: int) -> dict[str, np.ndarray]:
+    """lambda_X mu* = sum_k w_Xk m_k for m = (s0, s2, p00, p20, p11): R7 is linear in the moments, so the weights
+    are the images of the unit moment vectors under (B-1)/(2B) x (projected ultrasymmetric eigenvalue, Thm E.62)."""
+    from .ultrasymmetric import projected_eigenvalues
+
+    symbols = (S0, S2, P00, P20, P11)
+    weights = {"L": np.zeros(5), "M": np.zeros(5)}
+    for k, unit in enumerate(symbols):
+        values = {sym: float(sym == unit) for sym in symbols}
+        classes = {name: float(expr.subs(B, batch_size).subs(values)) for name, expr in _class_reduction().items()}
+        eigen = projected_eigenvalues(classes, batch_size)
+        for key in weights:
+            weights[key][k] = (batch_size - 1) * eigen[key] / (2 * batch_size)
+    return weights
+
+
+def forward_eigenvalues_from_moments(moments: ForwardMoments, batch_size: int) -> dict[str, float]:
+    """lambda_G = 0 and lambda_L, lambda_M = (B-1)/(2 B mu*) x (projected eigenvalues of T), R7, mu* = s0 - p00."""
+    m = np.array([moments.s0, moments.s2, moments.p00, moments.p20, moments.p11])
+    mu = moments.s0 - moments.p00
+    return {"G": 0.0, **{key: float(w @ m) / mu for key, w in _moment_weights(batch_size).items()}}
+
+
+def forward_quadratic_forms(terms: int, batch_size: int) -> dict[str, np.ndarray]:
+    """Thms F.22 / F.24 in matrix form: lambda_X = a^T Q_X a / a^T C a for phi = sum_{l<=terms} a_l psi_l.
+
+    Each moment is a quadratic form in a: s0 = a^T a, s2 = a^T J^2 a, p00 = a^T D a, p20 = a^T (J^2 D) a,
+    p11 = a^T J D J a (J: :func:`jacobi_matrix`, D = diag C^_l(-1/(B-1))); Q_X weighs them as R7 does, and
+    C = diag(c_l) = I - D. Q_X is symmetric with bandwidth 2 (degrees l and l +- 2 couple): its diagonal and
+    second off-diagonal are the paper's w_l and u_l/2 (up to the normalisation the paper does not print).
+    The forms are exact for a polynomial phi of degree <= terms.
+    """
+    size = terms + 3  # J^2 reaches two degrees beyond; cut back to terms + 1 at the end
+    jac = jacobi_matrix(size, batch_size)
+    d = np.diag(normalized_gegenbauer(size - 1, batch_size, -1.0 / (batch_size - 1)))
+    j2 = jac @ jac
+    forms = (np.eye(size), j2, d, (j2 @ d + d @ j2) / 2, jac @ d @ jac)
+    keep = slice(0, terms + 1)
+    result = {key: sum(wk * form for wk, form in zip(w, forms))[keep, keep] for key, w in _moment_weights(batch_size).items()}
+    result["C"] = (np.eye(size) - d)[keep, keep]
+    return result
 
 
 def forward_eigenvalues_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8,
