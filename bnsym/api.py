@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .activations import Activation, parse_activation
-from .gegenbauer import fixed_point_gegenbauer
+from .gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer
 from .forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
 from .forward_linear import alpha_transition_value, homogeneous_eigenvalues, spherical_eigenvalues
 from .laplace import bn_kernel_laplace, centring
@@ -107,13 +107,15 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
 FORWARD_EIGENVALUE_METHODS = ("closed_form", "spherical", "gegenbauer")
 
 
-def forward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None) -> dict[str, float]:
+def forward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None,
+                        tol: float = 1e-8) -> dict[str, float]:
     """Eigenvalues {"G", "L", "M"} of the forward Jacobian G dV_{B_phi}/dSigma G at the BSB1 fixed point.
 
     A perturbation of the batch covariance along eigenspace X shrinks by lambda_X per layer (eq. (17)).
     lambda_G = 0 exactly (scale invariance, eps = 0). ``method``: "closed_form" (Thm 6 / F.33, positive-
-    homogeneous phi of degree > 1/2) or "spherical" (any phi, 2-D quadrature on the BN sphere, Sec. F.3.1);
-    "gegenbauer" (Thm 3.8) arrives with the Gegenbauer chapter. Default: closed form where it applies.
+    homogeneous phi of degree > 1/2), "spherical" (any phi, 2-D quadrature on the BN sphere, Sec. F.3.1) or
+    "gegenbauer" (any phi; banded quadratic forms in the Gegenbauer coefficients, Thms F.22/F.24, the degree
+    doubled until the eigenvalues change by less than ``tol``). Default: closed form where it applies.
     """
     phi = parse_activation(phi)
     batch_size = check_batch_size(B)
@@ -123,7 +125,8 @@ def forward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, method:
         raise ValueError("forward eigenvalues are derived for eps = 0 only: with eps > 0 batch norm is not scale invariant "
                          "and lambda_G is no longer 0 (not covered yet)")
     if method == "gegenbauer":
-        raise ValueError("method 'gegenbauer' (Thm 3.8, F.22/F.24) arrives with the Gegenbauer chapter; use 'closed_form' or 'spherical'")
+        _check_gegenbauer(eps, tol)
+        return forward_eigenvalues_gegenbauer(phi, batch_size, tol)[0]
     if method is None:
         method = "closed_form" if phi.is_homogeneous and phi.degree > 0.5 else "spherical"
     if method == "closed_form":

@@ -207,3 +207,33 @@ def test_jacobi_matrix_is_multiplication_by_x():
     x, w = geg.one_coordinate_rule(batch, (), 64)
     values = geg.psi(9, batch, x)
     np.testing.assert_allclose(geg.jacobi_matrix(10, batch), (values * w * x) @ values.T, atol=1e-12)
+
+
+@pytest.mark.parametrize("spec", ["relu", "relu^1.5", "relu^2", "leaky_relu(0.2)", "identity"])
+@pytest.mark.parametrize("batch", (4, 5, 8, 16, 64))
+def test_forward_eigenvalues_match_the_closed_form(spec, batch):
+    series = bnsym.forward_eigenvalues(spec, batch, method="gegenbauer")
+    closed = bnsym.forward_eigenvalues(spec, batch, method="closed_form")
+    for key in ("G", "L", "M"):
+        assert series[key] == pytest.approx(closed[key], abs=1e-8)
+
+
+@pytest.mark.parametrize("spec", ["tanh", "sin", "erf(gamma=2)", "cubic"])
+@pytest.mark.parametrize("batch", (4, 6, 24))
+def test_forward_eigenvalues_match_the_spherical_route(spec, batch):
+    series = bnsym.forward_eigenvalues(spec, batch, method="gegenbauer")
+    sphere = bnsym.forward_eigenvalues(spec, batch, method="spherical")
+    for key in ("L", "M"):
+        assert series[key] == pytest.approx(sphere[key], abs=1e-8)
+
+
+def test_forward_quadratic_forms_are_banded_and_exact_for_polynomials():
+    batch = 11
+    forms = geg.forward_quadratic_forms(6, batch)
+    for key in ("L", "M"):
+        assert np.abs(np.triu(forms[key], 3)).max() == 0
+        np.testing.assert_allclose(forms[key], forms[key].T, atol=1e-14)
+    a = geg.coefficients(parse_activation("cubic"), batch, 6)
+    series = bnsym.forward_eigenvalues("cubic", batch, method="spherical")
+    for key in ("L", "M"):
+        assert a @ forms[key] @ a / (a @ forms["C"] @ a) == pytest.approx(series[key], abs=1e-10)
