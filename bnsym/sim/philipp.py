@@ -1,0 +1,295 @@
+"""Torch simulators of the networks of Philipp, Song & Carbonell (2018) and their gradient scale coefficient.
+
+Layout: activations are row vectors, tensors (B, d): B datapoints, width d (the paper's convention;
+batch norm acts per column over the B rows, layer norm per row). Layers are counted from the
+error layer: f_0 = f_1 . y (dot-product error), f_1 the prediction, f_L the first (lowest) linear
+layer. Normalization layers have no trainable scale or shift, linear layers no bias (paper, I.1).
+
+The dataset-level GSC of every experiment in the paper (section I.2, "Expected GSC") is
+
+    GSC_D(l, 0) = Q_D ||J_l^0||_qm  Q_D ||f_l||_2 / Q_D |f_0|,   ||J_l^0||_qm = ||d f_0 / d f_l||_2 / sqrt(d_l),
+
+three separate quadratic means over the datapoints (not Q_D of the per-datapoint GSC); the gradient rows
+come from backpropagating sum_i f_0^(i), which includes batch norm's cross-datapoint terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bnsym.dilution import activation
+from bnsym.sim.device import configure_torch, default_device, generator
+
+NORMS = ("none", "layer", "batch", "lolayer")
+MATRICES = ("gaussian", "orthogonal", "looks-linear")
+SKIPS = ("none", "identity", "gaussian")
+Layer = Callable[[torch.Tensor], torch.Tensor]
+
+
+# --------------------------------------------------------------------------------------------
+# the GSC of a torch network
+
+
+def dataset_gsc(outputs: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndarray:
+    """GSC_D(l, 0) of each layer output f_l (B, d_l) in ``outputs`` w.r.t. the per-datapoint error f_0 (B,).
+
+    ``outputs`` must be in the autograd graph of ``error`` (the graph is freed afterwards).
+    """
+    if error.ndim != 1:
+        raise ValueError(f"error must hold one value f_0 per datapoint, shape (B,), got {tuple(error.shape)}")
+    grads = torch.autograd.grad(error.sum(), list(outputs))
+    q_error = error.detach().square().mean().sqrt()
+    if q_error == 0:
+        raise ValueError("the GSC divides by Q_D |f_0|, which is 0 here")
+    values = []
+    for f, g in zip(outputs, grads):
+        d = f.shape[-1]
+        q_grad = (g.square().sum(-1) / d).mean().sqrt()  # Q_D ||J_l^0||_qm
+        q_norm = f.detach().square().sum(-1).mean().sqrt()  # Q_D ||f_l||_2
+        values.append((q_grad * q_norm / q_error).item())
+    return np.array(values)
+
+
+def gsc(layers: Sequence[Layer], inputs: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+    """GSC_D(l, 0), l = 0..L, of the network f_1 o ... o f_L with the dot-product error f_0 = f_1 . y.
+
+    ``layers`` lists f_L, ..., f_1 in the order they are applied (f_L first, to the inputs (B, d));
+    ``labels`` y has the shape of the prediction f_1. Entry l of the result is GSC_D(l, 0) in the
+    paper's numbering (entry 0 is GSC(0, 0) = 1, entry L that of the lowest layer f_L).
+    """
+    if len(layers) == 0:
+        raise ValueError("the network needs at least one layer")
+    outputs, x = [], inputs.detach().requires_grad_(True)
+    for layer in layers:
+        x = layer(x)
+        outputs.append(x)
+    if labels.shape != x.shape:
+        raise ValueError(f"labels have shape {tuple(labels.shape)}, the prediction f_1 {tuple(x.shape)}")
+    error = (x * labels).sum(-1)
+    return np.concatenate([[1.0], dataset_gsc(outputs, error)[::-1]])
+
+
+# --------------------------------------------------------------------------------------------
+# layers of the paper (I.1)
+
+
+def normalize(x: torch.Tensor, norm: str) -> torch.Tensor:
+    """Batch norm (per column over the batch), layer norm (per row), length-only layer norm x / qm(x), or none."""
+    if norm == "none":
+        return x
+    if norm == "lolayer":
+        return x / x.square().mean(-1, keepdim=True).sqrt()
+    if norm not in ("batch", "layer"):
+        raise ValueError(f"unknown normalization {norm!r}; choose from {NORMS}")
+    dim = -2 if norm == "batch" else -1
+    centred = x - x.mean(dim, keepdim=True)
+    return centred / centred.square().mean(dim, keepdim=True).sqrt()
+
+
+def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64) -> torch.Tensor:
+    """A uniformly random (Haar) n x n orthogonal matrix: QR of a Gaussian matrix with the sign fix."""
+    q, r = torch.linalg.qr(torch.randn(n, n, generator=gen, device=device, dtype=dtype))
+    return q * r.diagonal().sign()
+
+
+def looks_linear(m: int, n: int, position: str, gen: torch.Generator, device) -> torch.Tensor:
+    """Looks-linear m x n matrix of section H (0-based pairs (2i, 2i + 1)); position lowest/intermediate/highest.
+
+    relu(a) - relu(-a) = a makes a ReLU network of such layers an orthogonal linear map at init.
+    """
+    if position == "lowest":
+        base = haar_orthogonal(max(m // 2, n), gen, device)[: m // 2, :n] * max(math.sqrt(m / (2 * n)), 1.0)
+        return torch.stack([base, -base], dim=1).reshape(m, n)
+    if position == "highest":
+        base = haar_orthogonal(max(m, n // 2), gen, device)[:m, : n // 2] * max(math.sqrt(2 * m / n), 1.0)
+        return torch.stack([base, -base], dim=2).reshape(m, n)
+    base = haar_orthogonal(max(m // 2, n // 2), gen, device)[: m // 2, : n // 2] * max(math.sqrt(m / n), 1.0)
+    block = torch.stack([torch.stack([base, -base], dim=-1), torch.stack([-base, base], dim=-1)], dim=1)
+    return block.reshape(m, n)
+
+
+def weight(m: int, n: int, matrix: str, after_relu: bool, position: str, gen: torch.Generator, device) -> torch.Tensor:
+    """An m x n weight matrix (acting as x W^T on rows x of width n), initialized as in I.1.
+
+    Gaussian: variance 1/n, or 2/n after a ReLU (He). Orthogonal: Haar, times sqrt(2) after a ReLU (the gain
+    the paper's ReLU St. Dev. of 0.20 requires; the GSC of a ReLU network does not depend on it).
+    """
+    gain = 2.0 if after_relu else 1.0
+    if matrix == "gaussian":
+        return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) * math.sqrt(gain / n)
+    if matrix == "orthogonal":
+        if m != n:
+            raise ValueError("orthogonal initialization is used only for square matrices (paper, I.1)")
+        return haar_orthogonal(n, gen, device) * math.sqrt(gain)
+    if matrix == "looks-linear":
+        return looks_linear(m, n, position, gen, device)
+    raise ValueError(f"unknown matrix type {matrix!r}; choose from {MATRICES}")
+
+
+# --------------------------------------------------------------------------------------------
+# the architectures of Table 1
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One row of Table 1: nonlinearity, normalization, matrix type, skip type, width (100, 200 or "100/200")."""
+
+    phi: str
+    norm: str
+    matrix: str = "gaussian"
+    skip: str = "none"
+    width: str = "100"
+
+    def __post_init__(self) -> None:
+        activation(self.phi)
+        for value, allowed, what in ((self.norm, NORMS, "normalization"), (self.matrix, MATRICES, "matrix type"), (self.skip, SKIPS, "skip type")):
+            if value not in allowed:
+                raise ValueError(f"unknown {what} {value!r}; choose from {allowed}")
+        if self.width not in ("100", "200", "100/200"):
+            raise ValueError(f"width must be '100', '200' or '100/200', got {self.width!r}")
+        if self.matrix == "looks-linear" and self.phi != "relu":
+            raise ValueError("looks-linear initialization needs ReLU (relu(a) - relu(-a) = a)")
+
+    @property
+    def label(self) -> str:
+        return f"{self.phi} | {self.norm} | {self.matrix} | {self.skip} | {self.width}"
+
+
+@dataclass
+class RowResult:
+    """Per-seed metrics of one architecture: GSC_D(L, 0) at the lowest linear layer, St. Dev. and Sign Div.
+    of the pre-activations of the highest nonlinearity, and the GSC_D(l, 0) curve (index l, paper order)."""
+
+    gsc: np.ndarray
+    std: np.ndarray
+    sign_diversity: np.ndarray
+    curves: np.ndarray
+
+
+def _widths(width: str, n_linear: int, dim: int = 100) -> list[int]:
+    """d_0 (input), d_1..d_n of the linear layers (I.1: 200 for all but the input/output; 100/200 alternating)."""
+    if width == "100":
+        inner = [dim] * n_linear
+    elif width == "200":
+        inner = [200] * (n_linear - 1) + [dim]
+    else:
+        inner = [200 if j % 2 else dim for j in range(1, n_linear + 1)]
+        inner[-1] = dim
+    return [dim, *inner]
+
+
+def _position(j: int, n_linear: int) -> str:
+    return "lowest" if j == 0 else "highest" if j == n_linear - 1 else "intermediate"
+
+
+def gaussian_noise(n_points: int, gen: torch.Generator, device, dim: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and labels of I.2: entries N(0, 1/dim), inputs rescaled to length 10 (labels not)."""
+    x = torch.randn(n_points, dim, generator=gen, device=device, dtype=torch.float64) / math.sqrt(dim)
+    y = torch.randn(n_points, dim, generator=gen, device=device, dtype=torch.float64) / math.sqrt(dim)
+    return 10 * x / x.norm(dim=-1, keepdim=True), y
+
+
+def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator, depth: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Run one random network; returns (recorded layer outputs, lowest first; top pre-activation).
+
+    Vanilla: ``depth`` linear layers, each followed by the norm, with phi between them (I.1).
+    ResNet: a linear layer, ``depth // 2`` identity/Gaussian skips around [norm, phi, linear] x 2, a
+    final norm; only values between skip connections are recorded (as in Fig. 3).
+    """
+    phi, device = activation(arch.phi).torch, x.device
+    relu = arch.phi == "relu"
+    if arch.skip == "none":
+        widths = _widths(arch.width, depth)
+        outputs, pre = [], None
+        for j in range(depth):
+            w = weight(widths[j + 1], widths[j], arch.matrix, relu and j > 0, _position(j, depth), gen, device)
+            x = x @ w.T
+            outputs.append(x)
+            if arch.norm != "none":
+                x = normalize(x, arch.norm)
+                outputs.append(x)
+            if j < depth - 1:
+                pre = x
+                x = phi(x)
+                outputs.append(x)
+        return outputs, pre
+    if arch.matrix != "gaussian" or arch.width != "100":
+        raise ValueError("the paper's ResNets use Gaussian matrices and width 100")
+    d = x.shape[-1]
+    x = x @ weight(d, d, "gaussian", False, "lowest", gen, device).T
+    outputs = [x]
+    for _ in range(depth // 2):
+        skip = x if arch.skip == "identity" else x @ weight(d, d, "gaussian", False, "", gen, device).T
+        for _ in range(2):
+            pre = normalize(x, arch.norm)
+            x = phi(pre) @ weight(d, d, "gaussian", relu, "", gen, device).T
+        x = skip + x
+        outputs.append(x)
+    x = normalize(x, arch.norm)
+    outputs.append(x)
+    return outputs, pre
+
+
+def simulate_architecture(
+    arch: Architecture, n_points: int, seeds: Sequence[int], depth: int = 50, device: torch.device | str | None = None
+) -> RowResult:
+    """Table 1's metrics for one architecture on Gaussian noise, one fresh dataset and network per seed (I.2)."""
+    configure_torch()
+    device = device or default_device()
+    gscs, stds, signs, curves = [], [], [], []
+    for seed in seeds:
+        gen = generator(seed, device)
+        x, y = gaussian_noise(n_points, gen, device)
+        outputs, pre = _forward(arch, x.requires_grad_(True), gen, depth)
+        curve = dataset_gsc(outputs, (outputs[-1] * y).sum(-1))
+        curves.append(curve[::-1])  # paper order: entry 0 is the highest recorded layer
+        gscs.append(curve[0])
+        pre = pre.detach()
+        stds.append(pre.var(0, unbiased=False).mean().sqrt().item())
+        positive = (pre > 0).double().mean(0)
+        signs.append(torch.minimum(positive, 1 - positive).mean().item())
+    return RowResult(np.array(gscs), np.array(stds), np.array(signs), np.array(curves))
+
+
+# --------------------------------------------------------------------------------------------
+# dilution of a block f(u) = S u + rho(u)
+
+
+def block_statistics(
+    skip: Layer, residual: Layer, u: torch.Tensor, g: torch.Tensor
+) -> dict[str, float]:
+    """k, the undiluted rate r and the measured block rate r_d of f = skip + residual (Theorem 3).
+
+    u (n, d): block inputs; g (n, d): incoming gradient rows. With Q the quadratic mean over the n rows:
+    k = Q||Su|| / Q||rho(u)||, r = Q||g R(u)|| Q||u|| / (Q||rho(u)|| Q||g||) (R the Jacobian of rho),
+    r_d the same ratio for f. Also the correlations the theorem assumes to vanish.
+    """
+    u = u.detach().requires_grad_(True)
+    su, rho = skip(u), residual(u)
+    (g_r,) = torch.autograd.grad((rho * g).sum(), u, retain_graph=True)
+    (g_s,) = torch.autograd.grad((su * g).sum(), u)
+    su, rho = su.detach(), rho.detach()
+
+    def q(t: torch.Tensor) -> float:
+        return t.square().sum(-1).mean().sqrt().item()
+
+    q_u, q_g = q(u.detach()), q(g)
+    return {
+        "k": q(su) / q(rho),
+        "r": q(g_r) * q_u / (q(rho) * q_g),
+        "r_skip": q(g_s) * q_u / (q(su) * q_g),
+        "r_d": q(g_r + g_s) * q_u / (q(rho + su) * q_g),
+        "forward_correlation": ((su * rho).sum(-1).mean() / (q(su) * q(rho))).item(),
+        "backward_correlation": ((g_s * g_r).sum(-1).mean() / (q(g_s) * q(g_r))).item(),
+    }
+
+
+def unit_sphere(n: int, d: int, gen: torch.Generator, device) -> torch.Tensor:
+    """n vectors uniform on the unit sphere of R^d (rows)."""
+    v = torch.randn(n, d, generator=gen, device=device, dtype=torch.float64)
+    return v / v.norm(dim=-1, keepdim=True)
