@@ -293,3 +293,74 @@ def unit_sphere(n: int, d: int, gen: torch.Generator, device) -> torch.Tensor:
     """n vectors uniform on the unit sphere of R^d (rows)."""
     v = torch.randn(n, d, generator=gen, device=device, dtype=torch.float64)
     return v / v.norm(dim=-1, keepdim=True)
+
+
+def _gaussian_matrix(m: int, n: int, gen: torch.Generator, device) -> torch.Tensor:
+    return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) / math.sqrt(n)
+
+
+def tanh_residual(beta: float, d: int, gen: torch.Generator, device) -> Layer:
+    """rho(v) = W_2 tanh(beta LO(W_1 v)): an SSD residual (Gaussian last layer) whose undiluted rate grows with beta."""
+    w1, w2 = _gaussian_matrix(d, d, gen, device), _gaussian_matrix(d, d, gen, device)
+    return lambda v: torch.tanh(beta * normalize(v @ w1.T, "lolayer")) @ w2.T
+
+
+def relu_residual(d: int, gen: torch.Generator, device) -> Layer:
+    """rho(v) = V relu(W v), Gaussian V, W: positively homogeneous, hence SSD (E.7)."""
+    w, v_ = _gaussian_matrix(d, d, gen, device), _gaussian_matrix(d, d, gen, device)
+    return lambda v: torch.relu(v @ w.T) @ v_.T
+
+
+def layer_tanh_residual(d: int, gen: torch.Generator, device) -> Layer:
+    """rho(v) = V tanh(LN(v)): starts with a normalization layer, so it discards ||v|| and is not SSD."""
+    v_ = _gaussian_matrix(d, d, gen, device)
+    return lambda v: torch.tanh(normalize(v, "layer")) @ v_.T
+
+
+def scaled(layer: Layer, alpha: float) -> Layer:
+    return lambda v: alpha * layer(v)
+
+
+def calibrate(residual: Layer, u: torch.Tensor, k: float) -> Layer:
+    """alpha * residual with alpha chosen so that the identity skip k-dilutes it w.r.t. the samples u."""
+    with torch.no_grad():
+        ratio = u.square().sum(-1).mean().sqrt() / residual(u).square().sum(-1).mean().sqrt()
+    return scaled(residual, (ratio / k).item())
+
+
+def dilution_of(residual: Layer, v: torch.Tensor) -> float:
+    """k of the identity skip against ``residual`` w.r.t. the samples v: Q||v|| / Q||rho(v)||."""
+    with torch.no_grad():
+        return (v.square().sum(-1).mean().sqrt() / residual(v).square().sum(-1).mean().sqrt()).item()
+
+
+def compose_identity_blocks(residuals: Sequence[Layer], u: torch.Tensor) -> dict[str, object]:
+    """Apply f_b(v) = v + rho_b(v) for b = B, ..., 1 (residuals[0] applied first) to u.
+
+    Returns the composite's measured dilution Q||u|| / Q||f(u) - u|| (S = product of identities) and
+    each block's dilution measured in situ, w.r.t. the block's actual input.
+    """
+    in_situ, v = [], u
+    with torch.no_grad():
+        for residual in residuals:
+            in_situ.append(dilution_of(residual, v))
+            v = v + residual(v)
+        composite = (u.square().sum(-1).mean().sqrt() / (v - u).square().sum(-1).mean().sqrt()).item()
+    return {"composite": composite, "in_situ": np.array(in_situ)}
+
+
+def normalized_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: int, device=None) -> float:
+    """Measured GSC_D rate of one unit [linear, norm, phi] fed with its mean-field stationary input.
+
+    Input x = phi(z'), z' a batch-standardized Gaussian (B, N); the unit is followed by the dot-product
+    error with Gaussian labels; the rate is GSC_D(unit input, 0) / GSC_D(unit output, 0).
+    """
+    configure_torch()
+    device = device or default_device()
+    gen = generator(seed, device)
+    f = activation(phi).torch
+    x = f(normalize(torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64), "batch"))
+    w = _gaussian_matrix(width, width, gen, device)
+    y = torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64)
+    values = gsc([lambda v: v @ w.T, lambda v: normalize(v, norm), f], x, y)
+    return float(values[3] / values[1])
