@@ -179,3 +179,31 @@ def test_batch_relu_unit_rate_matches_mean_field():
     values = [normalized_unit_gsc("relu", "batch", 384, 384, seed, device=CPU) for seed in range(10)]
     mean, se = _mean_se(values)
     assert abs(mean - normalized_gsc_rate("relu")) < K_SE * se
+
+
+def test_dynamical_weights_have_their_structure_and_unit_qm_norm():
+    from bnsym.dilution import qm_norm
+    from bnsym.sim.philipp import dynamical_weights
+
+    gen = generator(4, CPU)
+    for init in ("gaussian", "skew", "negative-gram", "correlated"):
+        ws = dynamical_weights(init, 3, 30, gen, CPU)
+        assert np.allclose([qm_norm(w.numpy()) for w in ws], 1.0)
+    skew = dynamical_weights("skew", 1, 30, gen, CPU)[0]
+    assert torch.allclose(skew, -skew.T)
+    gram = dynamical_weights("negative-gram", 1, 30, gen, CPU)[0]
+    assert torch.allclose(gram, gram.T) and torch.linalg.eigvalsh(gram).max() < 1e-10
+    pairs = [dynamical_weights("correlated", 2, 200, generator(s, CPU), CPU) for s in range(3)]
+    corr = np.mean([float((a * b).sum() / (a.norm() * b.norm())) for a, b in pairs])
+    assert abs(corr - 0.5) < 0.03  # 0.5 up to O(1/d) fluctuations of the normalization
+    with pytest.raises(ValueError, match="unknown initialization"):
+        dynamical_weights("hamiltonian", 1, 4, gen, CPU)
+
+
+def test_dynamical_resnet_reports_per_block_dilution():
+    """Identity skips around normalized blocks: dilution grows with depth (each block adds squared length)."""
+    from bnsym.sim.philipp import simulate_dynamical_resnet
+
+    out = simulate_dynamical_resnet("tanh", "layer", "gaussian", 200, 0, n_blocks=6, device=CPU)
+    assert out["k"].shape == (6,) and np.all(out["r_d"] > 0) and np.isfinite(out["log10_gsc"])
+    assert np.all(np.diff(out["k"]) > 0)

@@ -43,13 +43,17 @@ def dataset_gsc(outputs: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndar
     if error.ndim != 1:
         raise ValueError(f"error must hold one value f_0 per datapoint, shape (B,), got {tuple(error.shape)}")
     grads = torch.autograd.grad(error.sum(), list(outputs))
+    return gsc_from_gradients(outputs, grads, error)
+
+
+def gsc_from_gradients(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndarray:
+    """GSC_D(l, 0) from layer outputs f_l (B, d_l), their gradient rows d f_0 / d f_l and the error f_0 (B,)."""
     q_error = error.detach().square().mean().sqrt()
     if q_error == 0:
         raise ValueError("the GSC divides by Q_D |f_0|, which is 0 here")
     values = []
     for f, g in zip(outputs, grads):
-        d = f.shape[-1]
-        q_grad = (g.square().sum(-1) / d).mean().sqrt()  # Q_D ||J_l^0||_qm
+        q_grad = (g.square().sum(-1) / f.shape[-1]).mean().sqrt()  # Q_D ||J_l^0||_qm
         q_norm = f.detach().square().sum(-1).mean().sqrt()  # Q_D ||f_l||_2
         values.append((q_grad * q_norm / q_error).item())
     return np.array(values)
@@ -364,3 +368,62 @@ def normalized_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: in
     y = torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64)
     values = gsc([lambda v: v @ w.T, lambda v: normalize(v, norm), f], x, y)
     return float(values[3] / values[1])
+
+
+# --------------------------------------------------------------------------------------------
+# Table 3: ResNets whose blocks mimic dynamical systems (section B.1.2)
+
+DYNAMICAL_INITS = ("gaussian", "skew", "negative-gram", "correlated")
+
+
+def dynamical_weights(init: str, n_blocks: int, d: int, gen: torch.Generator, device) -> list[torch.Tensor]:
+    """Block weights of Table 3, each rescaled to unit qm norm (||W||_F = sqrt(d)).
+
+    (i) gaussian; (ii) skew-symmetric A - A^T; (iii) -C^T C; (iv) gaussian with correlation 0.5 between
+    successive blocks, W_{b+1} = 0.5 W_b + sqrt(0.75) N_b.
+    """
+    if init not in DYNAMICAL_INITS:
+        raise ValueError(f"unknown initialization {init!r}; choose from {DYNAMICAL_INITS}")
+    weights, previous = [], None
+    for _ in range(n_blocks):
+        a = _gaussian_matrix(d, d, gen, device)
+        if init == "skew":
+            a = a - a.T
+        elif init == "negative-gram":
+            a = -a.T @ a
+        elif init == "correlated" and previous is not None:
+            a = 0.5 * previous + math.sqrt(0.75) * a
+        previous = a
+        weights.append(a * math.sqrt(d) / a.norm())
+    return weights
+
+
+def simulate_dynamical_resnet(phi: str, norm: str, init: str, n_points: int, seed: int, n_blocks: int = 50, device=None) -> dict[str, np.ndarray]:
+    """One network of Table 3: a linear layer, ``n_blocks`` identity skips around [norm, phi, linear], a final norm.
+
+    Returns log10 GSC_D(L, 0) at the lowest (linear) layer and, per block from the input up, its in-situ
+    dilution k_b, its measured (diluted) GSC rate r_d and the undiluted rate r of its residual branch.
+    """
+    configure_torch()
+    device = device or default_device()
+    gen = generator(seed, device)
+    f = activation(phi).torch
+    x, y = gaussian_noise(n_points, gen, device)
+    d = x.shape[-1]
+    first = _gaussian_matrix(d, d, gen, device)
+    weights = dynamical_weights(init, n_blocks, d, gen, device)
+    residuals = [lambda v, w=w: f(normalize(v, norm)) @ w.T for w in weights]
+    h = (x @ (first * math.sqrt(d) / first.norm()).T).requires_grad_(True)
+    inputs, v = [], h
+    for residual in residuals:
+        inputs.append(v)
+        v = v + residual(v)
+    outputs = inputs[1:] + [v]
+    error = (normalize(v, norm) * y).sum(-1)
+    grad_h, *grads = torch.autograd.grad(error.sum(), [h, *outputs])
+    value = gsc_from_gradients([h], [grad_h], error)[0]
+    blocks = [block_statistics(lambda t: t, res, u.detach(), g) for res, u, g in zip(residuals, inputs, grads)]
+    return {
+        "log10_gsc": math.log10(value),
+        **{key: np.array([b[key] for b in blocks]) for key in ("k", "r_d", "r")},
+    }
