@@ -8,6 +8,7 @@ import sys
 
 from . import api
 from .activations import parse_activation
+from .dilution import normalized_gsc_rate
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,6 +43,8 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "batch_size": point.batch_size,
         "eps": point.eps,
         "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error},
+        # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
+        "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
 
 

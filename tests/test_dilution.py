@@ -177,3 +177,10 @@ def test_selu_forms_agree_and_self_normalize():
     assert np.allclose(act.numpy(xs), sym) and np.allclose(act.torch(torch.tensor(xs)).numpy(), sym)
     mean, second, _ = dilution.gaussian_moments(act)
     assert abs(mean) < 1e-3 and second == pytest.approx(1.0, abs=1e-3)  # Klambauer et al.'s fixed point
+
+
+def test_cli_predict_reports_the_gsc_rate():
+    from bnsym.cli import predict
+
+    rates = predict("relu", 8)["gsc_rate"]
+    assert rates["batch"] ** 2 == pytest.approx(math.pi / (math.pi - 1)) and rates["layer"] == pytest.approx(1.0)
