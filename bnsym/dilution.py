@@ -13,7 +13,9 @@ Definitions (numpy, any leading axes):
   in every proof and table; :func:`gsc`);
 * exploding gradients with rate r and intercept c: GSC(k, l) >= c r^(k - l) (Definition 3;
   :func:`fit_explosion` fits log GSC(l, 0) = log c + l log r);
-* k-dilution: f(v) = S v + rho(v) with Q||S v|| / Q||rho(v)|| = k (Definition 4).
+* k-dilution: f(v) = S v + rho(v) with Q||S v|| / Q||rho(v)|| = k (Definition 4);
+* effective depth: the largest lambda whose lambda-residual gradient terms are not negligible, here with
+  Veit's bound on their size (:func:`residual_tail_bound`, :func:`effective_depth`).
 
 Results, each derived in SymPy from its premises and lambdified (cse=True):
 
@@ -34,6 +36,7 @@ import numpy as np
 import sympy as sp
 import torch
 from scipy import integrate
+from scipy.special import gammaln
 
 from .activations import Activation, parse_activation, z
 from .derivation import Derivation
@@ -104,6 +107,26 @@ def fit_explosion(gsc_to_error: np.ndarray, layers: np.ndarray | None = None) ->
     layers = np.arange(1, values.size + 1) if layers is None else np.asarray(layers, dtype=float)
     slope, intercept = np.polyfit(layers, np.log(values), 1)
     return float(np.exp(slope)), float(np.exp(intercept))
+
+
+def residual_tail_bound(depth: int, p: float, lam: int) -> float:
+    """sum_{l=lam}^{L} p^l C(L, l): Veit's bound on ||res^lambda|| / ||d f_0 / d f_1|| (section 4.1).
+
+    res^lambda sums the gradient terms with at least lambda residual Jacobians, each of operator norm < p.
+    """
+    if depth < 0 or lam < 0:
+        raise ValueError(f"depth L and lambda must be >= 0, got L = {depth}, lambda = {lam}")
+    if not 0 <= p:
+        raise ValueError(f"p bounds operator norms, so p >= 0; got {p}")
+    ls = np.arange(lam, depth + 1)
+    return float(np.sum(np.exp(gammaln(depth + 1) - gammaln(ls + 1) - gammaln(depth - ls + 1) + ls * np.log(p)))) if p > 0 else float(lam == 0)
+
+
+def effective_depth(depth: int, p: float, threshold: float) -> int:
+    """The largest lambda whose lambda-residual terms are not negligible: residual_tail_bound >= threshold (Veit et al.)."""
+    if threshold <= 0:
+        raise ValueError(f"the threshold h must be > 0, got {threshold}")
+    return max((lam for lam in range(depth + 1) if residual_tail_bound(depth, p, lam) >= threshold), default=0)
 
 
 def selu() -> Activation:

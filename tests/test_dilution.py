@@ -184,3 +184,15 @@ def test_cli_predict_reports_the_gsc_rate():
 
     rates = predict("relu", 8)["gsc_rate"]
     assert rates["batch"] ** 2 == pytest.approx(math.pi / (math.pi - 1)) and rates["layer"] == pytest.approx(1.0)
+
+
+def test_residual_tail_bound_counts_terms_with_enough_residual_factors():
+    """Brute force over the 2^L terms of prod_l (I + R_l) with commuting scalar factors of size p."""
+    from itertools import product
+
+    depth, p = 10, 0.3
+    brute = [sum(p ** sum(c) for c in product((0, 1), repeat=depth) if sum(c) >= lam) for lam in range(depth + 1)]
+    assert [dilution.residual_tail_bound(depth, p, lam) for lam in range(depth + 1)] == pytest.approx(brute, rel=1e-12)
+    assert dilution.effective_depth(depth, p, 1e-3) == max(lam for lam, tail in enumerate(brute) if tail >= 1e-3)
+    with pytest.raises(ValueError):
+        dilution.effective_depth(depth, p, 0.0)

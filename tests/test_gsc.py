@@ -207,3 +207,11 @@ def test_dynamical_resnet_reports_per_block_dilution():
     out = simulate_dynamical_resnet("tanh", "layer", "gaussian", 200, 0, n_blocks=6, device=CPU)
     assert out["k"].shape == (6,) and np.all(out["r_d"] > 0) and np.isfinite(out["log10_gsc"])
     assert np.all(np.diff(out["k"]) > 0)
+
+
+def test_sign_diversity_and_std_on_known_inputs():
+    from bnsym.sim.philipp import preactivation_std, sign_diversity
+
+    pre = torch.tensor([[1.0, -1.0, 2.0], [-1.0, -2.0, 3.0], [1.0, -3.0, 4.0], [-1.0, -4.0, 5.0]], dtype=torch.float64)
+    assert sign_diversity(pre) == pytest.approx((0.5 + 0 + 0) / 3)
+    assert preactivation_std(pre) == pytest.approx(math.sqrt((1.0 + 1.25 + 1.25) / 3))

@@ -239,6 +239,17 @@ def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator, depth: i
     return outputs, pre
 
 
+def preactivation_std(pre: torch.Tensor) -> float:
+    """sqrt((1/d) sum_i Var_D f(i)): quadratic mean over neurons of the std over the datapoints (I.2)."""
+    return pre.var(0, unbiased=False).mean().sqrt().item()
+
+
+def sign_diversity(pre: torch.Tensor) -> float:
+    """(1/d) sum_i min(p_i, 1 - p_i), p_i the fraction of datapoints with f(i) > 0 (I.2); 0.5 = fully diverse."""
+    positive = (pre > 0).double().mean(0)
+    return torch.minimum(positive, 1 - positive).mean().item()
+
+
 def simulate_architecture(
     arch: Architecture, n_points: int, seeds: Sequence[int], depth: int = 50, device: torch.device | str | None = None
 ) -> RowResult:
@@ -253,10 +264,8 @@ def simulate_architecture(
         curve = dataset_gsc(outputs, (outputs[-1] * y).sum(-1))
         curves.append(curve[::-1])  # paper order: entry 0 is the highest recorded layer
         gscs.append(curve[0])
-        pre = pre.detach()
-        stds.append(pre.var(0, unbiased=False).mean().sqrt().item())
-        positive = (pre > 0).double().mean(0)
-        signs.append(torch.minimum(positive, 1 - positive).mean().item())
+        stds.append(preactivation_std(pre.detach()))
+        signs.append(sign_diversity(pre.detach()))
     return RowResult(np.array(gscs), np.array(stds), np.array(signs), np.array(curves))
 
 
