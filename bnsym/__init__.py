@@ -4,8 +4,9 @@ Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`parse_activation`, :c
 """
 
 from .activations import Activation, parse_activation
-from .api import bn_kernel, fixed_point
+from .api import backward_eigenvalues, bn_kernel, depth_scale, fixed_point, gradient_rate
 from .forward import FixedPoint
 
 __version__ = "0.1.0"
-__all__ = ["Activation", "FixedPoint", "bn_kernel", "fixed_point", "parse_activation"]
+__all__ = ["Activation", "FixedPoint", "backward_eigenvalues", "bn_kernel", "depth_scale", "fixed_point",
+           "gradient_rate", "parse_activation"]
