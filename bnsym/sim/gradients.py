@@ -171,7 +171,7 @@ def per_layer_growth(run: GradientRun, first: int, last: int) -> np.ndarray:
     return norms[:, first:last] / norms[:, first + 1:last + 1]
 
 
-def test_matrices(batch_size: int) -> dict[str, np.ndarray]:
+def probe_matrices(batch_size: int) -> dict[str, np.ndarray]:
     """Eigenvectors of the backward operator: G, Lambda_L = G diag(1, -1, 0, ...) G, Lambda_M (catalogue Sec. 1)."""
     g = np.eye(batch_size) - 1.0 / batch_size
     lam_m = np.zeros((batch_size, batch_size))
@@ -206,7 +206,7 @@ def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, se
     d = activation.torch_derivative(z)
     scale = 1.0 / s.squeeze(-1) ** 2  # B / r^2
     out = {}
-    for name, lam in test_matrices(b).items():
+    for name, lam in probe_matrices(b).items():
         lam_t = torch.as_tensor(lam, dtype=torch.float64, device=device)
         u = v @ lam_t
         dv = d * v
