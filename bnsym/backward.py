@@ -154,6 +154,15 @@ def _for_b_above_three(expr: sp.Expr) -> sp.Expr:
     return sp.simplify(expr.xreplace(roots))
 
 
+def _collect_terms(expr: sp.Expr, atoms: list[sp.Expr]) -> sp.Expr:
+    """Numerator and denominator as sums of factored coefficients times the given atoms (display only)."""
+    def tidy(part):
+        groups = sp.collect(sp.expand(part), atoms, evaluate=False)
+        return sp.factor_terms(sum(sp.factor(v) * k for k, v in groups.items()))
+    numerator, denominator = sp.fraction(sp.together(expr))
+    return tidy(numerator) / tidy(denominator)
+
+
 def _relu_pieces() -> tuple[sp.Expr, sp.Expr]:
     kernel = arccos_kernel_symbolic(1)
     rho = -1 / (B - 1)
@@ -162,25 +171,31 @@ def _relu_pieces() -> tuple[sp.Expr, sp.Expr]:
 
 @cache
 def derive_relu_rate() -> Derivation:
-    """ReLU (alpha = 1, J_phi = J_1) simplified, its B -> oo limit, and the linear network's (B-2)/(B-3)."""
-    d = Derivation("ReLU and the linear network")
-    general = derive_homogeneous_rate().result
+    """ReLU (alpha = 1, J_phi = J_1) simplified, and its B -> oo limit (the last step)."""
+    d = Derivation("ReLU")
     j_rho, j_prime = _relu_pieces()
-    relu = _for_b_above_three(general.subs({alpha: 1, J1: 1, Jr: j_rho, Jpr: j_prime}))
+    relu = _for_b_above_three(derive_homogeneous_rate().result.subs({alpha: 1, J1: 1, Jr: j_rho, Jpr: j_prime}))
+    relu = _collect_terms(relu, [sp.acos(1 / (B - 1)), sp.sqrt(B) * sp.sqrt(B - 2)])
     d.step("ReLU: $\\alpha = 1$, $\\mathcal J_\\phi = \\mathcal J_1$, $\\rho = -1/(B-1)$:", sp.Eq(sp.Symbol("lambda_G^relu"), relu))
-    limit = sp.limit(relu, B, sp.oo)
-    d.step("As $B \\to \\infty$:", sp.Eq(sp.Limit(sp.Symbol("lambda_G^relu"), B, sp.oo), limit))
+    d.step("As $B \\to \\infty$:", sp.Eq(sp.Limit(sp.Symbol("lambda_G^relu"), B, sp.oo), sp.limit(relu, B, sp.oo)))
+    d.result = relu
+    return d
+
+
+@cache
+def derive_linear_rate() -> Derivation:
+    """The linear network: J_id(c) = 2c, rate (B-2)/(B-3), and its B -> oo limit (the last step)."""
+    d = Derivation("The linear network")
     kernel = arccos_kernel_symbolic(1)
     j_identity = sp.simplify((2 * kernel - 2 * kernel.subs(c, -c)).subs(sp.acos(-c), sp.pi - sp.acos(c)))
     d.step("Identity: $\\phi = \\rho_1(z) - \\rho_1(-z)$, so $\\mathcal J_{id}(c) = 2\\mathcal J_1(c) - 2\\mathcal J_1(-c)$ =",
            sp.Eq(sp.Symbol("J_id(c)"), j_identity))
-    linear = sp.factor(_for_b_above_three(general.subs({alpha: 1, J1: j_identity.subs(c, 1), Jr: j_identity.subs(c, -1 / (B - 1)),
-                                                  Jpr: sp.diff(j_identity, c).subs(c, -1 / (B - 1))})))
-    d.step("and the linear network's rate is", sp.Eq(sp.Symbol("lambda_G^id"), linear))
+    rho = -1 / (B - 1)
+    linear = sp.factor(_for_b_above_three(derive_homogeneous_rate().result.subs(
+        {alpha: 1, J1: j_identity.subs(c, 1), Jr: j_identity.subs(c, rho), Jpr: sp.diff(j_identity, c).subs(c, rho)})))
+    d.step("so the linear network's rate is", sp.Eq(sp.Symbol("lambda_G^id"), linear))
     d.step("which tends to", sp.Eq(sp.Limit(sp.Symbol("lambda_G^id"), B, sp.oo), sp.limit(linear, B, sp.oo)))
-    d.result = relu
-    d.linear = linear  # type: ignore[attr-defined]
-    d.limit = limit  # type: ignore[attr-defined]
+    d.result = linear
     return d
 
 

@@ -18,6 +18,7 @@ from bnsym.backward import (
     class_of,
     derive_bn_jacobian,
     derive_homogeneous_rate,
+    derive_linear_rate,
     derive_relu_rate,
     eigenvalues_from_classes,
     operator_eigenvalues,
@@ -68,8 +69,9 @@ def test_closed_form_is_derived_and_equals_the_paper():
 
 def test_relu_and_linear_limits_are_derived():
     d = derive_relu_rate()
-    assert sp.simplify(d.limit - sp.pi / (sp.pi - 1)) == 0
-    assert sp.simplify(d.linear - (B - 2) / (B - 3)) == 0
+    assert sp.simplify(d.steps[-1][1].rhs - sp.pi / (sp.pi - 1)) == 0
+    linear = derive_linear_rate()
+    assert sp.simplify(linear.result - (B - 2) / (B - 3)) == 0 and linear.steps[-1][1].rhs == 1
     relu = sp.lambdify(B, d.result)
     batch = np.arange(4, 200)
     np.testing.assert_allclose(relu(batch), bnsym.gradient_rate("relu", batch), rtol=1e-13)

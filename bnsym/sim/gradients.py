@@ -32,7 +32,7 @@ from bnsym.sim.device import configure_torch, default_device, generator
 from bnsym.sim.networks import SAMPLERS, _batched_inputs, gram, gram_root
 
 _CHUNK_BYTES = 512 * 2**20  # memory kept per chunk of networks for the backward pass
-_PROGRESS_SECONDS_FLOPS = 2e10
+_PROGRESS_FLOPS = 2e10
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def simulate_gradients(
     chunk = chunk or max(1, _CHUNK_BYTES // per_network)
     flops = 2 * m * depth * n * b * (n if sampler == "weights" else 4 * b)
     if progress is None:
-        progress = flops > _PROGRESS_SECONDS_FLOPS
+        progress = flops > _PROGRESS_FLOPS
     gen = generator(seed, device)
     grams, gradients = [], []
     with tqdm(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})", disable=not progress) as bar:
