@@ -1,12 +1,14 @@
 """bnsym: the mean field theory of batch normalization, derived in SymPy and checked by Monte Carlo.
 
-Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`parse_activation`, :class:`Activation`.
+Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`gradient_rate`, :func:`backward_eigenvalues`,
+:func:`depth_scale`, :func:`parse_activation`, :class:`Activation`; :mod:`bnsym.dilution` (Philipp et al.).
 """
 
 from . import dilution
 from .activations import Activation, parse_activation
-from .api import bn_kernel, fixed_point
+from .api import backward_eigenvalues, bn_kernel, depth_scale, fixed_point, gradient_rate
 from .forward import FixedPoint
 
 __version__ = "0.1.0"
-__all__ = ["Activation", "FixedPoint", "bn_kernel", "dilution", "fixed_point", "parse_activation"]
+__all__ = ["Activation", "FixedPoint", "backward_eigenvalues", "bn_kernel", "depth_scale", "dilution", "fixed_point",
+           "gradient_rate", "parse_activation"]

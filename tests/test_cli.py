@@ -100,3 +100,29 @@ def test_console_script():
 def test_infinite_power_is_an_error(capsys):
     status, out, err = _run(capsys, ["predict", "--phi", "relu^inf", "--batch-size", "8", "--json"])
     assert status != 0 and err.startswith("bnsym: error:")
+
+
+@pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("identity", 6)])
+def test_predict_json_gradient_keys_equal_the_api(capsys, spec, batch):
+    status, out, _ = _run(capsys, ["predict", "--phi", spec, "--batch-size", str(batch), "--json"])
+    assert status == 0
+    result = json.loads(out)
+    assert result["gradient_rate"] == bnsym.gradient_rate(spec, batch)
+    assert result["backward_eigenvalues"] == bnsym.backward_eigenvalues(spec, batch)
+    assert result["depth_scale"] == bnsym.depth_scale(spec, batch)
+
+
+def test_predict_gradient_keys_are_null_for_eps():
+    """eps > 0 has no gradient theory yet: null, never NaN/Infinity (strict JSON).
+
+    (The eps > 0 fixed point itself takes a minute for tanh, so the gradient part is called directly.)
+    """
+    from bnsym.cli import _gradient_predictions
+
+    result = json.loads(json.dumps(_gradient_predictions("tanh", 8, 0.5), allow_nan=False))
+    assert result == {"gradient_rate": None, "backward_eigenvalues": None, "depth_scale": None}
+
+
+def test_predict_text_shows_the_gradient_rate(capsys):
+    status, out, _ = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8"])
+    assert status == 0 and f"lambda_G = {bnsym.gradient_rate('relu', 8):.10g}" in out
