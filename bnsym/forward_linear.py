@@ -275,7 +275,8 @@ def simulated_decay(phi: Activation, batch_size: int, direction: str, delta: flo
     """Per-network response d_l = <G^l(+) - G^l(-), Lam> / (2 delta), l = 0..depth, of wide networks.
 
     Both runs share inputs and weights (common random numbers): x^0(+-) = X C(+-)^T with X of Gram I and
-    C(+-) the Cholesky factor of Sigma* +- delta Lam (unit Frobenius norm), so d_0 = 1 exactly and even
+    C(+-) the Cholesky factor of Sigma* + 11^T +- delta Lam (unit Frobenius norm; the 11^T term, removed by the
+    first batch norm, makes the factor exist when Sigma* is singular, as for the identity), so d_0 = 1 exactly and even
     orders in delta cancel. In the mean field limit d_l = lambda^l. Layer 1 has no finite-width bias
     (its pre-activations are exactly Gaussian given the input Gram).
     """
@@ -286,7 +287,8 @@ def simulated_decay(phi: Activation, batch_size: int, direction: str, delta: flo
     base = inputs_with_gram(np.eye(batch_size), width, n_networks, seed=seed)
     grams = []
     for sgn in (1, -1):
-        factor = torch.as_tensor(np.linalg.cholesky(sigma + sgn * delta * lam), dtype=base.dtype, device=base.device)
+        shifted = sigma + 1.0 + sgn * delta * lam
+        factor = torch.as_tensor(np.linalg.cholesky(shifted), dtype=base.dtype, device=base.device)
         grams.append(simulate_forward(phi, base @ factor.T, depth, seed=seed + 1, sampler="weights").numpy())
     return np.einsum("mlab,ab->ml", grams[0] - grams[1], lam) / (2 * delta)
 
