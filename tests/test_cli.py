@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import bnsym
@@ -100,3 +101,35 @@ def test_console_script():
 def test_infinite_power_is_an_error(capsys):
     status, out, err = _run(capsys, ["predict", "--phi", "relu^inf", "--batch-size", "8", "--json"])
     assert status != 0 and err.startswith("bnsym: error:")
+
+
+@pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("relu^2", 8), ("identity", 16)])
+def test_predict_json_forward_eigenvalues(capsys, spec, batch):
+    """The forward eigenvalues equal the API's; depth scales -1/log(lambda), null where lambda >= 1; strict JSON."""
+    status, out, _ = _run(capsys, ["predict", "--phi", spec, "--batch-size", str(batch), "--json"])
+    assert status == 0
+    result = json.loads(out)
+    expected = bnsym.forward_eigenvalues(spec, batch)
+    assert result["forward_eigenvalues"] == expected
+    for key, lam in expected.items():
+        scale = result["depth_scales"][key]
+        if lam >= 1:
+            assert scale is None
+        elif lam == 0:
+            assert scale == 0.0
+        else:
+            assert np.exp(-1 / scale) == pytest.approx(lam, rel=1e-12)
+    json.dumps(result, allow_nan=False)
+
+
+def test_predict_forward_eigenvalues_null_for_positive_eps(capsys):
+    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "--batch-size", "8", "--eps", "0.5", "--json"])
+    assert status == 0
+    result = json.loads(out)
+    assert result["forward_eigenvalues"] is None and result["depth_scales"] is None
+
+
+def test_predict_text_shows_forward_eigenvalues(capsys):
+    status, out, _ = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8"])
+    lam = bnsym.forward_eigenvalues("relu", 8)
+    assert status == 0 and f"lambda_L = {lam['L']:.10g}" in out
