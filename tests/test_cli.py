@@ -58,6 +58,7 @@ def test_predict_options(capsys):
     point = bnsym.fixed_point("tanh", 8, eps=0.5, method="spherical")
     assert result["batch_size"] == 8 and result["eps"] == 0.5
     assert result["fixed_point"]["q"] == point.q and result["fixed_point"]["c"] == point.c
+    assert result["forward_eigenvalues"] is None and result["depth_scales"] is None  # derived for eps = 0 only
 
 
 def test_predict_text(capsys):
@@ -120,13 +121,6 @@ def test_predict_json_forward_eigenvalues(capsys, spec, batch):
         else:
             assert np.exp(-1 / scale) == pytest.approx(lam, rel=1e-12)
     json.dumps(result, allow_nan=False)
-
-
-def test_predict_forward_eigenvalues_null_for_positive_eps(capsys):
-    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "--batch-size", "8", "--eps", "0.5", "--json"])
-    assert status == 0
-    result = json.loads(out)
-    assert result["forward_eigenvalues"] is None and result["depth_scales"] is None
 
 
 def test_predict_text_shows_forward_eigenvalues(capsys):
