@@ -8,6 +8,7 @@ from .activations import Activation, parse_activation
 from .backward import depth_scale as _depth_scale
 from .backward import operator_eigenvalues, rate_closed_form, rate_spherical
 from .forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
+from .forward_linear import alpha_transition_value, homogeneous_eigenvalues, spherical_eigenvalues
 from .laplace import bn_kernel_laplace, centring
 from .qmc import bn_kernel_qmc
 from .validation import MIN_BATCH_SIZE, WHY_MIN_BATCH, check_batch_size, check_covariance, check_eps
@@ -155,3 +156,40 @@ def depth_scale(phi: str | Activation, B: int | np.ndarray) -> float | np.ndarra
     """
     value = _depth_scale(gradient_rate(phi, B))
     return value if np.ndim(B) else float(value)
+
+
+FORWARD_EIGENVALUE_METHODS = ("closed_form", "spherical", "gegenbauer")
+
+
+def forward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None) -> dict[str, float]:
+    """Eigenvalues {"G", "L", "M"} of the forward Jacobian G dV_{B_phi}/dSigma G at the BSB1 fixed point.
+
+    A perturbation of the batch covariance along eigenspace X shrinks by lambda_X per layer (eq. (17)).
+    lambda_G = 0 exactly (scale invariance, eps = 0). ``method``: "closed_form" (Thm 6 / F.33, positive-
+    homogeneous phi of degree > 1/2) or "spherical" (any phi, 2-D quadrature on the BN sphere, Sec. F.3.1);
+    "gegenbauer" (Thm 3.8) arrives with the Gegenbauer chapter. Default: closed form where it applies.
+    """
+    phi = parse_activation(phi)
+    batch_size = check_batch_size(B)
+    eps = check_eps(eps)
+    _check_method(method, FORWARD_EIGENVALUE_METHODS)
+    if eps != 0:
+        raise ValueError("forward eigenvalues are derived for eps = 0 only: with eps > 0 batch norm is not scale invariant "
+                         "and lambda_G is no longer 0 (not covered yet)")
+    if method == "gegenbauer":
+        raise ValueError("method 'gegenbauer' (Thm 3.8, F.22/F.24) arrives with the Gegenbauer chapter; use 'closed_form' or 'spherical'")
+    if method is None:
+        method = "closed_form" if phi.is_homogeneous and phi.degree > 0.5 else "spherical"
+    if method == "closed_form":
+        lam_l, lam_m = homogeneous_eigenvalues(phi, batch_size)
+        return {"G": 0.0, "L": float(lam_l), "M": float(lam_m)}
+    lam, _ = spherical_eigenvalues(phi, batch_size)
+    return {"G": 0.0, "L": lam["L"], "M": lam["M"]}
+
+
+def alpha_transition(B: int) -> float | None:
+    """alpha*(B): the power where relu^alpha's BSB1 fixed point stops attracting (largest forward eigenvalue = 1).
+
+    None where no alpha up to 40 destabilises it (B = 4: lambda_L -> 2 alpha/(3 + 2 alpha) < 1).
+    """
+    return alpha_transition_value(check_batch_size(B))

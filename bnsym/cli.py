@@ -10,6 +10,7 @@ import sys
 from . import api
 from .activations import parse_activation
 from .dilution import normalized_gsc_rate
+from .forward_linear import depth_scales
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,11 +40,15 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         except ValueError:
             raise ValueError(f"batch size must be a whole number, got {batch_size!r}") from None
     point = api.fixed_point(phi, batch_size, eps=eps, method=method)
+    # forward linearization (eps = 0 only): per-layer factors and depth scales -1/log(lambda), null where undefined
+    eigenvalues = api.forward_eigenvalues(phi, point.batch_size) if point.eps == 0 else None
     result = {
         "phi": str(parse_activation(phi)),
         "batch_size": point.batch_size,
         "eps": point.eps,
         "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error},
+        "forward_eigenvalues": eigenvalues,
+        "depth_scales": depth_scales(eigenvalues) if eigenvalues is not None else None,
         # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
@@ -80,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         fp = result["fixed_point"]
         print(f"phi = {result['phi']}, B = {result['batch_size']}, eps = {result['eps']}")
         print(f"BSB1 fixed point ({fp['method']}): q* = {fp['q']:.10g}, c* = {fp['c']:.10g}, mu* = {fp['mu']:.10g}")
+        if result["forward_eigenvalues"] is not None:
+            lam, xi = result["forward_eigenvalues"], result["depth_scales"]
+            print("forward eigenvalues: " + ", ".join(f"lambda_{k} = {lam[k]:.10g} (depth scale {xi[k]})" for k in lam))
         if result["gradient_rate"] is not None:
             eig = result["backward_eigenvalues"]
             print(f"gradient explosion rate lambda_G = {result['gradient_rate']:.10g} per layer, depth scale xi = {result['depth_scale']:.6g}; "

@@ -1,0 +1,326 @@
+"""The forward linearization at the BSB1 fixed point: how fast Sigma^l -> Sigma* (Yang et al. 2019, Sec. 3, App. F.3).
+
+J = dV_{B_phi}/dSigma at Sigma* is ultrasymmetric, so G J G has the eigenspaces R G, L, M of
+:mod:`bnsym.ultrasymmetric` (eq. (17), Prop F.14, Lemma F.17: J and G J G share their nonzero eigenvalues).
+lambda_G = 0 because V_{B_phi} is scale invariant (eps = 0). Two routes to lambda_L, lambda_M:
+
+* closed form (Thm 6 for ReLU, Thm F.33 for phi positive-homogeneous of degree alpha): differentiate the
+  Laplace integral (eq. (11)) at Sigma^G = mu* G; :func:`derive_homogeneous_eigenvalues`;
+* spherical (any phi; Lemma F.18, Sec. F.3.1): for Lam in H^G with tr Lam = 0,
+      dV{Lam} = (B-1)/(2 B mu*) E[phi(x) phi(x)^T (x^T Lam x)],   x uniform on the BN sphere,
+  an ultrasymmetric operator with classes T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d]. Each class is a 2-D
+  integral over (x_1, x_2) once the other coordinates are integrated out in closed form
+  (:func:`sphere_classes`).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Mapping
+
+import numpy as np
+import sympy as sp
+import torch
+from scipy.optimize import brentq
+from scipy.special import ndtri
+from scipy.stats import qmc
+
+from .activations import Activation
+from .derivation import Derivation
+from .forward import FixedPoint, fixed_point_laplace, fixed_point_spherical
+from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c, c_alpha_symbolic,
+                      phi_kernel, phi_kernel_derivative)
+from .laplace import bn_kernel_laplace, centring
+from .sim import inputs_with_gram, simulate_forward
+from .sphere import expect_pair_with_error
+from .ultrasymmetric import CLASSES, B, derive_eigenvalues, dos_classes, eigen_directions, projected_eigenvalues
+
+alpha, s, mu, t, ell, u = sp.symbols("alpha s mu t ell u", positive=True)
+J1, Jr, dJr = sp.symbols("J_phi(1) J_phi(rho) J_phi'(rho)")
+EIGENSPACES = ("G", "L", "M")
+
+
+def _tidy(expr: sp.Expr) -> sp.Expr:
+    """Simplify products of powers and Gamma ratios (B, alpha > 0, so powers of products split)."""
+    expr = sp.powsimp(sp.expand_power_base(sp.expand_power_base(expr, force=True), force=True), force=True)
+    return sp.factor(sp.simplify(sp.gammasimp(expr)))
+
+
+def _beta_integral(power: sp.Expr, decay: sp.Expr) -> sp.Expr:
+    """int_0^oo s^(power-1) (1 + 2 mu s)^(-decay) ds = (2 mu)^(-power) Beta(power, decay - power) (u = 2 mu s)."""
+    a_, b_ = sp.symbols("a b", positive=True)
+    beta = sp.integrate(u ** (a_ - 1) * (1 + u) ** (-a_ - b_), (u, 0, sp.oo), conds="none")
+    return (2 * mu) ** (-power) * beta.subs({a_: power, b_: decay - power})
+
+
+@cache
+def derive_homogeneous_eigenvalues() -> Derivation:
+    """Thm F.33 (Thm 6 at alpha = 1): lambda_G, lambda_L, lambda_M of G J G for phi of degree alpha.
+
+    ``result``: {"G", "L", "M"} in B, alpha and the symbols J_phi(1), J_phi(rho), J_phi'(rho), rho = -1/(B-1).
+    """
+    d = Derivation("Forward eigenvalues of a positive-homogeneous phi (Laplace route)")
+    g_diag = (B - 1) / B
+    rho = -1 / (B - 1)
+    # 1. derivative of the Laplace integrand at Sigma^G = mu G + t Lam, Lam in H^G (commutes with G)
+    p = mu + t * ell  # an eigenvalue of Sigma^G along an eigenvector of Lam (eigenvalue ell)
+    a_eig = sp.simplify(sp.diff(p / (1 + 2 * s * p), t).subs(t, 0))
+    d.step("$\\Sigma^G(I + 2s\\Sigma^G)^{-1}$ has eigenvalues $p/(1+2sp)$; along $\\Lambda$ ($p = \\mu + t\\ell$) they move by",
+           sp.Eq(sp.Derivative(sp.Symbol("A_k"), t), a_eig))
+    log_det = sp.simplify(sp.diff(-sp.log(1 + 2 * s * p) / 2, t).subs(t, 0))
+    d.step("and $\\log\\det(I + 2s\\Sigma^G)^{-1/2}$ moves by (summed over eigenvalues: $\\ell \\to \\mathrm{tr}\\,\\Lambda$)",
+           sp.Eq(sp.Derivative(sp.Symbol("log det^(-1/2)"), t), log_det))
+    # V_phi is alpha-homogeneous: V_phi(m G) = m^alpha V_phi(G), DV_phi(m G) = m^(alpha-1) DV_phi(G)
+    m = mu / (1 + 2 * s * mu)
+    prefactor = B**alpha / sp.gamma(alpha) * s ** (alpha - 1) * (1 + 2 * s * mu) ** (-(B - 1) / 2)
+    first = prefactor * m ** (alpha - 1) * a_eig / ell  # coefficient of DV_phi(G){Lam}
+    second = -prefactor * m**alpha * log_det / ell  # coefficient of -tr(Lam) V_phi(G)
+    p1 = sp.gammasimp(sp.powsimp(_beta_integral(alpha, (B - 1) / 2 + alpha + 1) * sp.simplify(first / (s ** (alpha - 1) * (1 + 2 * s * mu) ** (-(B - 1) / 2 - alpha - 1))), force=True))
+    p2 = sp.gammasimp(sp.powsimp(_beta_integral(alpha + 1, (B - 1) / 2 + alpha + 1) * sp.simplify(second / (s**alpha * (1 + 2 * s * mu) ** (-(B - 1) / 2 - alpha - 1))), force=True))
+    assert not (p1.has(s) or p2.has(s))
+    dv, v_g = sp.Symbol("DV_phi(G){Lam}"), sp.Symbol("V_phi(G)")
+    d.step("Integrating over $s$ (Beta integrals) gives $dV_{\\mathcal{B}_\\phi}\\{\\Lambda\\} = P_1\\,DV_\\phi(G)\\{\\Lambda\\} - P_2\\,\\mathrm{tr}(\\Lambda)\\,V_\\phi(G)$ with",
+           sp.Tuple(sp.Eq(sp.Symbol("P_1"), p1), sp.Eq(sp.Symbol("P_2"), p2)))
+    kappa = (B / 2) ** alpha * sp.gamma((B - 1) / 2) / sp.gamma((B - 1) / 2 + alpha)
+    r1, r2 = _tidy(p1 / kappa), _tidy(p2 / kappa)
+    d.step("In units of $\\kappa_{\\alpha,B} = (B/2)^\\alpha\\Gamma(\\frac{B-1}2)/\\Gamma(\\frac{B-1}2+\\alpha)$, where $\\Sigma^* = \\kappa V_\\phi(G)$:",
+           sp.Tuple(sp.Eq(sp.Symbol("P_1/kappa"), r1), sp.Eq(sp.Symbol("P_2/kappa"), r2)))
+    # 2. DV_phi(G) is DOS(u, v, w): Price/Stein derivatives of V_phi(Sigma)_ij = c_a (S_ii S_jj)^(a/2) J(S_ij / sqrt(S_ii S_jj))
+    sii, sjj, sij = sp.symbols("Sigma_ii Sigma_jj Sigma_ij", positive=True)
+    jfun = sp.Function("J_phi")
+    v_diag = c_alpha_symbolic(alpha) * sii**alpha * jfun(1)
+    v_off = c_alpha_symbolic(alpha) * (sii * sjj) ** (alpha / 2) * jfun(sij / sp.sqrt(sii * sjj))
+    gd, rho_s = sp.Symbol("g", positive=True), sp.Symbol("rho")
+    at_g = {sii: gd, sjj: gd, sij: gd * rho_s}  # G: diagonal g = (B-1)/B, correlation rho
+    d.step("$V_\\phi$ of a positive-homogeneous $\\phi$ (Prop E.10):", sp.Tuple(sp.Eq(sp.Symbol("V_ii"), v_diag), sp.Eq(sp.Symbol("V_ij"), v_off)))
+
+    def at_fixed(expr: sp.Expr) -> sp.Expr:
+        expr = expr.doit().subs(at_g)
+        expr = expr.replace(lambda e: isinstance(e, sp.Subs), lambda e: e.doit())
+        expr = sp.simplify(expr)
+        replaced = expr.subs({sp.Derivative(jfun(c), c).subs(c, rho_s): dJr}).subs({jfun(rho_s): Jr, jfun(1): J1})
+        return sp.simplify(replaced.replace(lambda e: isinstance(e, sp.Subs), lambda e: dJr))
+
+    dos_u, dos_v, dos_w = (_tidy(at_fixed(sp.diff(expr, var))) for expr, var in ((v_diag, sii), (v_off, sii), (v_off, sij)))
+    d.step("$DV_\\phi(G) = \\mathrm{DOS}(u, v, w)$ with the partial derivatives at $G$ (diagonal $(B-1)/B$, correlation $\\rho = -1/(B-1)$):",
+           sp.Tuple(sp.Eq(sp.Symbol("u"), dos_u), sp.Eq(sp.Symbol("v"), dos_v), sp.Eq(sp.Symbol("w"), dos_w)))
+    dos = derive_eigenvalues(dos_classes(*sp.symbols("u v w"))).result
+    dos = {key: dos[key].subs(dict(zip(sp.symbols("u v w"), (dos_u, dos_v, dos_w)))) for key in EIGENSPACES}
+    mu_star = sp.simplify(c_alpha_symbolic(alpha) * gd**alpha * (J1 - Jr))  # mu* / kappa
+    d.step("At the fixed point $\\mu = \\mu^* = \\kappa\\, c_\\alpha g^\\alpha (\\mathcal{J}_\\phi(1) - \\mathcal{J}_\\phi(\\rho))$ (Thm F.8):",
+           sp.Eq(sp.Symbol("mu^*/kappa"), mu_star))
+    scale = r1.subs(mu, 1) / mu_star  # P_1 / mu* with mu* in units of kappa
+    final = {gd: g_diag, rho_s: rho}
+
+    def tidy(expr: sp.Expr) -> sp.Expr:
+        return sp.factor(sp.gammasimp(sp.expand_func(_tidy(expr).subs(final))))
+
+    lam = {"L": tidy(scale * dos["L"]), "M": tidy(scale * dos["M"])}
+    # G direction: tr G = B - 1 and G V_phi(G) G = (mu*/kappa) G
+    lam["G"] = tidy(scale * dos["G"] - r2.subs(mu, 1) * (B - 1))
+    d.step("$\\mathbb{L}$, $\\mathbb{M}$ are traceless, so only $P_1$ and the projected DOS eigenvalues enter ($\\rho = -1/(B-1)$):",
+           sp.Tuple(sp.Eq(sp.Symbol("lambda_L"), lam["L"]), sp.Eq(sp.Symbol("lambda_M"), lam["M"])))
+    d.step("On $\\mathbb{R}G$ ($\\mathrm{tr}\\,G = B-1$, $GV_\\phi(G)G = (\\mu^*/\\kappa)G$) the two terms cancel: scale invariance",
+           sp.Eq(sp.Symbol("lambda_G"), lam["G"]))
+    d.result = lam
+    return d
+
+
+def derive_relu_eigenvalues() -> Derivation:
+    """Thm 6: ReLU (alpha = 1, J_phi = J_1, J_1(1) = 1) in closed form, and the printed formula read both ways."""
+    d = Derivation("Forward eigenvalues of ReLU (Thm 6)")
+    general = derive_homogeneous_eigenvalues().result
+    j1 = arccos_kernel_symbolic(1)
+    rho = -1 / (B - 1)
+    values = {alpha: 1, J1: 1, Jr: j1.subs(c, rho), dJr: sp.diff(j1, c).subs(c, rho)}
+    lam = {key: sp.simplify(general[key].subs(values)) for key in ("L", "M")}
+    d.step("Substituting $\\alpha = 1$ and $\\mathcal{J}_1$:", sp.Tuple(*(sp.Eq(sp.Symbol(f"lambda_{k}"), v) for k, v in lam.items())))
+    v_star = sp.Symbol("v^*", positive=True)
+    ratio = sp.gamma(sp.Rational(3, 2)) * sp.gamma((B + 1) / 2) / sp.gamma((B + 3) / 2)
+    printed_m = B / (2 * sp.sqrt(sp.pi) * v_star) * ratio * values[dJr]
+    printed_l = ratio / (2 * sp.sqrt(sp.pi) * v_star) * ((B - 2) * (1 - values[Jr]) + B / (B - 1) * values[dJr])
+    d.step("The paper's Theorem 6 as printed, in terms of its $v^*$:",
+           sp.Tuple(sp.Eq(sp.Symbol("lambda_M^printed"), sp.gammasimp(printed_m)), sp.Eq(sp.Symbol("lambda_L^printed"), sp.gammasimp(printed_l))))
+    d.result = {"L": lam["L"], "M": lam["M"], "printed_L": printed_l, "printed_M": printed_m, "v*": v_star}
+    return d
+
+
+@cache
+def _closed_form_kernel():
+    """(B, alpha, J_phi(1), J_phi(rho), J_phi'(rho)) -> (lambda_L, lambda_M), lambdified from the derivation."""
+    lam = derive_homogeneous_eigenvalues().result
+    return sp.lambdify((B, alpha, J1, Jr, dJr), (lam["L"], lam["M"]), modules="numpy", cse=True)
+
+
+def homogeneous_eigenvalues(phi: Activation, batch_size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lambda_L, lambda_M) by Thm F.33, vectorised over B; phi positive-homogeneous of degree alpha > 1/2."""
+    if not phi.is_homogeneous:
+        raise ValueError(f"the closed form (Thm F.33) needs a positive-homogeneous phi; {phi} is not: use method='spherical'")
+    if not phi.degree > 0.5:
+        raise ValueError(f"the closed form needs degree alpha > 1/2 (J_alpha' is singular otherwise), got {phi.degree}: use method='spherical'")
+    batch = np.asarray(batch_size, dtype=float)
+    rho = -1.0 / (batch - 1)
+    lam_l, lam_m = _closed_form_kernel()(batch, phi.degree, phi_kernel(phi, 1.0), phi_kernel(phi, rho), phi_kernel_derivative(phi, rho))
+    return np.asarray(lam_l, dtype=float), np.asarray(lam_m, dtype=float)
+
+
+def relu_power_eigenvalues(alpha_values: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lambda_L, lambda_M) of relu^alpha (J_phi = J_alpha) vectorised over alpha > 1/2 (Thm F.33)."""
+    alphas = np.asarray(alpha_values, dtype=float)
+    rho = -1.0 / (batch_size - 1)
+    j_rho = np.array([arccos_kernel(a, rho) for a in alphas.ravel()]).reshape(alphas.shape)
+    dj_rho = np.array([arccos_kernel_derivative(a, rho) for a in alphas.ravel()]).reshape(alphas.shape)
+    lam_l, lam_m = _closed_form_kernel()(float(batch_size), alphas, 1.0, j_rho, dj_rho)
+    return np.asarray(lam_l, dtype=float), np.asarray(lam_m, dtype=float)
+
+
+def _conditional_moment(c_label: int, d_label: int, x1: np.ndarray, x2: np.ndarray, batch_size: int) -> np.ndarray:
+    """E[x_c x_d | x_1, x_2] for BN coordinates; labels >= 3 are the other B - 2 coordinates.
+
+    Given (x_1, x_2) the others are uniform on the sphere with sum S = -(x_1 + x_2) and sum of squares
+    Q = B - x_1^2 - x_2^2, exchangeable: E x_k = S/m, E x_k^2 = Q/m, E x_k x_l = (S^2 - Q)/(m(m-1)), m = B - 2.
+    """
+    m = batch_size - 2
+    total, squares = -(x1 + x2), batch_size - x1 * x1 - x2 * x2
+    explicit = {1: x1, 2: x2}
+    if c_label in explicit and d_label in explicit:
+        return explicit[c_label] * explicit[d_label]
+    if c_label in explicit or d_label in explicit:
+        return explicit.get(c_label, explicit.get(d_label)) * total / m
+    if c_label == d_label:
+        return squares / m
+    return (total * total - squares) / (m * (m - 1))
+
+
+def sphere_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], float]:
+    """The 11 classes T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d] on the BN sphere, and a quadrature error estimate."""
+    values, error = {}, 0.0
+    for name in CLASSES:
+        a, b_, c_, d_ = (int(ch) for ch in name.replace("|", ""))
+
+        def integrand(x1, x2, a=a, b_=b_, c_=c_, d_=d_):
+            phis = {1: phi.numpy(x1), 2: phi.numpy(x2)}
+            return phis[a] * phis[b_] * _conditional_moment(c_, d_, x1, x2, batch_size)
+
+        values[name], err = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
+        error = max(error, err)
+    return values, error
+
+
+def spherical_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], float]:
+    """lambda_G, lambda_L, lambda_M of G J G by spherical integration (any phi, eps = 0), and an error estimate.
+
+    lambda_X = (B-1)/(2 B mu*) lambda_X(T) for X in {L, M}; lambda_G = (B-1)/(2 B mu*) lambda_G(T) - (B-1)/2
+    (the tr(Lam) Sigma* term), which the theory says is 0: returned as computed, a check of the quadrature.
+    """
+    classes, class_error = sphere_classes(phi, batch_size, n)
+    point = fixed_point_spherical(phi, batch_size)
+    factor = (batch_size - 1) / (2 * batch_size * point.mu)
+    raw = projected_eigenvalues(classes, batch_size)
+    lam = {"G": factor * raw["G"] - (batch_size - 1) / 2, "L": factor * raw["L"], "M": factor * raw["M"]}
+    # each projected eigenvalue sums at most ~2 B^2 class values with weights O(1)
+    error = factor * (2 * batch_size**2 * class_error + point.error * max(abs(v) for v in raw.values()) / point.mu)
+    return lam, float(error)
+
+
+def _fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
+    """Sigma*: closed form for positive-homogeneous phi, spherical quadrature otherwise."""
+    return fixed_point_laplace(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
+
+
+def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float = 1e-4, n_points: int = 2**14,
+                                  n_replicates: int = 16, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """<Lam_X, (V(Sigma* + h Lam_X) - V(Sigma* - h Lam_X)) / 2h> for unit Lam_X: {X: (value, error)}.
+
+    Positive-homogeneous phi: the Laplace kernel (error = truncation h^2 estimate from h and 2h plus
+    quadrature error / h). Other phi: randomised QMC with common random numbers, h = L(Sigma) z with the
+    Cholesky factor L (smooth in Sigma) and the same scrambled points at +h and -h; error = standard error
+    of the difference quotient over independent scramblings.
+    """
+    sigma = _fixed_point(phi, batch_size).matrix
+    directions = eigen_directions(batch_size)
+    results = {}
+    for key, lam in directions.items():
+        if phi.is_homogeneous:
+            def quotient(h):
+                (plus, e1), (minus, e2) = (bn_kernel_laplace(phi, sigma + sgn * h * lam) for sgn in (1, -1))
+                return float(np.sum(lam * (plus - minus)) / (2 * h)), float((np.abs(e1).max() + np.abs(e2).max()) / h)
+            value, quad_error = quotient(step)
+            coarse, _ = quotient(2 * step)
+            results[key] = (value, abs(coarse - value) / 3 + batch_size * quad_error)
+        else:
+            estimates = _crn_quotients(phi, sigma, lam, step, n_points, n_replicates, seed)
+            results[key] = (float(estimates.mean()), float(estimates.std(ddof=1) / np.sqrt(n_replicates)))
+    return results
+
+
+def _crn_quotients(phi: Activation, sigma: np.ndarray, lam: np.ndarray, step: float, n_points: int,
+                   n_replicates: int, seed: int) -> np.ndarray:
+    """Difference quotients of <Lam, V_{B_phi}> along Lam, one per scrambling, with common random numbers."""
+    batch = sigma.shape[0]
+    g = centring(batch)
+    factors = [np.linalg.cholesky(sigma + sgn * step * lam) for sgn in (1, -1)]
+    rng = np.random.default_rng(seed)
+    quotients = []
+    for _ in range(n_replicates):
+        z = ndtri(qmc.Sobol(d=batch, scramble=True, seed=rng).random(n_points))
+        values = []
+        for factor in factors:
+            y = z @ factor.T @ g
+            x = phi.numpy(np.sqrt(batch) * y / np.linalg.norm(y, axis=1, keepdims=True))
+            values.append(np.einsum("na,ab,nb->n", x, lam, x).mean())
+        quotients.append((values[0] - values[1]) / (2 * step))
+    return np.array(quotients)
+
+
+def simulated_decay(phi: Activation, batch_size: int, direction: str, delta: float, width: int, n_networks: int,
+                    depth: int, seed: int = 0) -> np.ndarray:
+    """Per-network response d_l = <G^l(+) - G^l(-), Lam> / (2 delta), l = 0..depth, of wide networks.
+
+    Both runs share inputs and weights (common random numbers): x^0(+-) = X C(+-)^T with X of Gram I and
+    C(+-) the Cholesky factor of Sigma* + 11^T +- delta Lam (unit Frobenius norm; the 11^T term, removed by the
+    first batch norm, makes the factor exist when Sigma* is singular, as for the identity), so d_0 = 1 exactly and even
+    orders in delta cancel. In the mean field limit d_l = lambda^l. Layer 1 has no finite-width bias
+    (its pre-activations are exactly Gaussian given the input Gram).
+    """
+    sigma = _fixed_point(phi, batch_size).matrix
+    lam = eigen_directions(batch_size)[direction]
+    base = inputs_with_gram(np.eye(batch_size), width, n_networks, seed=seed)
+    grams = []
+    for sgn in (1, -1):
+        shifted = sigma + 1.0 + sgn * delta * lam
+        factor = torch.as_tensor(np.linalg.cholesky(shifted), dtype=base.dtype, device=base.device)
+        grams.append(simulate_forward(phi, base @ factor.T, depth, seed=seed + 1, sampler="weights").numpy())
+    return np.einsum("mlab,ab->ml", grams[0] - grams[1], lam) / (2 * delta)
+
+
+def alpha_transition_value(batch_size: int, alpha_max: float = 40.0) -> float | None:
+    """alpha*(B): the smallest alpha where max(lambda_L, lambda_M) of relu^alpha reaches 1 (None if below alpha_max)."""
+    grid = np.linspace(0.55, alpha_max, 800)
+    lam_l, lam_m = relu_power_eigenvalues(grid, batch_size)
+    excess = np.maximum(lam_l, lam_m) - 1
+    above = np.nonzero(excess > 0)[0]
+    if above.size == 0:
+        return None
+    k = above[0]
+    if k == 0:
+        raise ValueError(f"BSB1 is already unstable at alpha = {grid[0]} for B = {batch_size}")
+
+    def f(a: float) -> float:
+        lam_l, lam_m = relu_power_eigenvalues(np.array([a]), batch_size)
+        return float(max(lam_l[0], lam_m[0]) - 1)
+
+    return float(brentq(f, grid[k - 1], grid[k], xtol=1e-12, rtol=1e-14))
+
+
+def depth_scales(eigenvalues: Mapping[str, float]) -> dict[str, float | None]:
+    """xi_X = -1/log(lambda_X): layers for a perturbation along X to shrink by a factor e.
+
+    0.0 where lambda_X = 0 (reset in one layer), None where |lambda_X| >= 1 (no convergence along X) -- JSON null.
+    """
+    scales: dict[str, float | None] = {}
+    for key, lam in eigenvalues.items():
+        size = abs(lam)  # a negative eigenvalue decays with alternating sign
+        scales[key] = None if size >= 1 else 0.0 if size == 0 else float(-1 / np.log(size))
+    return scales
+
