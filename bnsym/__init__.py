@@ -1,11 +1,16 @@
 """bnsym: the mean field theory of batch normalization, derived in SymPy and checked by Monte Carlo.
 
-Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`, :func:`alpha_transition`, :func:`parse_activation`, :class:`Activation`.
+Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`, :func:`alpha_transition`,
+:func:`gradient_rate`, :func:`backward_eigenvalues`, :func:`depth_scale`, :func:`parse_activation`,
+:class:`Activation`; :mod:`bnsym.dilution` (Philipp et al.).
 """
 
+from . import dilution
 from .activations import Activation, parse_activation
-from .api import alpha_transition, bn_kernel, fixed_point, forward_eigenvalues
+from .api import (alpha_transition, backward_eigenvalues, bn_kernel, depth_scale, fixed_point, forward_eigenvalues,
+                  gradient_rate)
 from .forward import FixedPoint
 
 __version__ = "0.1.0"
-__all__ = ["Activation", "FixedPoint", "alpha_transition", "bn_kernel", "fixed_point", "forward_eigenvalues", "parse_activation"]
+__all__ = ["Activation", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel", "depth_scale", "dilution",
+           "fixed_point", "forward_eigenvalues", "gradient_rate", "parse_activation"]

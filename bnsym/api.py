@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from .activations import Activation, parse_activation
-from .gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer
+from .backward import depth_scale as _depth_scale
+from .backward import operator_eigenvalues, rate_closed_form, rate_spherical
 from .forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
 from .forward_linear import alpha_transition_value, homogeneous_eigenvalues, spherical_eigenvalues
+from .gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from .laplace import bn_kernel_laplace, centring
 from .qmc import bn_kernel_qmc
-from .validation import check_batch_size, check_covariance, check_eps
+from .validation import MIN_BATCH_SIZE, WHY_MIN_BATCH, check_batch_size, check_covariance, check_eps
 
 FIXED_POINT_METHODS = ("laplace", "spherical", "gegenbauer")
 BN_KERNEL_METHODS = ("laplace", "spherical", "qmc")
@@ -102,6 +104,74 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
     else:
         value, error = bn_kernel_qmc(phi, sigma, eps)
     return (value, error) if with_error else value
+
+
+GRADIENT_RATE_METHODS = ("closed_form", "spherical", "gegenbauer")
+
+
+def _check_batch_sizes(batch_sizes: object) -> np.ndarray:
+    """An array of batch sizes: whole numbers >= 4 (vectorised :func:`check_batch_size`)."""
+    try:
+        batch = np.asarray(batch_sizes, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"batch sizes must be whole numbers, got {batch_sizes!r}") from None
+    if np.asarray(batch_sizes).dtype == bool or not np.all(np.isfinite(batch)) or np.any(batch != np.round(batch)):
+        raise ValueError("batch sizes must be whole numbers")
+    if np.any(batch < MIN_BATCH_SIZE):
+        raise ValueError(f"batch size {batch.min():g} is below {MIN_BATCH_SIZE}: {WHY_MIN_BATCH}")
+    return batch
+
+
+def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
+                  tol: float = 1e-8) -> float | np.ndarray:
+    """lambda_G: the factor by which squared gradient norms grow per layer towards the input (Thms 7, 8).
+
+    ``method``: "closed_form" (Thm 8, positive-homogeneous phi of degree alpha > 1/2; ``B`` may be a numpy
+    array, the result is then an array) or "spherical" (Thm 7 by exact quadrature over two batch-norm
+    coordinates, any phi, one B) or "gegenbauer" (Thm 9, any phi, one B: the series in the Gegenbauer
+    coefficients with exact Parseval and Dirichlet tails, summed until the relative error bound is below
+    ``tol``, else ValueError). Default: "closed_form" where it applies. Only eps = 0 is supported so far.
+    """
+    phi = parse_activation(phi)
+    eps = check_eps(eps)
+    _check_method(method, GRADIENT_RATE_METHODS)
+    if eps != 0:
+        raise ValueError("gradient_rate supports eps = 0 only so far: with eps > 0 batch norm is not scale invariant and "
+                         "the rate depends on the fixed point's scale (not implemented yet)")
+    if method is None:
+        method = "closed_form" if phi.is_homogeneous else "spherical"
+    if method == "closed_form":
+        batch = _check_batch_sizes(B)
+        value = rate_closed_form(phi, batch)
+        return value if np.ndim(B) else float(value)
+    if np.ndim(B):
+        raise ValueError(f"method {method!r} takes one batch size at a time; arrays of B need method 'closed_form' "
+                         "(positive-homogeneous phi)")
+    if method == "gegenbauer":
+        _check_gegenbauer(eps, tol)
+        return gradient_rate_gegenbauer(phi, check_batch_size(B), tol)[0]
+    return rate_spherical(phi, check_batch_size(B))[0]
+
+
+def backward_eigenvalues(phi: str | Activation, B: int) -> dict[str, float]:
+    """Eigenvalues {"G", "L", "M"} of the backward operator at the BSB1 fixed point (eps = 0), any phi.
+
+    "G" is :func:`gradient_rate`; "L" and "M" come from the operator's 11 ultrasymmetric entries, each an
+    exact two-coordinate quadrature (see :mod:`bnsym.backward`).
+    """
+    phi = parse_activation(phi)
+    batch_size = check_batch_size(B)
+    values, _ = operator_eigenvalues(phi, batch_size)
+    return {"G": gradient_rate(phi, batch_size), "L": values["L"], "M": values["M"]}
+
+
+def depth_scale(phi: str | Activation, B: int | np.ndarray) -> float | np.ndarray:
+    """xi = 1 / log(lambda_G): gradient norms grow by a factor e every xi layers (Sec. 4).
+
+    Infinite only where lambda_G = 1, which batch norm never reaches at finite B (Thm 9: lambda_G > 1).
+    """
+    value = _depth_scale(gradient_rate(phi, B))
+    return value if np.ndim(B) else float(value)
 
 
 FORWARD_EIGENVALUE_METHODS = ("closed_form", "spherical", "gegenbauer")

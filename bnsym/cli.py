@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from . import api
 from .activations import parse_activation
+from .dilution import normalized_gsc_rate
 from .forward_linear import depth_scales
 
 
@@ -40,13 +42,33 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
     point = api.fixed_point(phi, batch_size, eps=eps, method=method)
     # forward linearization (eps = 0 only): per-layer factors and depth scales -1/log(lambda), null where undefined
     eigenvalues = api.forward_eigenvalues(phi, point.batch_size) if point.eps == 0 else None
-    return {
+    result = {
         "phi": str(parse_activation(phi)),
         "batch_size": point.batch_size,
         "eps": point.eps,
         "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error},
         "forward_eigenvalues": eigenvalues,
         "depth_scales": depth_scales(eigenvalues) if eigenvalues is not None else None,
+        # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
+        "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
+    }
+    result.update(_gradient_predictions(phi, point.batch_size, point.eps))
+    return result
+
+
+def _finite_or_none(value: float) -> float | None:
+    """JSON has no NaN or Infinity: such values become null."""
+    return value if math.isfinite(value) else None
+
+
+def _gradient_predictions(phi: str, batch_size: int, eps: float) -> dict:
+    """lambda_G, the backward eigenvalues and xi; null where the theory is not implemented (eps > 0)."""
+    if eps != 0:
+        return {"gradient_rate": None, "backward_eigenvalues": None, "depth_scale": None}
+    return {
+        "gradient_rate": api.gradient_rate(phi, batch_size),
+        "backward_eigenvalues": {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size).items()},
+        "depth_scale": _finite_or_none(api.depth_scale(phi, batch_size)),
     }
 
 
@@ -66,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         if result["forward_eigenvalues"] is not None:
             lam, xi = result["forward_eigenvalues"], result["depth_scales"]
             print("forward eigenvalues: " + ", ".join(f"lambda_{k} = {lam[k]:.10g} (depth scale {xi[k]})" for k in lam))
+        if result["gradient_rate"] is not None:
+            eig = result["backward_eigenvalues"]
+            print(f"gradient explosion rate lambda_G = {result['gradient_rate']:.10g} per layer, depth scale xi = {result['depth_scale']:.6g}; "
+                  f"backward eigenvalues L = {eig['L']:.6g}, M = {eig['M']:.6g}")
     return 0
 
 

@@ -27,7 +27,7 @@ from scipy.stats import qmc
 
 from .activations import Activation
 from .derivation import Derivation
-from .forward import fixed_point_spherical
+from .forward import FixedPoint, fixed_point_laplace, fixed_point_spherical
 from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c, c_alpha_symbolic,
                       phi_kernel, phi_kernel_derivative)
 from .laplace import bn_kernel_laplace, centring
@@ -223,6 +223,11 @@ def spherical_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> tupl
     return lam, float(error)
 
 
+def _fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
+    """Sigma*: closed form for positive-homogeneous phi, spherical quadrature otherwise."""
+    return fixed_point_laplace(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
+
+
 def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float = 1e-4, n_points: int = 2**14,
                                   n_replicates: int = 16, seed: int = 0) -> dict[str, tuple[float, float]]:
     """<Lam_X, (V(Sigma* + h Lam_X) - V(Sigma* - h Lam_X)) / 2h> for unit Lam_X: {X: (value, error)}.
@@ -232,9 +237,7 @@ def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float 
     Cholesky factor L (smooth in Sigma) and the same scrambled points at +h and -h; error = standard error
     of the difference quotient over independent scramblings.
     """
-    from .api import fixed_point
-
-    sigma = fixed_point(phi, batch_size).matrix
+    sigma = _fixed_point(phi, batch_size).matrix
     directions = eigen_directions(batch_size)
     results = {}
     for key, lam in directions.items():
@@ -275,18 +278,18 @@ def simulated_decay(phi: Activation, batch_size: int, direction: str, delta: flo
     """Per-network response d_l = <G^l(+) - G^l(-), Lam> / (2 delta), l = 0..depth, of wide networks.
 
     Both runs share inputs and weights (common random numbers): x^0(+-) = X C(+-)^T with X of Gram I and
-    C(+-) the Cholesky factor of Sigma* +- delta Lam (unit Frobenius norm), so d_0 = 1 exactly and even
+    C(+-) the Cholesky factor of Sigma* + 11^T +- delta Lam (unit Frobenius norm; the 11^T term, removed by the
+    first batch norm, makes the factor exist when Sigma* is singular, as for the identity), so d_0 = 1 exactly and even
     orders in delta cancel. In the mean field limit d_l = lambda^l. Layer 1 has no finite-width bias
     (its pre-activations are exactly Gaussian given the input Gram).
     """
-    from .api import fixed_point
-
-    sigma = fixed_point(phi, batch_size).matrix
+    sigma = _fixed_point(phi, batch_size).matrix
     lam = eigen_directions(batch_size)[direction]
     base = inputs_with_gram(np.eye(batch_size), width, n_networks, seed=seed)
     grams = []
     for sgn in (1, -1):
-        factor = torch.as_tensor(np.linalg.cholesky(sigma + sgn * delta * lam), dtype=base.dtype, device=base.device)
+        shifted = sigma + 1.0 + sgn * delta * lam
+        factor = torch.as_tensor(np.linalg.cholesky(shifted), dtype=base.dtype, device=base.device)
         grams.append(simulate_forward(phi, base @ factor.T, depth, seed=seed + 1, sampler="weights").numpy())
     return np.einsum("mlab,ab->ml", grams[0] - grams[1], lam) / (2 * delta)
 

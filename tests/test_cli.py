@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import bnsym
@@ -57,6 +58,7 @@ def test_predict_options(capsys):
     point = bnsym.fixed_point("tanh", 8, eps=0.5, method="spherical")
     assert result["batch_size"] == 8 and result["eps"] == 0.5
     assert result["fixed_point"]["q"] == point.q and result["fixed_point"]["c"] == point.c
+    assert result["forward_eigenvalues"] is None and result["depth_scales"] is None  # derived for eps = 0 only
 
 
 def test_predict_text(capsys):
@@ -100,3 +102,54 @@ def test_console_script():
 def test_infinite_power_is_an_error(capsys):
     status, out, err = _run(capsys, ["predict", "--phi", "relu^inf", "--batch-size", "8", "--json"])
     assert status != 0 and err.startswith("bnsym: error:")
+
+
+@pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("identity", 6)])
+def test_predict_json_gradient_keys_equal_the_api(capsys, spec, batch):
+    status, out, _ = _run(capsys, ["predict", "--phi", spec, "--batch-size", str(batch), "--json"])
+    assert status == 0
+    result = json.loads(out)
+    assert result["gradient_rate"] == bnsym.gradient_rate(spec, batch)
+    assert result["backward_eigenvalues"] == bnsym.backward_eigenvalues(spec, batch)
+    assert result["depth_scale"] == bnsym.depth_scale(spec, batch)
+
+
+def test_predict_gradient_keys_are_null_for_eps():
+    """eps > 0 has no gradient theory yet: null, never NaN/Infinity (strict JSON).
+
+    (The eps > 0 fixed point itself takes a minute for tanh, so the gradient part is called directly.)
+    """
+    from bnsym.cli import _gradient_predictions
+
+    result = json.loads(json.dumps(_gradient_predictions("tanh", 8, 0.5), allow_nan=False))
+    assert result == {"gradient_rate": None, "backward_eigenvalues": None, "depth_scale": None}
+
+
+def test_predict_text_shows_the_gradient_rate(capsys):
+    status, out, _ = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8"])
+    assert status == 0 and f"lambda_G = {bnsym.gradient_rate('relu', 8):.10g}" in out
+
+
+@pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("relu^2", 8), ("identity", 16)])
+def test_predict_json_forward_eigenvalues(capsys, spec, batch):
+    """The forward eigenvalues equal the API's; depth scales -1/log(lambda), null where lambda >= 1; strict JSON."""
+    status, out, _ = _run(capsys, ["predict", "--phi", spec, "--batch-size", str(batch), "--json"])
+    assert status == 0
+    result = json.loads(out)
+    expected = bnsym.forward_eigenvalues(spec, batch)
+    assert result["forward_eigenvalues"] == expected
+    for key, lam in expected.items():
+        scale = result["depth_scales"][key]
+        if lam >= 1:
+            assert scale is None
+        elif lam == 0:
+            assert scale == 0.0
+        else:
+            assert np.exp(-1 / scale) == pytest.approx(lam, rel=1e-12)
+    json.dumps(result, allow_nan=False)
+
+
+def test_predict_text_shows_forward_eigenvalues(capsys):
+    status, out, _ = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8"])
+    lam = bnsym.forward_eigenvalues("relu", 8)
+    assert status == 0 and f"lambda_L = {lam['L']:.10g}" in out

@@ -10,10 +10,13 @@ from bnsym.sim.networks import (
     mean_off_diagonal,
     simulate_forward,
 )
+from bnsym.sim.gradients import GradientRun, backward_rayleigh, per_layer_growth, simulate_gradients
 from bnsym.sim.statistics import extrapolate_to_infinite_width, mean_and_se
 
 __all__ = [
+    "GradientRun",
     "SAMPLERS",
+    "backward_rayleigh",
     "batch_norm",
     "configure_torch",
     "default_device",
@@ -24,5 +27,7 @@ __all__ = [
     "mean_and_se",
     "mean_diagonal",
     "mean_off_diagonal",
+    "per_layer_growth",
     "simulate_forward",
+    "simulate_gradients",
 ]

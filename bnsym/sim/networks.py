@@ -61,6 +61,40 @@ def _psd_factor(k: torch.Tensor) -> torch.Tensor:
     return eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2)
 
 
+def centred_basis(batch_size: int, device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """e (B x (B-1)): orthonormal columns spanning 1^perp (Helmert basis), so e e^T = G = I - 11^T/B."""
+    b = batch_size
+    e = torch.zeros(b, b - 1, dtype=dtype, device=device)
+    for k in range(1, b):
+        e[:k, k - 1] = 1.0
+        e[k, k - 1] = -float(k)
+        e[:, k - 1] /= math.sqrt(k * (k + 1))
+    return e
+
+
+def gram_root(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, K^+) with R R^T = K and K^+ the pseudo-inverse, for a batch (..., B, B) of Gram matrices.
+
+    Cholesky where K is positive definite. A Gram of rows that sum to zero (a batch-normed identity
+    network, or back-propagated gradients) is singular with null vector 1: it is factored exactly in the
+    centred basis e, R = e chol(e^T K e), K^+ = e (e^T K e)^-1 e^T. Anything else Cholesky rejects falls
+    back to an eigendecomposition.
+    """
+    b = k.shape[-1]
+    ones = torch.ones(b, dtype=k.dtype, device=k.device)
+    null = (ones @ k @ ones) <= 1e-10 * b * k.diagonal(0, -2, -1).sum(-1)
+    basis = centred_basis(b, k.device, k.dtype) if bool(null.all()) else torch.eye(b, dtype=k.dtype, device=k.device)
+    reduced = basis.mT @ k @ basis
+    chol, info = torch.linalg.cholesky_ex(reduced)
+    if bool((info == 0).all()):
+        return basis @ chol, basis @ torch.cholesky_inverse(chol) @ basis.mT
+    eigenvalues, eigenvectors = torch.linalg.eigh(k)  # rank-deficient beyond the 1 direction: rare
+    keep = eigenvalues > 1e-12 * eigenvalues[..., -1:].clamp(min=1e-300)
+    inverse = torch.where(keep, 1 / torch.where(keep, eigenvalues, 1.0), 0.0)
+    return (eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2),
+            (eigenvectors * inverse.unsqueeze(-2)) @ eigenvectors.mT)
+
+
 def inputs_with_gram(
     Sigma: np.ndarray | torch.Tensor,
     width: int,
@@ -112,13 +146,14 @@ def _weights_preactivations(x: torch.Tensor, gen: torch.Generator, chunk: int) -
 
 
 def _gram_preactivations(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """h = Z L^T with Z_{ab} ~ N(0, 1) i.i.d. and L L^T = K = gram(x).
+    """h = Z R^T with Z_{ab} ~ N(0, 1) i.i.d. and R R^T = K = gram(x) (:func:`gram_root`).
 
     Given x, the rows h_a = sum_c W_{ac} x_c of W x are i.i.d. N(0, K): same law as the
     "weights" sampler, at cost O(N B^2) instead of O(N^2 B).
     """
-    noise = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
-    return noise @ _psd_factor(gram(x)).mT
+    root, _ = gram_root(gram(x))
+    noise = torch.randn(*x.shape[:-1], root.shape[-1], generator=gen, device=x.device, dtype=x.dtype)
+    return noise @ root.mT
 
 
 def _batched_inputs(

@@ -1,0 +1,365 @@
+"""Gradient propagation through batch-normalized networks (Yang et al. 2019, Sec. 3.2, App. G, App. L).
+
+Back-propagation through layer l maps the gradient covariance Pi^l = E[delta^l delta^l^T] (B x B) by
+the backward operator (eqs 21-23, gradient independence assumed)
+
+    Pi^{l-1} = E[J_h^T Pi^l J_h],   h ~ N(0, Sigma*),   J_h = d B_phi(h) / dh = sqrt(B)/r D (G - v v^T),
+
+with y = G h, r = |y|, v = y / r and D = diag(phi'(sqrt(B) v)). At the BSB1 fixed point the operator is
+ultrasymmetric; on the zero-row-sum matrices its eigenspaces are R G, L and M, and the largest
+eigenvalue lambda_G is the rate at which squared gradient norms grow per layer towards the input.
+
+Routes implemented here (each derived in SymPy below, evaluated numerically):
+
+* spherical (any phi; Thm 7): lambda_G = E_pair[(B-1-x_1^2) phi'_1^2 + (1 + x_1 x_2) phi'_1 phi'_2] / (mu* (B-3));
+* closed form (degree-alpha positive-homogeneous phi, alpha > 1/2; Thm 8), vectorised over B;
+* the whole operator for any phi: its 11 ultrasymmetric entries reduce, by exchangeability of the
+  coordinates of the BN output, to expectations over two coordinates (exact quadrature), giving
+  lambda_G, lambda_L and lambda_M.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from itertools import product
+
+import numpy as np
+import sympy as sp
+
+from .activations import Activation
+from .derivation import Derivation
+from .forward import FixedPoint, derive_bsb1_constant, fixed_point_laplace, fixed_point_spherical
+from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
+from .laplace import B, alpha
+from .sphere import expect_pair_with_error
+
+J1, Jr, Jpr = sp.symbols("J_phi(1) J_phi(rho) J'_phi(rho)", real=True)
+MAX_TRAINABLE_DEPTH_FACTOR = 16  # the paper's prediction of the deepest trainable network: 16 xi (Sec. 4, Fig 3)
+
+
+# ----------------------------------------------------------------------------------------------- derivations
+
+
+def derive_bn_jacobian(batch_size: int = 4) -> Derivation:
+    """J_h = sqrt(B)/r D (G - v v^T) for B_phi(h) = phi(sqrt(B) G h / |G h|), checked entrywise in SymPy at one B."""
+    d = Derivation("The Jacobian of batch norm followed by phi")
+    h = sp.Matrix(sp.symbols(f"h1:{batch_size + 1}", real=True))
+    f = sp.Function("phi")
+    g = sp.eye(batch_size) - sp.ones(batch_size, batch_size) / batch_size
+    y = g * h
+    r = sp.sqrt((y.T * y)[0])
+    x = sp.sqrt(batch_size) * y / r
+    out = x.applyfunc(f)
+    jac = out.jacobian(h)
+    v = y / r
+    dphi = sp.diag(*[sp.Subs(sp.Derivative(f(sp.Symbol("u")), sp.Symbol("u")), sp.Symbol("u"), xi) for xi in x])
+    claimed = sp.sqrt(batch_size) / r * dphi * (g - v * v.T)
+    residual = sp.simplify((jac - claimed).doit())
+    d.step(f"Chain rule through $n(y) = \\sqrt{{B}}\\,y/|y|$, $y = Gh$: $\\partial n/\\partial y = (\\sqrt B/r)(I - vv^T)$, hence "
+           f"(checked entrywise at $B = {batch_size}$, residual $J_h - \\sqrt B r^{{-1}} D(G - vv^T)$):",
+           sp.Eq(sp.Symbol("residual"), residual))
+    d.result = residual
+    return d
+
+
+def derive_trace_identity() -> Derivation:
+    """lambda_G = tr E[J^T G J]/(B - 1) as an expectation over two BN coordinates (Thm 7, eq. 24)."""
+    d = Derivation("The gradient explosion rate as a two-coordinate expectation")
+    mu = sp.Symbol("mu^*", positive=True)
+    m11, m12, n11, n12 = sp.symbols("E[phi'_1^2] E[phi'_1*phi'_2] E[x_1^2*phi'_1^2] E[x_1*x_2*phi'_1*phi'_2]")
+    d.step("Eigenvalue on $\\mathbb{R}G$ (Rayleigh quotient, $\\langle G, G\\rangle = B-1$, $JG = J$):",
+           sp.Eq(sp.Symbol("lambda_G"), sp.Symbol("E tr(J^T G J)") / (B - 1)))
+    d.step("$P = G - vv^T$ is a projector, so $\\mathrm{tr}(P D G D P) = \\mathrm{tr}(DGDG) - v^T D G D v$ with",
+           sp.Eq(sp.Symbol("tr(DGDG)"), sp.Symbol("sum_ab D_a D_b G_ab^2")))
+    # exchangeable coordinates: B diagonal terms, B(B-1) off-diagonal terms; v = x / sqrt(B)
+    trace_dgdg = B * ((B - 1) / B) ** 2 * m11 + B * (B - 1) / B**2 * m12
+    quadratic = n11 - (B * n11 + B * (B - 1) * n12) / B**2  # E[v^T D^2 v] - E[(v^T D 1)^2] / B
+    expected_trace = sp.factor(sp.expand(trace_dgdg - quadratic))
+    d.step("Averaging over the exchangeable coordinates of $x = \\sqrt B v$ ($B$ equal diagonal, $B(B-1)$ equal off-diagonal terms):",
+           sp.Eq(sp.Symbol("E_v tr(P D G D P)"), expected_trace))
+    inverse_r2 = 1 / (mu * (B - 3))
+    d.step("$r^2 = |Gh|^2 \\sim \\mu^* \\chi^2_{B-1}$ independent of $v$, so (finite only for $B \\geq 4$)",
+           sp.Eq(sp.Symbol("E[1/r^2]"), inverse_r2))
+    rate = sp.factor(B * inverse_r2 * expected_trace / (B - 1))
+    d.step("Collecting, $\\lambda_G = B\\,E[r^{-2}]\\,E_v[\\ldots]/(B-1)$:", sp.Eq(sp.Symbol("lambda_G"), rate))
+    d.result = rate
+    return d
+
+
+def _cancel_gammas(expr: sp.Expr) -> sp.Expr:
+    """Rewrite Gamma(x + n) = (x)_n Gamma(x) for Gammas whose arguments differ by a positive integer n, then cancel."""
+    gammas = sorted(expr.atoms(sp.gamma), key=sp.default_sort_key)
+    for high in gammas:
+        for low in gammas:
+            shift = sp.simplify(high.args[0] - low.args[0])
+            if shift.is_Integer and shift > 0:
+                expr = expr.subs(high, sp.expand_func(sp.rf(low.args[0], shift)) * low)
+    beta = sp.Symbol("beta", positive=True)  # B = beta + 3 > 3 lets (B-1)^a (B-1)^-a cancel
+    expr = sp.powsimp(sp.expand_power_base(expr.subs(B, beta + 3), force=True), force=True)
+    return sp.factor(sp.cancel(sp.powsimp(expr, force=True)).subs(beta, B - 3))
+
+
+def _sphere_moment(gaussian_moment: sp.Expr, degree: sp.Expr) -> sp.Expr:
+    """E[f(x)] on the BN sphere for f homogeneous of the given degree: B^(k/2) E[f(y)] / E|y|^k, y ~ N(0, G)."""
+    norm_moment = 2 ** (degree / 2) * sp.gamma((B - 1 + degree) / 2) / sp.gamma((B - 1) / 2)  # E|y|^k, |y|^2 ~ chi^2_{B-1}
+    return B ** (degree / 2) * gaussian_moment / norm_moment
+
+
+def paper_homogeneous_rate() -> sp.Expr:
+    """Thm 8 (eq. 25) as printed, alpha the degree of homogeneity and J = J_phi (catalogue R12)."""
+    return ((B - 3 + 2 * alpha) * ((2 * alpha - 1) * Jpr + alpha**2 * (B - 1) * J1)
+            / ((2 * alpha - 1) * (B - 3) * (B - 1) * (J1 - Jr)) - alpha**2 / (B - 3))
+
+
+@cache
+def derive_homogeneous_rate() -> Derivation:
+    """Thm 8 from Thm 7 by homogeneity: every sphere moment is a Gaussian moment over a chi moment."""
+    d = Derivation("Thm 8: the rate for a degree-alpha positive-homogeneous phi")
+    cst = c_alpha_symbolic(alpha)
+    g = (B - 1) / B  # the diagonal of G; its off-diagonal correlation is rho = -1/(B-1)
+    d.step("On the sphere $x = \\sqrt B\\,y/|y|$ with $y \\sim \\mathcal N(0, G)$ independent of $|y|$, so for $f$ homogeneous of degree $k$:",
+           sp.Eq(sp.Symbol("E_sphere f"), _sphere_moment(sp.Symbol("E_N f(y)"), sp.Symbol("k"))))
+    u1, u2 = sp.symbols("Sigma_11 Sigma_12", positive=True)
+    kernel = cst * u1**alpha * sp.Function("J_phi")(u2 / u1)
+    price = sp.simplify(sp.diff(kernel, u2))
+    d.step("Price's theorem $E[\\phi'(y_1)\\phi'(y_2)] = \\partial V_\\phi/\\partial\\Sigma_{12}$ with $V_\\phi = c_\\alpha\\Sigma_{11}^\\alpha\\mathcal J_\\phi(\\Sigma_{12}/\\Sigma_{11})$:",
+           sp.Eq(sp.Symbol("E[phi'(y_1) phi'(y_2)]"), price))
+    d.step("Euler's identity $y\\phi'(y) = \\alpha\\phi(y)$ turns the degree-$2\\alpha$ terms into $V_\\phi$, and the ladder "
+           "$(2\\alpha-1)\\mathcal J_\\alpha' = \\alpha^2\\mathcal J_{\\alpha-1}$ gives at $c = 1$:",
+           sp.Eq(sp.Symbol("J'_phi(1)"), alpha**2 / (2 * alpha - 1) * J1))
+    m11 = _sphere_moment(cst * g ** (alpha - 1) * alpha**2 / (2 * alpha - 1) * J1, 2 * alpha - 2)
+    m12 = _sphere_moment(cst * g ** (alpha - 1) * Jpr, 2 * alpha - 2)
+    n11 = _sphere_moment(alpha**2 * cst * g**alpha * J1, 2 * alpha)
+    n12 = _sphere_moment(alpha**2 * cst * g**alpha * Jr, 2 * alpha)
+    mu = derive_bsb1_constant().result * (J1 - Jr)
+    d.step("The fixed point's $\\mu^* = K_{\\alpha,B}(\\mathcal J_\\phi(1) - \\mathcal J_\\phi(\\rho))$ (chapter 1):", sp.Eq(sp.Symbol("mu^*"), mu))
+    trace = derive_trace_identity()
+    moments = dict(zip(sp.symbols("E[phi'_1^2] E[phi'_1*phi'_2] E[x_1^2*phi'_1^2] E[x_1*x_2*phi'_1*phi'_2]"), (m11, m12, n11, n12)))
+    rate = trace.result.subs(moments).subs(sp.Symbol("mu^*", positive=True), mu)
+    rate = _cancel_gammas(rate)
+    d.step("Substituting into Thm 7, the Gamma functions cancel to a rational function:", sp.Eq(sp.Symbol("lambda_G"), rate))
+    gap = sp.simplify(rate - paper_homogeneous_rate())
+    d.step("Minus the paper's eq. (25):", sp.Eq(sp.Symbol("lambda_G - lambda_G^paper"), gap))
+    d.result = rate
+    return d
+
+
+def _for_b_above_three(expr: sp.Expr) -> sp.Expr:
+    """Simplify using B > 3 (B = beta + 3, beta > 0), so that e.g. sqrt((B-2)/(B-1)^2) = sqrt(B-2)/(B-1)."""
+    beta = sp.Symbol("beta", positive=True)
+    expr = sp.simplify(sp.simplify(expr.subs(B, beta + 3)).subs(beta, B - 3))
+    expr = expr.replace(lambda e: isinstance(e, sp.acos) and e.args[0].could_extract_minus_sign(),
+                        lambda e: sp.pi - sp.acos(-e.args[0]))  # acos(-x) = pi - acos(x)
+    roots = {p: sp.sqrt(sp.factor(sp.expand(p.base))) for p in expr.atoms(sp.Pow) if p.exp == sp.Rational(1, 2)}
+    return sp.simplify(expr.xreplace(roots))
+
+
+def _collect_terms(expr: sp.Expr, atoms: list[sp.Expr]) -> sp.Expr:
+    """Numerator and denominator as sums of factored coefficients times the given atoms (display only)."""
+    def tidy(part):
+        groups = sp.collect(sp.expand(part), atoms, evaluate=False)
+        return sp.factor_terms(sum(sp.factor(v) * k for k, v in groups.items()))
+    numerator, denominator = sp.fraction(sp.together(expr))
+    return tidy(numerator) / tidy(denominator)
+
+
+def _relu_pieces() -> tuple[sp.Expr, sp.Expr]:
+    kernel = arccos_kernel_symbolic(1)
+    rho = -1 / (B - 1)
+    return sp.simplify(kernel.subs(c, rho)), sp.simplify(sp.diff(kernel, c).subs(c, rho))
+
+
+@cache
+def derive_relu_rate() -> Derivation:
+    """ReLU (alpha = 1, J_phi = J_1) simplified, and its B -> oo limit (the last step)."""
+    d = Derivation("ReLU")
+    j_rho, j_prime = _relu_pieces()
+    relu = _for_b_above_three(derive_homogeneous_rate().result.subs({alpha: 1, J1: 1, Jr: j_rho, Jpr: j_prime}))
+    relu = _collect_terms(relu, [sp.acos(1 / (B - 1)), sp.sqrt(B) * sp.sqrt(B - 2)])
+    d.step("ReLU: $\\alpha = 1$, $\\mathcal J_\\phi = \\mathcal J_1$, $\\rho = -1/(B-1)$:", sp.Eq(sp.Symbol("lambda_G^relu"), relu))
+    d.step("As $B \\to \\infty$:", sp.Eq(sp.Limit(sp.Symbol("lambda_G^relu"), B, sp.oo), sp.limit(relu, B, sp.oo)))
+    d.result = relu
+    return d
+
+
+@cache
+def derive_linear_rate() -> Derivation:
+    """The linear network: J_id(c) = 2c, rate (B-2)/(B-3), and its B -> oo limit (the last step)."""
+    d = Derivation("The linear network")
+    kernel = arccos_kernel_symbolic(1)
+    j_identity = sp.simplify((2 * kernel - 2 * kernel.subs(c, -c)).subs(sp.acos(-c), sp.pi - sp.acos(c)))
+    d.step("Identity: $\\phi = \\rho_1(z) - \\rho_1(-z)$, so $\\mathcal J_{id}(c) = 2\\mathcal J_1(c) - 2\\mathcal J_1(-c)$ =",
+           sp.Eq(sp.Symbol("J_id(c)"), j_identity))
+    rho = -1 / (B - 1)
+    linear = sp.factor(_for_b_above_three(derive_homogeneous_rate().result.subs(
+        {alpha: 1, J1: j_identity.subs(c, 1), Jr: j_identity.subs(c, rho), Jpr: sp.diff(j_identity, c).subs(c, rho)})))
+    d.step("so the linear network's rate is", sp.Eq(sp.Symbol("lambda_G^id"), linear))
+    d.step("which tends to", sp.Eq(sp.Limit(sp.Symbol("lambda_G^id"), B, sp.oo), sp.limit(linear, B, sp.oo)))
+    d.result = linear
+    return d
+
+
+# ------------------------------------------------------------------------------------------------- numerics
+
+
+@cache
+def _closed_form_kernel():
+    """lambda_G(alpha, B, J_phi(1), J_phi(rho), J_phi'(rho)) lambdified from :func:`derive_homogeneous_rate`."""
+    return sp.lambdify((alpha, B, J1, Jr, Jpr), derive_homogeneous_rate().result, modules="numpy", cse=True)
+
+
+def rate_closed_form(phi: Activation, batch_size: np.ndarray) -> np.ndarray:
+    """Thm 8, vectorised over B: lambda_G for degree-alpha positive-homogeneous phi with alpha > 1/2."""
+    if not phi.is_homogeneous:
+        raise ValueError(f"the closed form (Thm 8) needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity); {phi} is not")
+    check_finite_rate(phi)
+    batch = np.asarray(batch_size, dtype=float)
+    rho = -1.0 / (batch - 1)
+    return _closed_form_kernel()(phi.degree, batch, float(phi_kernel(phi, 1.0)), phi_kernel(phi, rho),
+                                 phi_kernel_derivative(phi, rho))
+
+
+def _fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
+    return fixed_point_laplace(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
+
+
+def check_finite_rate(phi: Activation) -> None:
+    """A positive-homogeneous phi of degree alpha <= 1/2 has E[phi'(x)^2] = infinity: no finite rate."""
+    if phi.is_homogeneous and not phi.degree > 0.5:
+        raise ValueError(f"the gradient rate is infinite for degree alpha <= 1/2 (E[phi'^2] diverges at 0); {phi} has alpha = {phi.degree:g}")
+
+
+def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> tuple[float, float]:
+    """Thm 7 by exact quadrature over two BN coordinates: (lambda_G, error estimate)."""
+    check_finite_rate(phi)
+    dphi = phi.numpy_derivative
+
+    def integrand(x1, x2):
+        d1, d2 = dphi(x1), dphi(x2)
+        return (batch_size - 1 - x1 * x1) * d1 * d1 + (1 + x1 * x2) * d1 * d2
+
+    point = _fixed_point(phi, batch_size)
+    value, error = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
+    scale = point.mu * (batch_size - 3)
+    return value / scale, (error + abs(value) * point.error / point.mu) / scale
+
+
+# ------------------------------------------------------------------- the whole backward operator, any phi
+
+# the 11 classes of an ultrasymmetric operator T_{ij|kl} (Thm E.61), as index tuples (i, j, k, l)
+CLASSES = {
+    "11|11": (1, 1, 1, 1), "11|12": (1, 1, 1, 2), "11|22": (1, 1, 2, 2), "11|23": (1, 1, 2, 3),
+    "12|11": (1, 2, 1, 1), "12|12": (1, 2, 1, 2), "12|21": (1, 2, 2, 1), "12|13": (1, 2, 1, 3),
+    "12|23": (1, 2, 2, 3), "12|33": (1, 2, 3, 3), "12|34": (1, 2, 3, 4),
+}
+
+
+def class_of(i: int, j: int, k: int, l: int) -> str:
+    """The class of the entry T_{ij|kl}: its pattern of equal indices, up to (i, j, k, l) -> (j, i, l, k)."""
+    def pattern(indices):
+        first: dict[int, int] = {}
+        return tuple(first.setdefault(x, len(first) + 1) for x in indices)
+    canonical = {v: name for name, v in CLASSES.items()}
+    return canonical.get(pattern((i, j, k, l))) or canonical[pattern((j, i, l, k))]
+
+
+def eigenvalues_from_classes(t: dict[str, float], batch_size: float) -> dict[str, float]:
+    """lambda_G, lambda_L, lambda_M of G^{x2} T G^{x2} from the 11 class values (Thm 3.6 / E.62, catalogue R1)."""
+    b = batch_size
+    g = ((b - 1) / b * (t["11|11"] - 2 * t["11|12"] - 2 * t["12|11"]) + (b - 1) ** 2 / b * t["11|22"]
+         - (b - 1) * (b - 2) / b * (t["11|23"] + t["12|33"]) + (t["12|12"] + t["12|21"]) / b
+         + 2 * (b - 2) / b * (t["12|13"] + t["12|23"]) + (b - 2) * (b - 3) / b * t["12|34"])
+    l_ = ((b - 2) / b * (t["11|11"] - 2 * t["11|12"] - t["11|22"] + 2 * t["11|23"] - 2 * t["12|11"] + 2 * t["12|33"])
+          + 2 / b * (t["12|12"] + t["12|21"]) + 2 * (b - 4) / b * (t["12|13"] + t["12|23"]) - 4 * (b - 3) / b * t["12|34"])
+    m = t["12|12"] + t["12|21"] - 2 * t["12|13"] - 2 * t["12|23"] + 2 * t["12|34"]
+    return {"G": g, "L": l_, "M": m}
+
+
+s_, t_ = sp.symbols("s t", real=True)
+
+
+@cache
+def derive_class_integrand(name: str) -> sp.Expr:
+    """E_v[phi'(x_k) phi'(x_l) P_ki P_lj] = E[phi'(s) phi'(t) f(s, t)]: returns f, P = G - v v^T, x = sqrt(B) v.
+
+    Given the coordinates (x_k, x_l) = (s, t) (or x_k = s when k = l), the other m coordinates of the BN
+    output are exchangeable with sum S_1 = -(s + t) and sum of squares S_2 = B - s^2 - t^2, so
+    E[x_i] = S_1/m, E[x_i^2] = S_2/m and E[x_i x_j] = (S_1^2 - S_2)/(m(m-1)) for i != j outside {k, l}.
+    """
+    i, j, k, l = CLASSES[name]
+    x = {a: sp.Symbol(f"x{a}") for a in range(1, 5)}
+
+    def p(a, b):
+        return sp.KroneckerDelta(a, b) - 1 / B - x[a] * x[b] / B
+
+    given = {k: s_, l: t_} if k != l else {k: s_}
+    m = B - len(given)
+    s1 = -sum(given.values())
+    s2 = B - sum(v**2 for v in given.values())
+    poly = sp.Poly(sp.expand(p(k, i) * p(l, j)), *[x[a] for a in sorted(x) if a not in given])
+    total = sp.Integer(0)
+    for powers, coeff in poly.terms():
+        others = [e for e in powers if e]
+        if others == []:
+            moment = sp.Integer(1)
+        elif others == [1]:
+            moment = s1 / m
+        elif others == [2]:
+            moment = s2 / m
+        elif others == [1, 1]:
+            moment = (s1**2 - s2) / (m * (m - 1))
+        else:  # pragma: no cover - P_ki P_lj has degree <= 1 in each index
+            raise AssertionError(f"unexpected monomial {powers}")
+        total += coeff * moment
+    return sp.factor(total.subs({x[a]: v for a, v in given.items()}))
+
+
+@cache
+def _class_integrands():
+    return {name: (CLASSES[name][2] == CLASSES[name][3],
+                   sp.lambdify((s_, t_, B), derive_class_integrand(name), modules="numpy", cse=True)) for name in CLASSES}
+
+
+def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:
+    """The 11 entries of the backward operator F(Sigma*) at the BSB1 fixed point, with error estimates.
+
+    Exact up to the quadrature error of :func:`expect_pair` (spectral for piecewise-smooth phi').
+
+    T_{ij|kl} = E[(J_h)_{ki} (J_h)_{lj}] = B E[r^-2] E_v[phi'(x_k) phi'(x_l) P_ki P_lj], E[r^-2] = 1/(mu* (B - 3)).
+    """
+    check_finite_rate(phi)
+    dphi = phi.numpy_derivative
+    point = _fixed_point(phi, batch_size)
+    factor = batch_size / (point.mu * (batch_size - 3))
+    values, errors = {}, {}
+    for name, (diagonal, f) in _class_integrands().items():
+        if diagonal:
+            def integrand(a, b, f=f):
+                return dphi(a) ** 2 * f(a, b, batch_size)
+        else:
+            def integrand(a, b, f=f):
+                return dphi(a) * dphi(b) * f(a, b, batch_size)
+        value, error = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
+        values[name] = factor * value
+        errors[name] = factor * (error + abs(value) * point.error / point.mu)
+    return values, errors
+
+
+def operator_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:
+    """(lambda_G, lambda_L, lambda_M) of the backward operator at Sigma*, any phi, with error bounds."""
+    values, errors = operator_classes(phi, batch_size, n)
+    eigen = eigenvalues_from_classes(values, batch_size)
+    bound = eigenvalues_from_classes({k: abs(v) for k, v in errors.items()}, batch_size)
+    return {k: float(v) for k, v in eigen.items()}, {k: float(abs(v)) for k, v in bound.items()}
+
+
+def depth_scale(rate: np.ndarray) -> np.ndarray:
+    """xi = 1 / log(lambda_G) (Sec. 4): gradients grow by e every xi layers; inf where lambda_G = 1."""
+    rate = np.asarray(rate, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.where(rate == 1, np.inf, 1 / np.log(np.where(rate == 1, 2.0, rate)))
+
+
+def weight_gradient_ratio(phi: Activation, batch_size: int) -> float:
+    """E||dL/dW^l||_F^2 / (N E||delta^l||^2) = mu* (App. L): <Pi, Sigma*> = mu* tr Pi for Pi with zero row sums."""
+    return _fixed_point(phi, batch_size).mu

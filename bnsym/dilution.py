@@ -1,0 +1,383 @@
+"""Gradient scale, dilution and residual networks (Philipp, Song & Carbonell 2018, arXiv 1712.05577).
+
+Conventions of the paper (opposite of the usual ordering): layers are counted from the error layer.
+f_0 is the error (a scalar), f_1 the prediction, f_L the lowest layer (applied first to the input
+x = f_{L+1}); J_k^l = d f_l / d f_k for l <= k.
+
+Definitions (numpy, any leading axes):
+
+* quadratic expectation Q[X] = E[X^2]^(1/2) (:func:`quadratic_mean`);
+* qm norm of an m x n matrix ||A||_qm = ||A||_F / sqrt(n) = Q_u ||A u||_2, u uniform on the unit
+  sphere of R^n (Definition 1; :func:`qm_norm`, derived in :func:`derive_qm_norm`);
+* gradient scale coefficient GSC(k, l) = ||J_k^l||_qm ||f_k||_2 / ||f_l||_2 (Definition 2, unsquared as
+  in every proof and table; :func:`gsc`);
+* exploding gradients with rate r and intercept c: GSC(k, l) >= c r^(k - l) (Definition 3;
+  :func:`fit_explosion` fits log GSC(l, 0) = log c + l log r);
+* k-dilution: f(v) = S v + rho(v) with Q||S v|| / Q||rho(v)|| = k (Definition 4);
+* effective depth: the largest lambda whose lambda-residual gradient terms are not negligible, here with
+  Veit's bound on their size (:func:`residual_tail_bound`, :func:`effective_depth`).
+
+Results, each derived in SymPy from its premises and lambdified (cse=True):
+
+* Theorem 3: a k-diluted block with undiluted rate r grows the GSC by sqrt((k^2 + r^2)/(k^2 + 1))
+  (:func:`diluted_rate`), to first order 1 + (r - 1)/(k^2 + 1) (:func:`first_order_diluted_rate`);
+* Proposition 7: blocks k_b-diluted compose to a ((prod_b (1 + k_b^-2)) - 1)^(-1/2)-diluted block
+  (:func:`composed_dilution`);
+* the mean-field per-unit GSC rate of [linear, batch norm, phi], r^2 = E[phi'(z)^2] / Var phi(z)
+  (pi/(pi - 1) for ReLU), and E[phi'^2]/E[phi^2] for layer norm (:func:`normalized_gsc_rate`).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+import sympy as sp
+import torch
+from scipy import integrate
+from scipy.special import gammaln
+
+from .activations import Activation, parse_activation, z
+from .derivation import Derivation
+
+r, k, r_d = sp.symbols("r k r_d", positive=True)
+
+SELU_SCALE = 1.0507  # c_pos of the paper (section I.1), after Klambauer et al. (2017)
+SELU_ALPHA = 1.6733  # c_neg = SELU_SCALE * SELU_ALPHA
+
+
+# --------------------------------------------------------------------------------------------
+# definitions
+
+
+def quadratic_mean(x: np.ndarray, axis=None) -> np.ndarray:
+    """Q[X] = E[X^2]^(1/2), the quadratic expectation of the samples along ``axis``."""
+    return np.sqrt(np.mean(np.square(np.asarray(x, dtype=float)), axis=axis))
+
+
+def qm_norm(a: np.ndarray) -> np.ndarray:
+    """||A||_qm = ||A||_F / sqrt(n) for (..., m, n) matrices A (n = input dimension; Definition 1)."""
+    a = np.asarray(a, dtype=float)
+    if a.ndim < 2:
+        raise ValueError(f"qm_norm needs a matrix (..., m, n), got shape {a.shape}")
+    return np.sqrt(np.square(a).sum(axis=(-2, -1)) / a.shape[-1])
+
+
+def gsc(jacobian: np.ndarray, f_k: np.ndarray, f_l: np.ndarray) -> np.ndarray:
+    """GSC(k, l) = ||J_k^l||_qm ||f_k||_2 / ||f_l||_2 for one datapoint (Definition 2, unsquared).
+
+    ``jacobian`` is J_k^l = d f_l / d f_k, shape (..., d_l, d_k); f_k (..., d_k); f_l (..., d_l).
+    """
+    f_k, f_l = np.asarray(f_k, dtype=float), np.asarray(f_l, dtype=float)
+    norm_l = np.linalg.norm(f_l, axis=-1)
+    if np.any(norm_l == 0):
+        raise ValueError("GSC(k, l) is undefined where f_l = 0 (it divides by ||f_l||)")
+    return qm_norm(jacobian) * np.linalg.norm(f_k, axis=-1) / norm_l
+
+
+def derive_qm_norm() -> Derivation:
+    """Q_u ||A u||_2 = ||A||_F / sqrt(n) for a symbolic 2 x 2 A, u uniform on the unit circle.
+
+    This is why the GSC is *unsquared*: Proposition 2's relative sensitivity to a random perturbation
+    eps u is Q_u ||J u|| ||f_k|| / ||f_l||, linear in J, i.e. ||J||_qm to the first power.
+    """
+    d = Derivation("qm norm = quadratic expectation of ||A u|| over unit vectors u (n = 2)")
+    t = sp.Symbol("t", real=True)
+    a = sp.Matrix(2, 2, sp.symbols("a_11 a_12 a_21 a_22", real=True))
+    u = sp.Matrix([sp.cos(t), sp.sin(t)])
+    squared = sp.expand(((a * u).T * (a * u))[0])
+    d.step("Squared length of A u for u = (cos t, sin t):", sp.Eq(sp.Symbol("||Au||^2"), squared))
+    mean = sp.simplify(sp.integrate(squared, (t, 0, 2 * sp.pi)) / (2 * sp.pi))
+    frobenius = sum(entry**2 for entry in a) / 2
+    d.step("Average over the circle:", sp.Eq(sp.Symbol("E_u||Au||^2"), mean))
+    d.step("minus ||A||_F^2 / n:", sp.Eq(sp.Symbol("E_u||Au||^2 - ||A||_F^2/n"), sp.simplify(mean - frobenius)))
+    d.result = sp.sqrt(mean)
+    return d
+
+
+def fit_explosion(gsc_to_error: np.ndarray, layers: np.ndarray | None = None) -> tuple[float, float]:
+    """(r, c) of the least-squares line log GSC(l, 0) = log c + l log r (Definition 3, "exploding").
+
+    ``gsc_to_error[i]`` is GSC(layers[i], 0); default layers 1, 2, ...
+    """
+    values = np.asarray(gsc_to_error, dtype=float)
+    if values.ndim != 1 or values.size < 2 or np.any(values <= 0):
+        raise ValueError("fit_explosion needs at least two positive GSC values")
+    layers = np.arange(1, values.size + 1) if layers is None else np.asarray(layers, dtype=float)
+    slope, intercept = np.polyfit(layers, np.log(values), 1)
+    return float(np.exp(slope)), float(np.exp(intercept))
+
+
+def residual_tail_bound(depth: int, p: float, lam: int) -> float:
+    """sum_{l=lam}^{L} p^l C(L, l): Veit's bound on ||res^lambda|| / ||d f_0 / d f_1|| (section 4.1).
+
+    res^lambda sums the gradient terms with at least lambda residual Jacobians, each of operator norm < p.
+    """
+    if depth < 0 or lam < 0:
+        raise ValueError(f"depth L and lambda must be >= 0, got L = {depth}, lambda = {lam}")
+    if not 0 <= p:
+        raise ValueError(f"p bounds operator norms, so p >= 0; got {p}")
+    ls = np.arange(lam, depth + 1)
+    return float(np.sum(np.exp(gammaln(depth + 1) - gammaln(ls + 1) - gammaln(depth - ls + 1) + ls * np.log(p)))) if p > 0 else float(lam == 0)
+
+
+def effective_depth(depth: int, p: float, threshold: float) -> int:
+    """The largest lambda whose lambda-residual terms are not negligible: residual_tail_bound >= threshold (Veit et al.)."""
+    if threshold <= 0:
+        raise ValueError(f"the threshold h must be > 0, got {threshold}")
+    return max((lam for lam in range(depth + 1) if residual_tail_bound(depth, p, lam) >= threshold), default=0)
+
+
+def selu() -> Activation:
+    """SeLU of the paper (I.1): c_pos a for a >= 0, c_pos c_neg' (e^a - 1) for a < 0."""
+    lam, alp = sp.Float(SELU_SCALE), sp.Float(SELU_ALPHA)
+    expr = sp.Piecewise((lam * z, z >= 0), (lam * alp * (sp.exp(z) - 1), True))
+
+    def value_t(x: torch.Tensor) -> torch.Tensor:
+        return SELU_SCALE * torch.where(x >= 0, x, SELU_ALPHA * torch.expm1(torch.clamp(x, max=0.0)))
+
+    def deriv_t(x: torch.Tensor) -> torch.Tensor:
+        return SELU_SCALE * torch.where(x >= 0, torch.ones_like(x), SELU_ALPHA * torch.exp(torch.clamp(x, max=0.0)))
+
+    def value_np(x):
+        x = np.asarray(x, dtype=float)
+        return SELU_SCALE * np.where(x >= 0, x, SELU_ALPHA * np.expm1(np.minimum(x, 0.0)))
+
+    def deriv_np(x):
+        x = np.asarray(x, dtype=float)
+        return SELU_SCALE * np.where(x >= 0, 1.0, SELU_ALPHA * np.exp(np.minimum(x, 0.0)))
+
+    return Activation("selu", expr, value_np, value_t, deriv_np, deriv_t, kinks=(0.0,))
+
+
+def activation(name: str | Activation) -> Activation:
+    """:func:`parse_activation` plus ``"selu"``."""
+    if isinstance(name, str) and name.strip().lower() == "selu":
+        return selu()
+    return parse_activation(name)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 3: dilution reduces the growth of the GSC
+
+
+@cache
+def derive_diluted_rate() -> Derivation:
+    """Theorem 3 (F.3) from its premises: the GSC growth of f(u) = S u + rho(u), rho k-diluted by S."""
+    d = Derivation("Theorem 3: GSC growth rate of a k-diluted block")
+    q_u, q_g, q_rho, q_s, q_grho, q_gs = sp.symbols(
+        r"Q\|u\| Q\|g\| Q\|\rho(u)\| Q\|Su\| Q\|gR\| Q\|gS\|", positive=True
+    )
+    dil = d.step("k-dilution (Definition 4):", sp.Eq(k, q_s / q_rho))
+    rate = d.step("undiluted rate of rho (R = Jacobian of rho, g the incoming gradient):", sp.Eq(r, q_grho * q_u / (q_rho * q_g)))
+    unit = d.step("S alone preserves the GSC (third assumption):", sp.Eq(1, q_gs * q_u / (q_s * q_g)))
+    solved = sp.solve([dil, rate, unit], [q_s, q_grho, q_gs], dict=True)[0]
+    forward_sq = q_rho**2 + q_s**2
+    backward_sq = q_grho**2 + q_gs**2
+    d.step(
+        "E (Su).rho(u) = 0 and E (gR).(gS) = 0 make the squared norms add (Pythagoras):",
+        sp.Eq(sp.Symbol(r"Q\|\rho(u)+Su\|^2"), forward_sq),
+    )
+    d.step("likewise backward:", sp.Eq(sp.Symbol(r"Q\|gR+gS\|^2"), backward_sq))
+    diluted = sp.sqrt(backward_sq) * q_u / (sp.sqrt(forward_sq) * q_g)
+    result = sp.simplify(sp.factor(diluted.subs(solved)))
+    d.step("the block's rate, after substituting the three premises:", sp.Eq(r_d, result))
+    d.result = result
+    return d
+
+
+@cache
+def derive_first_order_diluted_rate() -> Derivation:
+    """Theorem 3's main-text form: the expansion of the exact rate around r = 1."""
+    d = Derivation("Theorem 3, first order in r - 1")
+    eps = sp.Symbol("epsilon", real=True)
+    exact = derive_diluted_rate().result
+    series = sp.expand(sp.series(exact.subs(r, 1 + eps), eps, 0, 3).removeO())
+    coefficients = [sp.factor(sp.simplify(series.coeff(eps, n))) for n in range(3)]
+    d.step(
+        "expand in epsilon = r - 1 (to second order):",
+        sp.Eq(r_d, sum((c * eps**n for n, c in enumerate(coefficients)), sp.Integer(0)) + sp.Order(eps**3)),
+    )
+    first = coefficients[0] + coefficients[1] * (r - 1)
+    d.step("keep the first order:", sp.Eq(r_d, first))
+    d.step("second-order coefficient (>= 0: the first order underestimates):", sp.Eq(sp.Symbol("c_2"), coefficients[2]))
+    inverse = [s for s in sp.solve(sp.Eq(r_d, exact), r) if s.is_positive is not False]
+    d.step("exact inverse (undo the dilution):", sp.Eq(r, inverse[0]))
+    d.result = first
+    return d
+
+
+@cache
+def _rate_kernels():
+    """Lambdified exact rate, first-order rate and exact inverse (numpy, cse=True)."""
+    exact = sp.lambdify((r, k), derive_diluted_rate().result, modules="numpy", cse=True)
+    first = sp.lambdify((r, k), derive_first_order_diluted_rate().result, modules="numpy", cse=True)
+    inverse_expr = derive_first_order_diluted_rate().steps[-1][1].rhs
+    inverse = sp.lambdify((r_d, k), inverse_expr, modules="numpy", cse=True)
+    return exact, first, inverse
+
+
+def _positive(name: str, value, why: str) -> np.ndarray:
+    array = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(array)) or np.any(array <= 0):
+        raise ValueError(f"{name} must be finite and > 0 ({why}), got {value!r}")
+    return array
+
+
+def _rate_arguments(rate, dilution) -> tuple[np.ndarray, np.ndarray]:
+    rate = _positive("r", rate, "a GSC growth rate is a ratio of norms")
+    dilution = _positive("k", dilution, "k is a ratio of norms; k <= 0 is no dilution")
+    return rate, dilution
+
+
+def diluted_rate(r: float | np.ndarray, k: float | np.ndarray) -> np.ndarray:
+    """sqrt((k^2 + r^2)/(k^2 + 1)): Theorem 3's exact rate of a k-diluted block of undiluted rate r."""
+    rate, dilution = _rate_arguments(r, k)
+    return _rate_kernels()[0](rate, dilution)
+
+
+def first_order_diluted_rate(r: float | np.ndarray, k: float | np.ndarray) -> np.ndarray:
+    """1 + (r - 1)/(k^2 + 1): Theorem 3 to first order in r - 1 (main text)."""
+    rate, dilution = _rate_arguments(r, k)
+    return _rate_kernels()[1](rate, dilution)
+
+
+def undiluted_rate(rd: float | np.ndarray, k: float | np.ndarray) -> np.ndarray:
+    """sqrt((k^2 + 1) r_d^2 - k^2): the exact inverse of :func:`diluted_rate` (r_d >= 1 for r >= 1)."""
+    rate, dilution = _rate_arguments(rd, k)
+    radicand = (dilution**2 + 1) * rate**2 - dilution**2
+    if np.any(radicand <= 0):
+        raise ValueError("r_d is too small for this k: no undiluted rate r > 0 gives it")
+    return _rate_kernels()[2](rate, dilution)
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 7: composition of diluted blocks
+
+
+def two_block_dilution(k_outer: sp.Expr, k_inner: sp.Expr) -> sp.Expr:
+    """Dilution of f_1 o f_2 (f_2 applied first), derived from the premises of Proposition 7.
+
+    Each block f_b(v) = S_b v + rho_b(v) scales Q||v||^2 by c_b^2 along S_b and by c_b^2 / k_b^2 along
+    rho_b; the pieces are orthogonal in expectation (rho_b SSD: its direction is uniform and
+    independent of everything else), so squared norms add.
+    """
+    c1, c2, qu = sp.symbols("c_1 c_2 Q_u", positive=True)
+    skip_sq = c1**2 * c2**2 * qu**2  # Q||S_1 S_2 u||^2
+    inner_out_sq = c2**2 * (1 + k_inner**-2) * qu**2  # Q||f_2(u)||^2
+    residual_sq = c1**2 * c2**2 * qu**2 / k_inner**2 + c1**2 * inner_out_sq / k_outer**2  # S_1 rho_2 + rho_1(f_2)
+    return sp.sqrt(sp.simplify(skip_sq / residual_sq))
+
+
+@cache
+def derive_composed_dilution() -> Derivation:
+    """Proposition 7 (E.7) by induction on the number of blocks."""
+    d = Derivation("Proposition 7: dilution of a composition of diluted blocks")
+    k1, k2, k3, kn = sp.symbols("k_1 k_2 k_3 k_{n+1}", positive=True)
+    p_n = sp.Symbol("P_n", positive=True)
+    two = two_block_dilution(k1, k2)
+    d.step("two blocks (squared norms of S_1 rho_2(u) and rho_1(f_2(u)) add):", sp.Eq(sp.Symbol("k_{12}"), two))
+    law = (sp.Mul(1 + k1**-2, 1 + k2**-2, evaluate=False) - 1) ** sp.Rational(-1, 2)
+    d.step("minus the claimed law for B = 2, inverse squares:", sp.Eq(sp.Symbol("k_{12}^{-2} - law^{-2}"), sp.simplify(two**-2 - law**-2)))
+    three = two_block_dilution(two_block_dilution(k1, k2), k3)
+    three_law = ((1 + k1**-2) * (1 + k2**-2) * (1 + k3**-2) - 1) ** sp.Rational(-1, 2)
+    d.step("three blocks by nesting, minus the 3-fold law:", sp.Eq(sp.Symbol("k_{123}^{-2} - law^{-2}"), sp.simplify(three**-2 - three_law**-2)))
+    hypothesis = (p_n - 1) ** sp.Rational(-1, 2)
+    d.step("induction hypothesis, P_n = prod_{b<=n} (1 + k_b^-2):", sp.Eq(sp.Symbol("k_{1..n}"), hypothesis))
+    step = two_block_dilution(hypothesis, kn)
+    target = (p_n * (1 + kn**-2) - 1) ** sp.Rational(-1, 2)
+    d.step("inductive step: one more block, minus the law for n + 1:", sp.Eq(sp.Symbol("k_{1..n+1}^{-2} - law^{-2}"), sp.simplify(step**-2 - target**-2)))
+    d.result = hypothesis
+    return d
+
+
+@cache
+def _composition_kernels():
+    p_n = sp.Symbol("P_n", positive=True)
+    factor = sp.lambdify(k, 1 + k**-2, modules="numpy", cse=True)
+    closed = sp.lambdify(p_n, derive_composed_dilution().result, modules="numpy", cse=True)
+    return factor, closed
+
+
+def composed_dilution(ks) -> np.ndarray:
+    """((prod_b (1 + 1/k_b^2)) - 1)^(-1/2) over the last axis of ``ks`` (Proposition 7)."""
+    array = np.asarray(ks, dtype=float)
+    if array.ndim == 0 or array.shape[-1] == 0:
+        raise ValueError("ks must hold at least one dilution k_b (got an empty sequence)")
+    array = _positive("every k_b", array, "each block's dilution is a ratio of norms")
+    factor, closed = _composition_kernels()
+    return closed(np.prod(factor(array), axis=-1))
+
+
+# --------------------------------------------------------------------------------------------
+# the mean-field per-unit GSC rate with normalization
+
+
+@cache
+def derive_normalized_gsc_rate() -> Derivation:
+    """Squared GSC rate of one unit [linear W, norm, phi] at the mean-field stationary state.
+
+    Width N, W_ij ~ N(0, s^2/N); input x = phi(z') of the previous unit; z = norm(W x) ~ N(0, 1)
+    per neuron. Batch norm divides by the per-neuron std over the batch, sigma^2 = s^2 Var phi;
+    layer norm by the per-vector std, sigma^2 = s^2 E phi^2 (a random W leaves no common mean).
+    Backward, with g independent of z: ||g_x||^2 = s^2 ||g_h||^2 = s^2 ||g||^2 E[phi'^2] / sigma^2.
+    """
+    d = Derivation("Mean-field GSC rate of [linear, normalization, phi]")
+    n, s, g2 = sp.symbols("N s g^2", positive=True)
+    e_phi, e_phi2, e_dphi2, sigma2 = sp.symbols(r"E[\phi] E[\phi^2] E[\phi'^2] \sigma^2", positive=True)
+    x_sq = n * e_phi2  # ||x||^2, x = phi(z') of the previous unit
+    y_sq = n * e_phi2  # ||y||^2, y = phi(z)
+    gx_sq = s**2 * g2 * e_dphi2 / sigma2  # ||g_x||^2 = ||W^T g_h||^2
+    rate_sq = (gx_sq / n) * x_sq / ((g2 / n) * y_sq)
+    d.step("squared rate ||g_x||_qm^2 ||x||^2 / (||g_y||_qm^2 ||y||^2):", sp.Eq(r**2, rate_sq))
+    batch = sp.simplify(rate_sq.subs(sigma2, s**2 * (e_phi2 - e_phi**2)))
+    layer = sp.simplify(rate_sq.subs(sigma2, s**2 * e_phi2))
+    d.step("batch norm, sigma^2 = s^2 Var phi(z):", sp.Eq(sp.Symbol("r^2_batch"), batch))
+    d.step("layer norm, sigma^2 = s^2 E phi(z)^2:", sp.Eq(sp.Symbol("r^2_layer"), layer))
+    relu = sp.Max(z, 0)
+    density = sp.exp(-(z**2) / 2) / sp.sqrt(2 * sp.pi)
+    moments = {
+        e_phi: sp.integrate(z * density, (z, 0, sp.oo)),
+        e_phi2: sp.integrate(z**2 * density, (z, 0, sp.oo)),
+        e_dphi2: sp.integrate(density, (z, 0, sp.oo)),
+    }
+    for symbol, value in moments.items():
+        d.step(f"ReLU, {relu}: Gaussian integral", sp.Eq(symbol, value))
+    relu_batch = sp.simplify(batch.subs(moments))
+    d.step("batch-ReLU:", sp.Eq(sp.Symbol("r^2_batch-ReLU"), relu_batch))
+    d.result = batch
+    return d
+
+
+def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
+    """(E phi(z), E phi(z)^2, E phi'(z)^2) for z ~ N(0, 1), by adaptive quadrature split at the kinks."""
+    edges = [-np.inf, *sorted(phi.kinks), np.inf]
+    weight = lambda t: math.exp(-t * t / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+
+    def expect(f) -> float:
+        return sum(integrate.quad(lambda t: float(f(t)) * weight(t), lo, hi, epsabs=1e-13, epsrel=1e-12)[0] for lo, hi in zip(edges, edges[1:]))
+
+    return (
+        expect(phi.numpy),
+        expect(lambda t: phi.numpy(t) ** 2),
+        expect(lambda t: phi.numpy_derivative(t) ** 2),
+    )
+
+
+@cache
+def _normalized_rate_kernels():
+    steps = derive_normalized_gsc_rate().steps
+    symbols = sp.symbols(r"E[\phi] E[\phi^2] E[\phi'^2]", positive=True)
+    return {name: sp.lambdify(symbols, steps[i][1].rhs, modules="numpy", cse=True) for name, i in (("batch", 1), ("layer", 2))}
+
+
+def normalized_gsc_rate(phi: str | Activation, norm: str = "batch") -> float:
+    """Mean-field per-unit GSC rate r (not squared) of [linear, ``norm``, phi]: sqrt(E phi'^2 / Var phi) for batch."""
+    kernels = _normalized_rate_kernels()
+    if norm not in kernels:
+        raise ValueError(f"unknown normalization {norm!r}; the mean-field rate is derived for {tuple(kernels)}")
+    moments = gaussian_moments(activation(phi))
+    if moments[1] - moments[0] ** 2 <= 0:
+        raise ValueError(f"phi = {phi} is constant on N(0, 1): normalization is undefined")
+    return float(np.sqrt(kernels[norm](*moments)))

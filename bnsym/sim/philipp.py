@@ -1,0 +1,438 @@
+"""Torch simulators of the networks of Philipp, Song & Carbonell (2018) and their gradient scale coefficient.
+
+Layout: activations are row vectors, tensors (B, d): B datapoints, width d (the paper's convention;
+batch norm acts per column over the B rows, layer norm per row). Layers are counted from the
+error layer: f_0 = f_1 . y (dot-product error), f_1 the prediction, f_L the first (lowest) linear
+layer. Normalization layers have no trainable scale or shift, linear layers no bias (paper, I.1).
+
+The dataset-level GSC of every experiment in the paper (section I.2, "Expected GSC") is
+
+    GSC_D(l, 0) = Q_D ||J_l^0||_qm  Q_D ||f_l||_2 / Q_D |f_0|,   ||J_l^0||_qm = ||d f_0 / d f_l||_2 / sqrt(d_l),
+
+three separate quadratic means over the datapoints (not Q_D of the per-datapoint GSC); the gradient rows
+come from backpropagating sum_i f_0^(i), which includes batch norm's cross-datapoint terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bnsym.dilution import activation
+from bnsym.sim.device import configure_torch, default_device, generator
+
+NORMS = ("none", "layer", "batch", "lolayer")
+MATRICES = ("gaussian", "orthogonal", "looks-linear")
+SKIPS = ("none", "identity", "gaussian")
+Layer = Callable[[torch.Tensor], torch.Tensor]
+
+
+# --------------------------------------------------------------------------------------------
+# the GSC of a torch network
+
+
+def dataset_gsc(outputs: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndarray:
+    """GSC_D(l, 0) of each layer output f_l (B, d_l) in ``outputs`` w.r.t. the per-datapoint error f_0 (B,).
+
+    ``outputs`` must be in the autograd graph of ``error`` (the graph is freed afterwards).
+    """
+    if error.ndim != 1:
+        raise ValueError(f"error must hold one value f_0 per datapoint, shape (B,), got {tuple(error.shape)}")
+    grads = torch.autograd.grad(error.sum(), list(outputs))
+    return gsc_from_gradients(outputs, grads, error)
+
+
+def gsc_from_gradients(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndarray:
+    """GSC_D(l, 0) from layer outputs f_l (B, d_l), their gradient rows d f_0 / d f_l and the error f_0 (B,)."""
+    q_error = error.detach().square().mean().sqrt()
+    if q_error == 0:
+        raise ValueError("the GSC divides by Q_D |f_0|, which is 0 here")
+    values = []
+    for f, g in zip(outputs, grads):
+        q_grad = (g.square().sum(-1) / f.shape[-1]).mean().sqrt()  # Q_D ||J_l^0||_qm
+        q_norm = f.detach().square().sum(-1).mean().sqrt()  # Q_D ||f_l||_2
+        values.append((q_grad * q_norm / q_error).item())
+    return np.array(values)
+
+
+def gsc(layers: Sequence[Layer], inputs: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+    """GSC_D(l, 0), l = 0..L, of the network f_1 o ... o f_L with the dot-product error f_0 = f_1 . y.
+
+    ``layers`` lists f_L, ..., f_1 in the order they are applied (f_L first, to the inputs (B, d));
+    ``labels`` y has the shape of the prediction f_1. Entry l of the result is GSC_D(l, 0) in the
+    paper's numbering (entry 0 is GSC(0, 0) = 1, entry L that of the lowest layer f_L).
+    """
+    if len(layers) == 0:
+        raise ValueError("the network needs at least one layer")
+    outputs, x = [], inputs.detach().requires_grad_(True)
+    for layer in layers:
+        x = layer(x)
+        outputs.append(x)
+    if labels.shape != x.shape:
+        raise ValueError(f"labels have shape {tuple(labels.shape)}, the prediction f_1 {tuple(x.shape)}")
+    error = (x * labels).sum(-1)
+    return np.concatenate([[1.0], dataset_gsc(outputs, error)[::-1]])
+
+
+# --------------------------------------------------------------------------------------------
+# layers of the paper (I.1)
+
+
+def normalize(x: torch.Tensor, norm: str) -> torch.Tensor:
+    """Batch norm (per column over the batch), layer norm (per row), length-only layer norm x / qm(x), or none."""
+    if norm == "none":
+        return x
+    if norm == "lolayer":
+        return x / x.square().mean(-1, keepdim=True).sqrt()
+    if norm not in ("batch", "layer"):
+        raise ValueError(f"unknown normalization {norm!r}; choose from {NORMS}")
+    dim = -2 if norm == "batch" else -1
+    centred = x - x.mean(dim, keepdim=True)
+    return centred / centred.square().mean(dim, keepdim=True).sqrt()
+
+
+def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64) -> torch.Tensor:
+    """A uniformly random (Haar) n x n orthogonal matrix: QR of a Gaussian matrix with the sign fix."""
+    q, r = torch.linalg.qr(torch.randn(n, n, generator=gen, device=device, dtype=dtype))
+    return q * r.diagonal().sign()
+
+
+def looks_linear(m: int, n: int, position: str, gen: torch.Generator, device) -> torch.Tensor:
+    """Looks-linear m x n matrix of section H (0-based pairs (2i, 2i + 1)); position lowest/intermediate/highest.
+
+    relu(a) - relu(-a) = a makes a ReLU network of such layers an orthogonal linear map at init.
+    """
+    if position == "lowest":
+        base = haar_orthogonal(max(m // 2, n), gen, device)[: m // 2, :n] * max(math.sqrt(m / (2 * n)), 1.0)
+        return torch.stack([base, -base], dim=1).reshape(m, n)
+    if position == "highest":
+        base = haar_orthogonal(max(m, n // 2), gen, device)[:m, : n // 2] * max(math.sqrt(2 * m / n), 1.0)
+        return torch.stack([base, -base], dim=2).reshape(m, n)
+    base = haar_orthogonal(max(m // 2, n // 2), gen, device)[: m // 2, : n // 2] * max(math.sqrt(m / n), 1.0)
+    block = torch.stack([torch.stack([base, -base], dim=-1), torch.stack([-base, base], dim=-1)], dim=1)
+    return block.reshape(m, n)
+
+
+def weight(m: int, n: int, matrix: str, after_relu: bool, position: str, gen: torch.Generator, device) -> torch.Tensor:
+    """An m x n weight matrix (acting as x W^T on rows x of width n), initialized as in I.1.
+
+    Gaussian: variance 1/n, or 2/n after a ReLU (He). Orthogonal: Haar, times sqrt(2) after a ReLU (the gain
+    the paper's ReLU St. Dev. of 0.20 requires; the GSC of a ReLU network does not depend on it).
+    """
+    gain = 2.0 if after_relu else 1.0
+    if matrix == "gaussian":
+        return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) * math.sqrt(gain / n)
+    if matrix == "orthogonal":
+        if m != n:
+            raise ValueError("orthogonal initialization is used only for square matrices (paper, I.1)")
+        return haar_orthogonal(n, gen, device) * math.sqrt(gain)
+    if matrix == "looks-linear":
+        return looks_linear(m, n, position, gen, device)
+    raise ValueError(f"unknown matrix type {matrix!r}; choose from {MATRICES}")
+
+
+# --------------------------------------------------------------------------------------------
+# the architectures of Table 1
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One row of Table 1: nonlinearity, normalization, matrix type, skip type, width (100, 200 or "100/200")."""
+
+    phi: str
+    norm: str
+    matrix: str = "gaussian"
+    skip: str = "none"
+    width: str = "100"
+
+    def __post_init__(self) -> None:
+        activation(self.phi)
+        for value, allowed, what in ((self.norm, NORMS, "normalization"), (self.matrix, MATRICES, "matrix type"), (self.skip, SKIPS, "skip type")):
+            if value not in allowed:
+                raise ValueError(f"unknown {what} {value!r}; choose from {allowed}")
+        if self.width not in ("100", "200", "100/200"):
+            raise ValueError(f"width must be '100', '200' or '100/200', got {self.width!r}")
+        if self.matrix == "looks-linear" and self.phi != "relu":
+            raise ValueError("looks-linear initialization needs ReLU (relu(a) - relu(-a) = a)")
+
+    @property
+    def label(self) -> str:
+        return f"{self.phi} | {self.norm} | {self.matrix} | {self.skip} | {self.width}"
+
+
+@dataclass
+class RowResult:
+    """Per-seed metrics of one architecture: GSC_D(L, 0) at the lowest linear layer, St. Dev. and Sign Div.
+    of the pre-activations of the highest nonlinearity, and the GSC_D(l, 0) curve (index l, paper order)."""
+
+    gsc: np.ndarray
+    std: np.ndarray
+    sign_diversity: np.ndarray
+    curves: np.ndarray
+
+
+def _widths(width: str, n_linear: int, dim: int = 100) -> list[int]:
+    """d_0 (input), d_1..d_n of the linear layers (I.1: 200 for all but the input/output; 100/200 alternating)."""
+    if width == "100":
+        inner = [dim] * n_linear
+    elif width == "200":
+        inner = [200] * (n_linear - 1) + [dim]
+    else:
+        inner = [200 if j % 2 else dim for j in range(1, n_linear + 1)]
+        inner[-1] = dim
+    return [dim, *inner]
+
+
+def _position(j: int, n_linear: int) -> str:
+    return "lowest" if j == 0 else "highest" if j == n_linear - 1 else "intermediate"
+
+
+def gaussian_noise(n_points: int, gen: torch.Generator, device, dim: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and labels of I.2: entries N(0, 1/dim), inputs rescaled to length 10 (labels not)."""
+    x = torch.randn(n_points, dim, generator=gen, device=device, dtype=torch.float64) / math.sqrt(dim)
+    y = torch.randn(n_points, dim, generator=gen, device=device, dtype=torch.float64) / math.sqrt(dim)
+    return 10 * x / x.norm(dim=-1, keepdim=True), y
+
+
+def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator, depth: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Run one random network; returns (recorded layer outputs, lowest first; top pre-activation).
+
+    Vanilla: ``depth`` linear layers, each followed by the norm, with phi between them (I.1).
+    ResNet: a linear layer, ``depth // 2`` identity/Gaussian skips around [norm, phi, linear] x 2, a
+    final norm; only values between skip connections are recorded (as in Fig. 3).
+    """
+    phi, device = activation(arch.phi).torch, x.device
+    relu = arch.phi == "relu"
+    if arch.skip == "none":
+        widths = _widths(arch.width, depth)
+        outputs, pre = [], None
+        for j in range(depth):
+            w = weight(widths[j + 1], widths[j], arch.matrix, relu and j > 0, _position(j, depth), gen, device)
+            x = x @ w.T
+            outputs.append(x)
+            if arch.norm != "none":
+                x = normalize(x, arch.norm)
+                outputs.append(x)
+            if j < depth - 1:
+                pre = x
+                x = phi(x)
+                outputs.append(x)
+        return outputs, pre
+    if arch.matrix != "gaussian" or arch.width != "100":
+        raise ValueError("the paper's ResNets use Gaussian matrices and width 100")
+    d = x.shape[-1]
+    x = x @ weight(d, d, "gaussian", False, "lowest", gen, device).T
+    outputs = [x]
+    for _ in range(depth // 2):
+        skip = x if arch.skip == "identity" else x @ weight(d, d, "gaussian", False, "", gen, device).T
+        for _ in range(2):
+            pre = normalize(x, arch.norm)
+            x = phi(pre) @ weight(d, d, "gaussian", relu, "", gen, device).T
+        x = skip + x
+        outputs.append(x)
+    x = normalize(x, arch.norm)
+    outputs.append(x)
+    return outputs, pre
+
+
+def preactivation_std(pre: torch.Tensor) -> float:
+    """sqrt((1/d) sum_i Var_D f(i)): quadratic mean over neurons of the std over the datapoints (I.2)."""
+    return pre.var(0, unbiased=False).mean().sqrt().item()
+
+
+def sign_diversity(pre: torch.Tensor) -> float:
+    """(1/d) sum_i min(p_i, 1 - p_i), p_i the fraction of datapoints with f(i) > 0 (I.2); 0.5 = fully diverse."""
+    positive = (pre > 0).double().mean(0)
+    return torch.minimum(positive, 1 - positive).mean().item()
+
+
+def simulate_architecture(
+    arch: Architecture, n_points: int, seeds: Sequence[int], depth: int = 50, device: torch.device | str | None = None
+) -> RowResult:
+    """Table 1's metrics for one architecture on Gaussian noise, one fresh dataset and network per seed (I.2)."""
+    configure_torch()
+    device = device or default_device()
+    gscs, stds, signs, curves = [], [], [], []
+    for seed in seeds:
+        gen = generator(seed, device)
+        x, y = gaussian_noise(n_points, gen, device)
+        outputs, pre = _forward(arch, x.requires_grad_(True), gen, depth)
+        curve = dataset_gsc(outputs, (outputs[-1] * y).sum(-1))
+        curves.append(curve[::-1])  # paper order: entry 0 is the highest recorded layer
+        gscs.append(curve[0])
+        stds.append(preactivation_std(pre.detach()))
+        signs.append(sign_diversity(pre.detach()))
+    return RowResult(np.array(gscs), np.array(stds), np.array(signs), np.array(curves))
+
+
+# --------------------------------------------------------------------------------------------
+# dilution of a block f(u) = S u + rho(u)
+
+
+def block_statistics(
+    skip: Layer, residual: Layer, u: torch.Tensor, g: torch.Tensor
+) -> dict[str, float]:
+    """k, the undiluted rate r and the measured block rate r_d of f = skip + residual (Theorem 3).
+
+    u (n, d): block inputs; g (n, d): incoming gradient rows. With Q the quadratic mean over the n rows:
+    k = Q||Su|| / Q||rho(u)||, r = Q||g R(u)|| Q||u|| / (Q||rho(u)|| Q||g||) (R the Jacobian of rho),
+    r_d the same ratio for f. Also the correlations the theorem assumes to vanish.
+    """
+    u = u.detach().requires_grad_(True)
+    su, rho = skip(u), residual(u)
+    (g_r,) = torch.autograd.grad((rho * g).sum(), u, retain_graph=True)
+    (g_s,) = torch.autograd.grad((su * g).sum(), u)
+    su, rho = su.detach(), rho.detach()
+
+    def q(t: torch.Tensor) -> float:
+        return t.square().sum(-1).mean().sqrt().item()
+
+    q_u, q_g = q(u.detach()), q(g)
+    return {
+        "k": q(su) / q(rho),
+        "r": q(g_r) * q_u / (q(rho) * q_g),
+        "r_skip": q(g_s) * q_u / (q(su) * q_g),
+        "r_d": q(g_r + g_s) * q_u / (q(rho + su) * q_g),
+        "forward_correlation": ((su * rho).sum(-1).mean() / (q(su) * q(rho))).item(),
+        "backward_correlation": ((g_s * g_r).sum(-1).mean() / (q(g_s) * q(g_r))).item(),
+    }
+
+
+def unit_sphere(n: int, d: int, gen: torch.Generator, device) -> torch.Tensor:
+    """n vectors uniform on the unit sphere of R^d (rows)."""
+    v = torch.randn(n, d, generator=gen, device=device, dtype=torch.float64)
+    return v / v.norm(dim=-1, keepdim=True)
+
+
+def _gaussian_matrix(m: int, n: int, gen: torch.Generator, device) -> torch.Tensor:
+    return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) / math.sqrt(n)
+
+
+def tanh_residual(beta: float, d: int, gen: torch.Generator, device) -> Layer:
+    """rho(v) = W_2 tanh(beta LO(W_1 v)): an SSD residual (Gaussian last layer) whose undiluted rate grows with beta."""
+    w1, w2 = _gaussian_matrix(d, d, gen, device), _gaussian_matrix(d, d, gen, device)
+    return lambda v: torch.tanh(beta * normalize(v @ w1.T, "lolayer")) @ w2.T
+
+
+def relu_residual(d: int, gen: torch.Generator, device) -> Layer:
+    """rho(v) = V relu(W v), Gaussian V, W: positively homogeneous, hence SSD (E.7)."""
+    w, v_ = _gaussian_matrix(d, d, gen, device), _gaussian_matrix(d, d, gen, device)
+    return lambda v: torch.relu(v @ w.T) @ v_.T
+
+
+def layer_tanh_residual(d: int, gen: torch.Generator, device) -> Layer:
+    """rho(v) = V tanh(LN(v)): starts with a normalization layer, so it discards ||v|| and is not SSD."""
+    v_ = _gaussian_matrix(d, d, gen, device)
+    return lambda v: torch.tanh(normalize(v, "layer")) @ v_.T
+
+
+def scaled(layer: Layer, alpha: float) -> Layer:
+    return lambda v: alpha * layer(v)
+
+
+def calibrate(residual: Layer, u: torch.Tensor, k: float) -> Layer:
+    """alpha * residual with alpha chosen so that the identity skip k-dilutes it w.r.t. the samples u."""
+    with torch.no_grad():
+        ratio = u.square().sum(-1).mean().sqrt() / residual(u).square().sum(-1).mean().sqrt()
+    return scaled(residual, (ratio / k).item())
+
+
+def dilution_of(residual: Layer, v: torch.Tensor) -> float:
+    """k of the identity skip against ``residual`` w.r.t. the samples v: Q||v|| / Q||rho(v)||."""
+    with torch.no_grad():
+        return (v.square().sum(-1).mean().sqrt() / residual(v).square().sum(-1).mean().sqrt()).item()
+
+
+def compose_identity_blocks(residuals: Sequence[Layer], u: torch.Tensor) -> dict[str, object]:
+    """Apply f_b(v) = v + rho_b(v) for b = B, ..., 1 (residuals[0] applied first) to u.
+
+    Returns the composite's measured dilution Q||u|| / Q||f(u) - u|| (S = product of identities) and
+    each block's dilution measured in situ, w.r.t. the block's actual input.
+    """
+    in_situ, v = [], u
+    with torch.no_grad():
+        for residual in residuals:
+            in_situ.append(dilution_of(residual, v))
+            v = v + residual(v)
+        composite = (u.square().sum(-1).mean().sqrt() / (v - u).square().sum(-1).mean().sqrt()).item()
+    return {"composite": composite, "in_situ": np.array(in_situ)}
+
+
+def normalized_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: int, device=None) -> float:
+    """Measured GSC_D rate of one unit [linear, norm, phi] fed with its mean-field stationary input.
+
+    Input x = phi(z'), z' a batch-standardized Gaussian (B, N); the unit is followed by the dot-product
+    error with Gaussian labels; the rate is GSC_D(unit input, 0) / GSC_D(unit output, 0).
+    """
+    configure_torch()
+    device = device or default_device()
+    gen = generator(seed, device)
+    f = activation(phi).torch
+    x = f(normalize(torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64), "batch"))
+    w = _gaussian_matrix(width, width, gen, device)
+    y = torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64)
+    values = gsc([lambda v: v @ w.T, lambda v: normalize(v, norm), f], x, y)
+    return float(values[3] / values[1])
+
+
+# --------------------------------------------------------------------------------------------
+# Table 3: ResNets whose blocks mimic dynamical systems (section B.1.2)
+
+DYNAMICAL_INITS = ("gaussian", "skew", "negative-gram", "correlated")
+
+
+def dynamical_weights(init: str, n_blocks: int, d: int, gen: torch.Generator, device) -> list[torch.Tensor]:
+    """Block weights of Table 3, each rescaled to unit qm norm (||W||_F = sqrt(d)).
+
+    (i) gaussian; (ii) skew-symmetric A - A^T; (iii) -C^T C; (iv) gaussian with correlation 0.5 between
+    successive blocks, W_{b+1} = 0.5 W_b + sqrt(0.75) N_b.
+    """
+    if init not in DYNAMICAL_INITS:
+        raise ValueError(f"unknown initialization {init!r}; choose from {DYNAMICAL_INITS}")
+    weights, previous = [], None
+    for _ in range(n_blocks):
+        a = _gaussian_matrix(d, d, gen, device)
+        if init == "skew":
+            a = a - a.T
+        elif init == "negative-gram":
+            a = -a.T @ a
+        elif init == "correlated" and previous is not None:
+            a = 0.5 * previous + math.sqrt(0.75) * a
+        previous = a
+        weights.append(a * math.sqrt(d) / a.norm())
+    return weights
+
+
+def simulate_dynamical_resnet(phi: str, norm: str, init: str, n_points: int, seed: int, n_blocks: int = 50, device=None) -> dict[str, np.ndarray]:
+    """One network of Table 3: a linear layer, ``n_blocks`` identity skips around [norm, phi, linear], a final norm.
+
+    Returns log10 GSC_D(L, 0) at the lowest (linear) layer and, per block from the input up, its in-situ
+    dilution k_b, its measured (diluted) GSC rate r_d and the undiluted rate r of its residual branch.
+    """
+    configure_torch()
+    device = device or default_device()
+    gen = generator(seed, device)
+    f = activation(phi).torch
+    x, y = gaussian_noise(n_points, gen, device)
+    d = x.shape[-1]
+    first = _gaussian_matrix(d, d, gen, device)
+    weights = dynamical_weights(init, n_blocks, d, gen, device)
+    residuals = [lambda v, w=w: f(normalize(v, norm)) @ w.T for w in weights]
+    h = (x @ (first * math.sqrt(d) / first.norm()).T).requires_grad_(True)
+    inputs, v = [], h
+    for residual in residuals:
+        inputs.append(v)
+        v = v + residual(v)
+    outputs = inputs[1:] + [v]
+    error = (normalize(v, norm) * y).sum(-1)
+    grad_h, *grads = torch.autograd.grad(error.sum(), [h, *outputs])
+    value = gsc_from_gradients([h], [grad_h], error)[0]
+    blocks = [block_statistics(lambda t: t, res, u.detach(), g) for res, u, g in zip(residuals, inputs, grads)]
+    return {
+        "log10_gsc": math.log10(value),
+        **{key: np.array([b[key] for b in blocks]) for key in ("k", "r_d", "r")},
+    }

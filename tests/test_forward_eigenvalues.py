@@ -1,0 +1,107 @@
+"""Forward eigenvalues at the BSB1 fixed point (bnsym.forward_eigenvalues, bnsym.alpha_transition).
+
+ACCEPTANCE: forward_eigenvalues agrees with central finite differences of the exact finite-B map (Laplace
+kernel for positive-homogeneous phi; common-random-number QMC for tanh) and with the layer-1 response of
+simulated wide networks, for relu, tanh, identity and relu^alpha at B from 4 to 64; alpha_transition(B) is
+bracketed to 1e-4 by the independent spherical route.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import bnsym
+from bnsym.forward_linear import (depth_scales, finite_difference_eigenvalues, simulated_decay, spherical_eigenvalues)
+from bnsym.sim import mean_and_se
+
+HOMOGENEOUS = ["relu", "identity", "relu^1.5", "leaky_relu(0.2)"]
+K_SE = 5  # tolerance in standard errors (QMC scramblings or independent networks)
+
+
+@pytest.mark.parametrize("batch", [4, 5, 8, 16, 64])
+@pytest.mark.parametrize("spec", HOMOGENEOUS)
+def test_acceptance_closed_form_matches_finite_differences(spec, batch):
+    lam = bnsym.forward_eigenvalues(spec, batch)
+    assert set(lam) == {"G", "L", "M"} and all(isinstance(v, float) for v in lam.values())
+    fd = finite_difference_eigenvalues(bnsym.parse_activation(spec), batch)
+    for key in lam:
+        assert abs(lam[key] - fd[key][0]) < 1e-7 + 5 * fd[key][1], key
+
+
+@pytest.mark.parametrize("batch", [4, 8, 64])
+@pytest.mark.parametrize("spec", ["relu", "identity", "relu^2", "relu^0.75"])
+def test_spherical_route_matches_closed_form(spec, batch):
+    closed = bnsym.forward_eigenvalues(spec, batch, method="closed_form")
+    spherical, error = spherical_eigenvalues(bnsym.parse_activation(spec), batch)
+    for key in closed:
+        assert abs(closed[key] - spherical[key]) < 1e-9 + 3 * error, key
+
+
+@pytest.mark.parametrize("batch", [4, 8, 64])
+def test_acceptance_tanh_matches_finite_differences(batch):
+    lam = bnsym.forward_eigenvalues("tanh", batch)
+    fd = finite_difference_eigenvalues(bnsym.parse_activation("tanh"), batch, n_points=2**11, n_replicates=12)
+    for key in ("L", "M"):
+        assert abs(lam[key] - fd[key][0]) < K_SE * fd[key][1], key
+    assert abs(fd["G"][0]) < K_SE * fd["G"][1]
+
+
+@pytest.mark.parametrize("spec, batch, key", [("relu", 4, "L"), ("tanh", 16, "M"), ("identity", 8, "L"), ("relu^1.5", 64, "M")])
+def test_acceptance_network_layer_one_response(spec, batch, key):
+    """d_1 = <G^1(+) - G^1(-), Lam>/(2 delta) is unbiased at finite width; its mean must be lambda (5 SE across networks)."""
+    lam = bnsym.forward_eigenvalues(spec, batch)[key]
+    delta = 0.1 * bnsym.fixed_point(spec, batch).mu
+    d = simulated_decay(bnsym.parse_activation(spec), batch, key, delta, width=256, n_networks=8, depth=1, seed=3)
+    mean, se = mean_and_se(d[:, 1])
+    assert np.allclose(d[:, 0], 1.0)
+    assert abs(mean - lam) < K_SE * se
+
+
+@pytest.mark.parametrize("batch", [5, 6, 8, 64])
+def test_alpha_transition_bracketed_by_spherical_route(batch):
+    alpha = bnsym.alpha_transition(batch)
+    assert isinstance(alpha, float) and alpha > 1
+    below, _ = spherical_eigenvalues(bnsym.parse_activation(f"relu^{alpha - 1e-4!r}"), batch)
+    above, _ = spherical_eigenvalues(bnsym.parse_activation(f"relu^{alpha + 1e-4!r}"), batch)
+    assert below["L"] < 1 < above["L"] and above["M"] < 1
+
+
+def test_no_transition_at_batch_size_four():
+    assert bnsym.alpha_transition(4) is None
+
+
+def test_default_and_explicit_methods():
+    assert bnsym.forward_eigenvalues("relu", 8) == bnsym.forward_eigenvalues("relu", 8, method="closed_form")
+    spherical = bnsym.forward_eigenvalues("relu", 8, method="spherical")
+    assert spherical["G"] == 0.0 and abs(spherical["L"] - bnsym.forward_eigenvalues("relu", 8)["L"]) < 1e-9
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"phi": "relu", "B": 3}, "below 4"),
+    ({"phi": "relu", "B": 8.5}, "whole number"),
+    ({"phi": "swish", "B": 8}, "unknown activation"),
+    ({"phi": "relu", "B": 8, "eps": -1.0}, "eps"),
+    ({"phi": "relu", "B": 8, "eps": 0.1}, "eps = 0"),
+    ({"phi": "relu", "B": 8, "method": "fourier"}, "unknown method"),
+    ({"phi": "relu", "B": 8, "method": "gegenbauer", "tol": -1.0}, "tol must be a positive"),
+    ({"phi": "tanh", "B": 8, "method": "closed_form"}, "positive-homogeneous"),
+])
+def test_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        bnsym.forward_eigenvalues(**kwargs)
+
+
+@pytest.mark.parametrize("batch, match", [(3, "below 4"), (7.5, "whole number"), (True, "whole number")])
+def test_alpha_transition_bad_input(batch, match):
+    with pytest.raises(ValueError, match=match):
+        bnsym.alpha_transition(batch)
+
+
+def test_depth_scales_are_json_safe():
+    scales = depth_scales({"G": 0.0, "L": 1.2, "M": np.exp(-0.5), "N": -np.exp(-2.0)})
+    assert scales["G"] == 0.0 and scales["L"] is None
+    assert scales["M"] == pytest.approx(2.0) and scales["N"] == pytest.approx(0.5)
+    json.dumps(scales, allow_nan=False)
