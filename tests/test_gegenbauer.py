@@ -75,6 +75,8 @@ def test_numeric_coefficients_of_a_polynomial_are_exact(batch):
     np.testing.assert_allclose(geg.coefficients(parse_activation("cubic"), batch, 6), exact, atol=1e-12)
 
 
+# quad asks for epsrel 1e-13 and warns that roundoff stops it short of that; it still reaches the 1e-10 asserted here
+@pytest.mark.filterwarnings("ignore::scipy.integrate.IntegrationWarning")
 @pytest.mark.parametrize("spec", ["relu", "tanh", "relu^1.5"])
 @pytest.mark.parametrize("batch", (5, 16))
 def test_numeric_coefficients_match_adaptive_quadrature(spec, batch):
