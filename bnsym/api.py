@@ -196,7 +196,8 @@ def forward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, method:
                          "and lambda_G is no longer 0 (not covered yet)")
     if method == "gegenbauer":
         _check_gegenbauer(eps, tol)
-        return forward_eigenvalues_gegenbauer(phi, batch_size, tol)[0]
+        lam, _ = forward_eigenvalues_gegenbauer(phi, batch_size, tol)
+        return {"G": 0.0, "L": lam["L"], "M": lam["M"]}
     if method is None:
         method = "closed_form" if phi.is_homogeneous and phi.degree > 0.5 else "spherical"
     if method == "closed_form":

@@ -21,17 +21,17 @@ Routes implemented here (each derived in SymPy below, evaluated numerically):
 from __future__ import annotations
 
 from functools import cache
-from itertools import product
 
 import numpy as np
 import sympy as sp
 
 from .activations import Activation
 from .derivation import Derivation
-from .forward import FixedPoint, derive_bsb1_constant, fixed_point_laplace, fixed_point_spherical
+from .forward import default_fixed_point, derive_bsb1_constant
 from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
 from .laplace import B, alpha
 from .sphere import expect_pair_with_error
+from .ultrasymmetric import CLASSES, class_indices, projected_eigenvalue_errors, projected_eigenvalues
 
 J1, Jr, Jpr = sp.symbols("J_phi(1) J_phi(rho) J'_phi(rho)", real=True)
 MAX_TRAINABLE_DEPTH_FACTOR = 16  # the paper's prediction of the deepest trainable network: 16 xi (Sec. 4, Fig 3)
@@ -219,10 +219,6 @@ def rate_closed_form(phi: Activation, batch_size: np.ndarray) -> np.ndarray:
                                  phi_kernel_derivative(phi, rho))
 
 
-def _fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
-    return fixed_point_laplace(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
-
-
 def check_finite_rate(phi: Activation) -> None:
     """A positive-homogeneous phi of degree alpha <= 1/2 has E[phi'(x)^2] = infinity: no finite rate."""
     if phi.is_homogeneous and not phi.degree > 0.5:
@@ -238,42 +234,13 @@ def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> tuple[float
         d1, d2 = dphi(x1), dphi(x2)
         return (batch_size - 1 - x1 * x1) * d1 * d1 + (1 + x1 * x2) * d1 * d2
 
-    point = _fixed_point(phi, batch_size)
+    point = default_fixed_point(phi, batch_size)
     value, error = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
     scale = point.mu * (batch_size - 3)
     return value / scale, (error + abs(value) * point.error / point.mu) / scale
 
 
 # ------------------------------------------------------------------- the whole backward operator, any phi
-
-# the 11 classes of an ultrasymmetric operator T_{ij|kl} (Thm E.61), as index tuples (i, j, k, l)
-CLASSES = {
-    "11|11": (1, 1, 1, 1), "11|12": (1, 1, 1, 2), "11|22": (1, 1, 2, 2), "11|23": (1, 1, 2, 3),
-    "12|11": (1, 2, 1, 1), "12|12": (1, 2, 1, 2), "12|21": (1, 2, 2, 1), "12|13": (1, 2, 1, 3),
-    "12|23": (1, 2, 2, 3), "12|33": (1, 2, 3, 3), "12|34": (1, 2, 3, 4),
-}
-
-
-def class_of(i: int, j: int, k: int, l: int) -> str:
-    """The class of the entry T_{ij|kl}: its pattern of equal indices, up to (i, j, k, l) -> (j, i, l, k)."""
-    def pattern(indices):
-        first: dict[int, int] = {}
-        return tuple(first.setdefault(x, len(first) + 1) for x in indices)
-    canonical = {v: name for name, v in CLASSES.items()}
-    return canonical.get(pattern((i, j, k, l))) or canonical[pattern((j, i, l, k))]
-
-
-def eigenvalues_from_classes(t: dict[str, float], batch_size: float) -> dict[str, float]:
-    """lambda_G, lambda_L, lambda_M of G^{x2} T G^{x2} from the 11 class values (Thm 3.6 / E.62, catalogue R1)."""
-    b = batch_size
-    g = ((b - 1) / b * (t["11|11"] - 2 * t["11|12"] - 2 * t["12|11"]) + (b - 1) ** 2 / b * t["11|22"]
-         - (b - 1) * (b - 2) / b * (t["11|23"] + t["12|33"]) + (t["12|12"] + t["12|21"]) / b
-         + 2 * (b - 2) / b * (t["12|13"] + t["12|23"]) + (b - 2) * (b - 3) / b * t["12|34"])
-    l_ = ((b - 2) / b * (t["11|11"] - 2 * t["11|12"] - t["11|22"] + 2 * t["11|23"] - 2 * t["12|11"] + 2 * t["12|33"])
-          + 2 / b * (t["12|12"] + t["12|21"]) + 2 * (b - 4) / b * (t["12|13"] + t["12|23"]) - 4 * (b - 3) / b * t["12|34"])
-    m = t["12|12"] + t["12|21"] - 2 * t["12|13"] - 2 * t["12|23"] + 2 * t["12|34"]
-    return {"G": g, "L": l_, "M": m}
-
 
 s_, t_ = sp.symbols("s t", real=True)
 
@@ -286,7 +253,7 @@ def derive_class_integrand(name: str) -> sp.Expr:
     output are exchangeable with sum S_1 = -(s + t) and sum of squares S_2 = B - s^2 - t^2, so
     E[x_i] = S_1/m, E[x_i^2] = S_2/m and E[x_i x_j] = (S_1^2 - S_2)/(m(m-1)) for i != j outside {k, l}.
     """
-    i, j, k, l = CLASSES[name]
+    i, j, k, l = class_indices(name)
     x = {a: sp.Symbol(f"x{a}") for a in range(1, 5)}
 
     def p(a, b):
@@ -316,7 +283,7 @@ def derive_class_integrand(name: str) -> sp.Expr:
 
 @cache
 def _class_integrands():
-    return {name: (CLASSES[name][2] == CLASSES[name][3],
+    return {name: (class_indices(name)[2] == class_indices(name)[3],
                    sp.lambdify((s_, t_, B), derive_class_integrand(name), modules="numpy", cse=True)) for name in CLASSES}
 
 
@@ -329,7 +296,7 @@ def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dic
     """
     check_finite_rate(phi)
     dphi = phi.numpy_derivative
-    point = _fixed_point(phi, batch_size)
+    point = default_fixed_point(phi, batch_size)
     factor = batch_size / (point.mu * (batch_size - 3))
     values, errors = {}, {}
     for name, (diagonal, f) in _class_integrands().items():
@@ -348,9 +315,7 @@ def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dic
 def operator_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:
     """(lambda_G, lambda_L, lambda_M) of the backward operator at Sigma*, any phi, with error bounds."""
     values, errors = operator_classes(phi, batch_size, n)
-    eigen = eigenvalues_from_classes(values, batch_size)
-    bound = eigenvalues_from_classes({k: abs(v) for k, v in errors.items()}, batch_size)
-    return {k: float(v) for k, v in eigen.items()}, {k: float(abs(v)) for k, v in bound.items()}
+    return projected_eigenvalues(values, batch_size), projected_eigenvalue_errors(errors, batch_size)
 
 
 def depth_scale(rate: np.ndarray) -> np.ndarray:
@@ -362,4 +327,4 @@ def depth_scale(rate: np.ndarray) -> np.ndarray:
 
 def weight_gradient_ratio(phi: Activation, batch_size: int) -> float:
     """E||dL/dW^l||_F^2 / (N E||delta^l||^2) = mu* (App. L): <Pi, Sigma*> = mu* tr Pi for Pi with zero row sums."""
-    return _fixed_point(phi, batch_size).mu
+    return default_fixed_point(phi, batch_size).mu

@@ -128,6 +128,11 @@ def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n:
     return FixedPoint(q=q, c=qc / q, batch_size=batch_size, eps=eps, method="spherical", error=error)
 
 
+def default_fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
+    """Sigma* at eps = 0 by the most accurate route: closed form (Laplace) for positive-homogeneous phi, else spherical."""
+    return fixed_point_laplace(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
+
+
 def derive_bsb1_constant() -> Derivation:
     """K_{alpha,B} = c_alpha ((B-1)/B)^alpha times the Laplace factor of :func:`derive_bsb1_scale`.
 

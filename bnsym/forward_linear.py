@@ -8,13 +8,15 @@ lambda_G = 0 because V_{B_phi} is scale invariant (eps = 0). Two routes to lambd
   Laplace integral (eq. (11)) at Sigma^G = mu* G; :func:`derive_homogeneous_eigenvalues`;
 * spherical (any phi; Lemma F.18, Sec. F.3.1): for Lam in H^G with tr Lam = 0,
       dV{Lam} = (B-1)/(2 B mu*) E[phi(x) phi(x)^T (x^T Lam x)],   x uniform on the BN sphere,
-  an ultrasymmetric operator with classes T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d]. Each class is a 2-D
-  integral over (x_1, x_2) once the other coordinates are integrated out in closed form
-  (:func:`sphere_classes`).
+  an ultrasymmetric operator with classes T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d]. Since sum_c x_c = 0 and
+  |x|^2 = B, the 11 classes are combinations of five moments of two coordinates
+  (:func:`derive_class_reduction`); the spherical route integrates those exactly (:func:`sphere_moments`),
+  the Gegenbauer route (:mod:`bnsym.gegenbauer`) sums them as series.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Mapping
 
@@ -27,13 +29,13 @@ from scipy.stats import qmc
 
 from .activations import Activation
 from .derivation import Derivation
-from .forward import FixedPoint, fixed_point_laplace, fixed_point_spherical
+from .forward import default_fixed_point
 from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c, c_alpha_symbolic,
                       phi_kernel, phi_kernel_derivative)
 from .laplace import bn_kernel_laplace, centring
 from .sim import inputs_with_gram, simulate_forward
 from .sphere import expect_pair_with_error
-from .ultrasymmetric import CLASSES, B, derive_eigenvalues, dos_classes, eigen_directions, projected_eigenvalues
+from .ultrasymmetric import CLASSES, B, T, derive_eigenvalues, dos_classes, eigen_directions, projected_eigenvalues
 
 alpha, s, mu, t, ell, u = sp.symbols("alpha s mu t ell u", positive=True)
 J1, Jr, dJr = sp.symbols("J_phi(1) J_phi(rho) J_phi'(rho)")
@@ -174,58 +176,120 @@ def relu_power_eigenvalues(alpha_values: np.ndarray, batch_size: int) -> tuple[n
     return np.asarray(lam_l, dtype=float), np.asarray(lam_m, dtype=float)
 
 
-def _conditional_moment(c_label: int, d_label: int, x1: np.ndarray, x2: np.ndarray, batch_size: int) -> np.ndarray:
-    """E[x_c x_d | x_1, x_2] for BN coordinates; labels >= 3 are the other B - 2 coordinates.
+S0, S2, P00, P20, P11 = sp.symbols("E[phi_1^2] E[phi_1^2*x_1^2] E[phi_1*phi_2] E[phi_1*phi_2*x_1^2] E[phi_1*phi_2*x_1*x_2]")
 
-    Given (x_1, x_2) the others are uniform on the sphere with sum S = -(x_1 + x_2) and sum of squares
-    Q = B - x_1^2 - x_2^2, exchangeable: E x_k = S/m, E x_k^2 = Q/m, E x_k x_l = (S^2 - Q)/(m(m-1)), m = B - 2.
+
+def derive_class_reduction() -> Derivation:
+    """The 11 classes of T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d] from one- and two-coordinate moments.
+
+    The BN output satisfies sum_c x_c = 0 and |x|^2 = B, and its coordinates are exchangeable; multiplying
+    these constraints by phi_1^2, phi_1^2 x_1, phi_1 phi_2 or phi_1 phi_2 x_1 and taking expectations gives one
+    linear equation per class that involves a third coordinate.
     """
-    m = batch_size - 2
-    total, squares = -(x1 + x2), batch_size - x1 * x1 - x2 * x2
-    explicit = {1: x1, 2: x2}
-    if c_label in explicit and d_label in explicit:
-        return explicit[c_label] * explicit[d_label]
-    if c_label in explicit or d_label in explicit:
-        return explicit.get(c_label, explicit.get(d_label)) * total / m
-    if c_label == d_label:
-        return squares / m
-    return (total * total - squares) / (m * (m - 1))
+    d = Derivation("Moments of the batch-norm output that reach beyond two coordinates")
+    known = {T["11|11"]: S2, T["12|11"]: P20, T["12|12"]: P11, T["12|21"]: P11}
+    d.step("By definition (and $x_1 x_2 = x_2 x_1$)", sp.Eq(sp.Matrix([T["11|11"], T["12|11"], T["12|12"], T["12|21"]]),
+                                                         sp.Matrix([S2, P20, P11, P11]), evaluate=False))
+    equations = [
+        ("$E[\\phi_1^2 x_1 \\sum_c x_c] = 0$", sp.Eq(S2 + (B - 1) * T["11|12"], 0)),
+        ("$E[\\phi_1^2 |x|^2] = B\\,E[\\phi_1^2]$", sp.Eq(S2 + (B - 1) * T["11|22"], B * S0)),
+        ("$E[\\phi_1^2 (\\sum_c x_c)^2] = 0$", sp.Eq(B * S0 + 2 * (B - 1) * T["11|12"] + (B - 1) * (B - 2) * T["11|23"], 0)),
+        ("$E[\\phi_1\\phi_2 x_1 \\sum_c x_c] = 0$", sp.Eq(P20 + P11 + (B - 2) * T["12|13"], 0)),
+        ("$E[\\phi_1\\phi_2 |x|^2] = B\\,E[\\phi_1\\phi_2]$", sp.Eq(2 * P20 + (B - 2) * T["12|33"], B * P00)),
+        ("$E[\\phi_1\\phi_2 (\\sum_c x_c)^2] = 0$",
+         sp.Eq(B * P00 + 2 * P11 + 2 * (B - 2) * (T["12|13"] + T["12|23"]) + (B - 2) * (B - 3) * T["12|34"], 0)),
+        ("exchanging coordinates 1 and 2", sp.Eq(T["12|23"], T["12|13"])),
+    ]
+    for text, equation in equations:
+        d.step(text + ":", equation)
+    unknowns = [T[name] for name in ("11|12", "11|22", "11|23", "12|13", "12|23", "12|33", "12|34")]
+    solution = sp.solve([eq for _, eq in equations], unknowns, dict=True)[0]
+    solution.update(known)
+    d.result = {name: sp.factor(solution[T[name]]) for name in CLASSES}
+    d.step("Solving:", sp.Eq(sp.Matrix([T[name] for name in CLASSES]), sp.Matrix([d.result[name] for name in CLASSES]),
+                             evaluate=False))
+    return d
 
 
-def sphere_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], float]:
-    """The 11 classes T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d] on the BN sphere, and a quadrature error estimate."""
-    values, error = {}, 0.0
-    for name in CLASSES:
-        a, b_, c_, d_ = (int(ch) for ch in name.replace("|", ""))
+@dataclass(frozen=True)
+class ForwardMoments:
+    """The five moments of two BN coordinates that fix the forward Jacobian at the BSB1 point (R7 with
+    :func:`derive_class_reduction`): s0 = E[phi_1^2], s2 = E[phi_1^2 x_1^2], p00 = E[phi_1 phi_2],
+    p20 = E[phi_1 x_1^2 phi_2], p11 = E[phi_1 x_1 phi_2 x_2]. ``errors`` bounds each (same order)."""
 
-        def integrand(x1, x2, a=a, b_=b_, c_=c_, d_=d_):
-            phis = {1: phi.numpy(x1), 2: phi.numpy(x2)}
-            return phis[a] * phis[b_] * _conditional_moment(c_, d_, x1, x2, batch_size)
+    s0: float
+    s2: float
+    p00: float
+    p20: float
+    p11: float
+    errors: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
 
-        values[name], err = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
-        error = max(error, err)
-    return values, error
+    @property
+    def vector(self) -> np.ndarray:
+        return np.array([self.s0, self.s2, self.p00, self.p20, self.p11])
+
+    @property
+    def mu(self) -> float:
+        """mu* = q* (1 - c*) = E[phi_1^2] - E[phi_1 phi_2]."""
+        return self.s0 - self.p00
+
+
+@cache
+def _class_reduction() -> dict[str, sp.Expr]:
+    return derive_class_reduction().result
+
+
+@cache
+def moment_weights(batch_size: int) -> dict[str, np.ndarray]:
+    """lambda_X mu* = sum_k w_Xk m_k (+ the tr(Lam) term for G) for m = (s0, s2, p00, p20, p11): R7 is linear in
+    the moments, so the weights are the images of the unit moment vectors under (B-1)/(2B) x (projected
+    ultrasymmetric eigenvalue, Thm E.62)."""
+    from .ultrasymmetric import projected_eigenvalues
+
+    symbols = (S0, S2, P00, P20, P11)
+    weights = {"G": np.zeros(5), "L": np.zeros(5), "M": np.zeros(5)}
+    for k, unit in enumerate(symbols):
+        values = {sym: float(sym == unit) for sym in symbols}
+        classes = {name: float(expr.subs(B, batch_size).subs(values)) for name, expr in _class_reduction().items()}
+        eigen = projected_eigenvalues(classes, batch_size)
+        for key in weights:
+            weights[key][k] = (batch_size - 1) * eigen[key] / (2 * batch_size)
+    return weights
+
+
+def forward_eigenvalues_from_moments(moments: ForwardMoments, batch_size: int) -> tuple[dict[str, float], dict[str, float]]:
+    """lambda_G, lambda_L, lambda_M = (B-1)/(2 B mu*) x (projected eigenvalues of T) (R7), and error bounds.
+
+    lambda_G carries the extra term -(B-1)/2 of tr(Lam) Sigma*; theory says it is 0, so its computed value
+    checks the moments. Errors: sum_k |w_Xk| err_k / mu* plus the effect of the error of mu* = s0 - p00.
+    """
+    m, err = moments.vector, np.abs(np.array(moments.errors))
+    mu, mu_err = moments.mu, err[0] + err[2]
+    values, errors = {}, {}
+    for key, w in moment_weights(batch_size).items():
+        scaled = float(w @ m) / mu
+        values[key] = scaled - (batch_size - 1) / 2 if key == "G" else scaled
+        errors[key] = float(np.abs(w) @ err) / mu + abs(scaled) * mu_err / mu
+    return values, errors
+
+
+def sphere_moments(phi: Activation, batch_size: int, n: int = 64) -> ForwardMoments:
+    """The five moments of :class:`ForwardMoments` by the exact pair quadrature on the BN sphere (any phi)."""
+    f = phi.numpy
+    integrands = (lambda u, v: f(u) ** 2, lambda u, v: (f(u) * u) ** 2, lambda u, v: f(u) * f(v),
+                  lambda u, v: f(u) * u * u * f(v), lambda u, v: f(u) * u * f(v) * v)
+    values, errors = zip(*(expect_pair_with_error(g, batch_size, phi.kinks, n) for g in integrands))
+    return ForwardMoments(*values, errors=tuple(errors))
 
 
 def spherical_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], float]:
-    """lambda_G, lambda_L, lambda_M of G J G by spherical integration (any phi, eps = 0), and an error estimate.
+    """lambda_G, lambda_L, lambda_M of G J G by spherical integration (any phi, eps = 0), and an error bound.
 
-    lambda_X = (B-1)/(2 B mu*) lambda_X(T) for X in {L, M}; lambda_G = (B-1)/(2 B mu*) lambda_G(T) - (B-1)/2
-    (the tr(Lam) Sigma* term), which the theory says is 0: returned as computed, a check of the quadrature.
+    The 11 classes reduce to five pair moments (:func:`derive_class_reduction`), each an exact 2-D quadrature.
+    lambda_G is returned as computed (theory: 0), a check of the quadrature.
     """
-    classes, class_error = sphere_classes(phi, batch_size, n)
-    point = fixed_point_spherical(phi, batch_size)
-    factor = (batch_size - 1) / (2 * batch_size * point.mu)
-    raw = projected_eigenvalues(classes, batch_size)
-    lam = {"G": factor * raw["G"] - (batch_size - 1) / 2, "L": factor * raw["L"], "M": factor * raw["M"]}
-    # each projected eigenvalue sums at most ~2 B^2 class values with weights O(1)
-    error = factor * (2 * batch_size**2 * class_error + point.error * max(abs(v) for v in raw.values()) / point.mu)
-    return lam, float(error)
-
-
-def _fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
-    """Sigma*: closed form for positive-homogeneous phi, spherical quadrature otherwise."""
-    return fixed_point_laplace(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
+    values, errors = forward_eigenvalues_from_moments(sphere_moments(phi, batch_size, n), batch_size)
+    return values, max(errors.values())
 
 
 def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float = 1e-4, n_points: int = 2**14,
@@ -237,7 +301,7 @@ def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float 
     Cholesky factor L (smooth in Sigma) and the same scrambled points at +h and -h; error = standard error
     of the difference quotient over independent scramblings.
     """
-    sigma = _fixed_point(phi, batch_size).matrix
+    sigma = default_fixed_point(phi, batch_size).matrix
     directions = eigen_directions(batch_size)
     results = {}
     for key, lam in directions.items():
@@ -283,7 +347,7 @@ def simulated_decay(phi: Activation, batch_size: int, direction: str, delta: flo
     orders in delta cancel. In the mean field limit d_l = lambda^l. Layer 1 has no finite-width bias
     (its pre-activations are exactly Gaussian given the input Gram).
     """
-    sigma = _fixed_point(phi, batch_size).matrix
+    sigma = default_fixed_point(phi, batch_size).matrix
     lam = eigen_directions(batch_size)[direction]
     base = inputs_with_gram(np.eye(batch_size), width, n_networks, seed=seed)
     grams = []

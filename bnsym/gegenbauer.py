@@ -28,7 +28,6 @@ are summed to l = L and the tails added with c_l = 1; the error is the tail time
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import sympy as sp
@@ -36,6 +35,7 @@ from scipy.special import roots_legendre
 
 from .activations import Activation
 from .derivation import Derivation
+from .forward_linear import ForwardMoments, moment_weights, forward_eigenvalues_from_moments
 from .quadrature import gauss_jacobi
 
 B, t, rho = sp.symbols("B t rho", real=True)
@@ -389,44 +389,6 @@ def gradient_rate_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8
 
 # --- forward eigenvalues in the Gegenbauer basis (Thms F.22, F.24) -----------------------------------------
 
-S0, S2, P00, P20, P11 = sp.symbols("E[phi_1^2] E[phi_1^2*x_1^2] E[phi_1*phi_2] E[phi_1*phi_2*x_1^2] E[phi_1*phi_2*x_1*x_2]")
-
-
-def derive_class_reduction() -> Derivation:
-    """The 11 classes of T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d] from one- and two-coordinate moments.
-
-    The BN output satisfies sum_c x_c = 0 and |x|^2 = B, and its coordinates are exchangeable; multiplying
-    these constraints by phi_1^2, phi_1^2 x_1, phi_1 phi_2 or phi_1 phi_2 x_1 and taking expectations gives one
-    linear equation per class that involves a third coordinate.
-    """
-    from .ultrasymmetric import CLASSES
-
-    d = Derivation("Moments of the batch-norm output that reach beyond two coordinates")
-    T = {name: sp.Symbol(f"T_{{{name}}}") for name in CLASSES}
-    known = {T["11|11"]: S2, T["12|11"]: P20, T["12|12"]: P11, T["12|21"]: P11}
-    d.step("By definition (and $x_1 x_2 = x_2 x_1$)", sp.Eq(sp.Matrix([T["11|11"], T["12|11"], T["12|12"], T["12|21"]]),
-                                                         sp.Matrix([S2, P20, P11, P11]), evaluate=False))
-    equations = [
-        ("$E[\\phi_1^2 x_1 \\sum_c x_c] = 0$", sp.Eq(S2 + (B - 1) * T["11|12"], 0)),
-        ("$E[\\phi_1^2 |x|^2] = B\\,E[\\phi_1^2]$", sp.Eq(S2 + (B - 1) * T["11|22"], B * S0)),
-        ("$E[\\phi_1^2 (\\sum_c x_c)^2] = 0$", sp.Eq(B * S0 + 2 * (B - 1) * T["11|12"] + (B - 1) * (B - 2) * T["11|23"], 0)),
-        ("$E[\\phi_1\\phi_2 x_1 \\sum_c x_c] = 0$", sp.Eq(P20 + P11 + (B - 2) * T["12|13"], 0)),
-        ("$E[\\phi_1\\phi_2 |x|^2] = B\\,E[\\phi_1\\phi_2]$", sp.Eq(2 * P20 + (B - 2) * T["12|33"], B * P00)),
-        ("$E[\\phi_1\\phi_2 (\\sum_c x_c)^2] = 0$",
-         sp.Eq(B * P00 + 2 * P11 + 2 * (B - 2) * (T["12|13"] + T["12|23"]) + (B - 2) * (B - 3) * T["12|34"], 0)),
-        ("exchanging coordinates 1 and 2", sp.Eq(T["12|23"], T["12|13"])),
-    ]
-    for text, equation in equations:
-        d.step(text + ":", equation)
-    unknowns = [T[name] for name in ("11|12", "11|22", "11|23", "12|13", "12|23", "12|33", "12|34")]
-    solution = sp.solve([eq for _, eq in equations], unknowns, dict=True)[0]
-    solution.update(known)
-    d.result = {name: sp.factor(solution[T[name]]) for name in CLASSES}
-    d.step("Solving:", sp.Eq(sp.Matrix([T[name] for name in CLASSES]), sp.Matrix([d.result[name] for name in CLASSES]),
-                             evaluate=False))
-    return d
-
-
 def jacobi_matrix(size: int, batch_size: int) -> np.ndarray:
     """E[x psi_l(x) psi_m(x)], l, m < size: multiplication by x in the psi basis (symmetric, tridiagonal).
 
@@ -437,19 +399,6 @@ def jacobi_matrix(size: int, batch_size: int) -> np.ndarray:
     r = np.sqrt((l + 2 * lam_) * (l + lam_) / ((l + 1) * (l + 1 + lam_)))
     off = np.sqrt(batch_size - 1) * (l + 1) * r / (2 * (l + lam_))
     return np.diag(off, 1) + np.diag(off, -1)
-
-
-@dataclass(frozen=True)
-class ForwardMoments:
-    """The one- and two-coordinate moments that fix the forward Jacobian at the BSB1 point (R7 with
-    :func:`derive_class_reduction`): s0 = E[phi_1^2], s2 = E[phi_1^2 x_1^2] (exact, by quadrature) and the
-    series p00 = sum a_l a_m D_lm, p20 = a^T J^2 D a, p11 = a^T J D J a with D = diag(C^_l(-1/(B-1)))."""
-
-    s0: float
-    s2: float
-    p00: float
-    p20: float
-    p11: float
 
 
 def pair_moments(a: np.ndarray, batch_size: int) -> tuple[float, float, float]:
@@ -463,35 +412,6 @@ def pair_moments(a: np.ndarray, batch_size: int) -> tuple[float, float, float]:
     c_hat = normalized_gegenbauer(padded.size - 1, batch_size, -1.0 / (batch_size - 1))
     ja = jac @ padded
     return float(padded @ (c_hat * padded)), float((jac @ ja) @ (c_hat * padded)), float(ja @ (c_hat * ja))
-
-
-@cache
-def _class_reduction() -> dict[str, sp.Expr]:
-    return derive_class_reduction().result
-
-
-@cache
-def _moment_weights(batch_size: int) -> dict[str, np.ndarray]:
-    """lambda_X mu* = sum_k w_Xk m_k for m = (s0, s2, p00, p20, p11): R7 is linear in the moments, so the weights
-    are the images of the unit moment vectors under (B-1)/(2B) x (projected ultrasymmetric eigenvalue, Thm E.62)."""
-    from .ultrasymmetric import projected_eigenvalues
-
-    symbols = (S0, S2, P00, P20, P11)
-    weights = {"L": np.zeros(5), "M": np.zeros(5)}
-    for k, unit in enumerate(symbols):
-        values = {sym: float(sym == unit) for sym in symbols}
-        classes = {name: float(expr.subs(B, batch_size).subs(values)) for name, expr in _class_reduction().items()}
-        eigen = projected_eigenvalues(classes, batch_size)
-        for key in weights:
-            weights[key][k] = (batch_size - 1) * eigen[key] / (2 * batch_size)
-    return weights
-
-
-def forward_eigenvalues_from_moments(moments: ForwardMoments, batch_size: int) -> dict[str, float]:
-    """lambda_G = 0 and lambda_L, lambda_M = (B-1)/(2 B mu*) x (projected eigenvalues of T), R7, mu* = s0 - p00."""
-    m = np.array([moments.s0, moments.s2, moments.p00, moments.p20, moments.p11])
-    mu = moments.s0 - moments.p00
-    return {"G": 0.0, **{key: float(w @ m) / mu for key, w in _moment_weights(batch_size).items()}}
 
 
 def forward_quadratic_forms(terms: int, batch_size: int) -> dict[str, np.ndarray]:
@@ -509,22 +429,23 @@ def forward_quadratic_forms(terms: int, batch_size: int) -> dict[str, np.ndarray
     j2 = jac @ jac
     forms = (np.eye(size), j2, d, (j2 @ d + d @ j2) / 2, jac @ d @ jac)
     keep = slice(0, terms + 1)
-    result = {key: sum(wk * form for wk, form in zip(w, forms))[keep, keep] for key, w in _moment_weights(batch_size).items()}
+    result = {key: sum(wk * form for wk, form in zip(w, forms))[keep, keep]
+              for key, w in moment_weights(batch_size).items() if key != "G"}
     result["C"] = (np.eye(size) - d)[keep, keep]
     return result
 
 
 def forward_eigenvalues_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8,
                                    max_terms: int = 2048) -> tuple[dict[str, float], float]:
-    """lambda_L, lambda_M from the Gegenbauer series (Thms F.22, F.24, coefficients derived here) and an error
-    estimate: the change when the degree doubles (from 16 until it is below ``tol``)."""
+    """lambda_G (computed; theory: 0), lambda_L, lambda_M from the Gegenbauer series (Thms F.22, F.24, coefficients
+    derived here) and an error estimate: the change when the degree doubles (from 16 until it is below ``tol``)."""
     previous, terms = None, 16
     while True:
         a = coefficients(phi, batch_size, terms)
         x, w = one_coordinate_rule(batch_size, phi.kinks, 2 * terms + 64)
         f2 = phi.numpy(x) ** 2
         moments = ForwardMoments(float(w @ f2), float(w @ (f2 * x**2)), *pair_moments(a, batch_size))
-        current = forward_eigenvalues_from_moments(moments, batch_size)
+        current, _ = forward_eigenvalues_from_moments(moments, batch_size)
         if previous is not None:
             change = max(abs(current[k] - previous[k]) for k in ("L", "M"))
             if change <= tol:

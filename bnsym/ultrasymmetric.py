@@ -206,6 +206,25 @@ def projected_eigenvalues(values: Mapping[str, float], batch_size: float) -> dic
     return {key: float(f(*args)) for key, f in _projected_kernel().items()}
 
 
+@cache
+def _coefficient_kernel():
+    """|d lambda_X / d T_c| as functions of B: the projected eigenvalues are linear in the classes."""
+    formulas = projected_eigenvalue_formulas()
+    return {key: [sp.lambdify(B, sp.Abs(sp.diff(formulas[key], T[name])), modules="numpy") for name in CLASSES]
+            for key in formulas}
+
+
+def projected_eigenvalue_errors(errors: Mapping[str, float], batch_size: float) -> dict[str, float]:
+    """A bound on the error of :func:`projected_eigenvalues` from bounds on the class errors: sum_c |d lambda/d T_c| err_c."""
+    return {key: float(sum(f(batch_size) * abs(errors[name]) for f, name in zip(coefficients, CLASSES)))
+            for key, coefficients in _coefficient_kernel().items()}
+
+
+def class_indices(name: str) -> tuple[int, int, int, int]:
+    """The representative index tuple (i, j, k, l) of a class name such as "12|34"."""
+    return tuple(int(ch) for ch in name.replace("|", ""))
+
+
 def dos_classes(u: sp.Expr, v: sp.Expr, w: sp.Expr) -> dict[str, sp.Expr]:
     """DOS_B(u, v, w) (Defn E.64): T{S}_ii = u S_ii, T{S}_ij = w S_ij + v (S_ii + S_jj), as class values.
 

@@ -14,18 +14,16 @@ import sympy as sp
 import bnsym
 from bnsym.activations import parse_activation
 from bnsym.backward import (
-    CLASSES,
-    class_of,
     derive_bn_jacobian,
     derive_homogeneous_rate,
     derive_linear_rate,
     derive_relu_rate,
-    eigenvalues_from_classes,
     operator_eigenvalues,
     rate_spherical,
     weight_gradient_ratio,
 )
 from bnsym.laplace import B
+from bnsym.ultrasymmetric import CLASSES, pattern_class, projected_eigenvalues
 from conftest import centring, homogeneous, sphere_fixed_point, sphere_pair, sphere_single
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 64, 256, 1024]
@@ -109,7 +107,7 @@ def _ultrasymmetric_operator(batch: int, classes: dict[str, float]) -> np.ndarra
         for j in idx:
             for k in idx:
                 for l_ in idx:
-                    t[i, j, k, l_] = classes[class_of(i, j, k, l_)]
+                    t[i, j, k, l_] = classes[pattern_class(i, j, k, l_)]
     return t.reshape(batch * batch, batch * batch)
 
 
@@ -126,7 +124,7 @@ def test_class_formulas_by_exact_linear_algebra(batch):
     lam_m = np.zeros((batch, batch))
     for (i, j), sign in {(0, 1): 1, (2, 3): 1, (0, 2): -1, (1, 3): -1}.items():
         lam_m[i, j] = lam_m[j, i] = sign
-    expected = eigenvalues_from_classes(classes, batch)
+    expected = projected_eigenvalues(classes, batch)
     for name, vector in (("G", g), ("L", lam_l), ("M", lam_m)):
         image = (operator @ vector.ravel()).reshape(batch, batch)
         np.testing.assert_allclose(image, expected[name] * vector, atol=1e-12)

@@ -9,13 +9,16 @@ bracketed to 1e-4 by the independent spherical route.
 from __future__ import annotations
 
 import json
+from itertools import permutations
 
 import numpy as np
 import pytest
 
 import bnsym
+from bnsym import forward_linear as fl
 from bnsym.forward_linear import (depth_scales, finite_difference_eigenvalues, simulated_decay, spherical_eigenvalues)
 from bnsym.sim import mean_and_se
+from bnsym.ultrasymmetric import CLASSES
 
 HOMOGENEOUS = ["relu", "identity", "relu^1.5", "leaky_relu(0.2)"]
 K_SE = 5  # tolerance in standard errors (QMC scramblings or independent networks)
@@ -105,3 +108,29 @@ def test_depth_scales_are_json_safe():
     assert scales["G"] == 0.0 and scales["L"] is None
     assert scales["M"] == pytest.approx(2.0) and scales["N"] == pytest.approx(0.5)
     json.dumps(scales, allow_nan=False)
+
+
+@pytest.mark.parametrize("batch", (4, 5, 9))
+def test_class_reduction_is_exact_for_symmetrised_sphere_points(batch):
+    """Averaged over all index tuples, the constraints sum x = 0, |x|^2 = B hold point by point, so the
+    reduction of the 11 classes to one- and two-coordinate moments must hold exactly for any sample."""
+    rng = np.random.default_rng(batch)
+    y = rng.standard_normal((5, batch))
+    y -= y.mean(axis=1, keepdims=True)
+    x = np.sqrt(batch) * y / np.linalg.norm(y, axis=1, keepdims=True)
+    f = np.tanh(x) + 0.3 * x**2  # neither odd nor even
+
+    def average(pattern):  # E over the sample and over all distinct index assignments of the pattern's labels
+        labels = sorted(set(pattern))
+        values = [np.mean(np.prod([f[:, idx[labels.index(p)]] if k < 2 else x[:, idx[labels.index(p)]]
+                                   for k, p in enumerate(pattern)], axis=0))
+                  for idx in permutations(range(batch), len(labels))]
+        return np.mean(values)
+
+    moments = {fl.S0: average("11"), fl.S2: average("1111"), fl.P00: average("12"),
+               fl.P20: average("1211"), fl.P11: average("1212")}
+    reduction = fl.derive_class_reduction().result
+    for name in CLASSES:
+        a, b_, c_, d_ = name[0], name[1], name[3], name[4]
+        direct = average(a + b_ + c_ + d_)
+        assert float(reduction[name].subs(fl.B, batch).subs(moments)) == pytest.approx(direct, rel=1e-9, abs=1e-12), name

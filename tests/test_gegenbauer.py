@@ -163,36 +163,6 @@ def test_eq26_prefactor_makes_an_expectation(batch):
     assert abs(printed * integral - prefactor * integral) > 1
 
 
-@pytest.mark.parametrize("batch", (4, 5, 9))
-def test_class_reduction_is_exact_for_symmetrised_sphere_points(batch):
-    """Averaged over all index tuples, the constraints sum x = 0, |x|^2 = B hold point by point, so the
-    reduction of the 11 classes to one- and two-coordinate moments must hold exactly for any sample."""
-    from itertools import permutations
-
-    from bnsym.ultrasymmetric import CLASSES
-
-    rng = np.random.default_rng(batch)
-    y = rng.standard_normal((5, batch))
-    y -= y.mean(axis=1, keepdims=True)
-    x = np.sqrt(batch) * y / np.linalg.norm(y, axis=1, keepdims=True)
-    f = np.tanh(x) + 0.3 * x**2  # neither odd nor even
-
-    def average(pattern):  # E over the sample and over all distinct index assignments of the pattern's labels
-        labels = sorted(set(pattern))
-        values = [np.mean(np.prod([f[:, idx[labels.index(p)]] if k < 2 else x[:, idx[labels.index(p)]]
-                                   for k, p in enumerate(pattern)], axis=0))
-                  for idx in permutations(range(batch), len(labels))]
-        return np.mean(values)
-
-    moments = {geg.S0: average("11"), geg.S2: average("1111"), geg.P00: average("12"),
-               geg.P20: average("1211"), geg.P11: average("1212")}
-    reduction = geg.derive_class_reduction().result
-    for name in CLASSES:
-        a, b_, c_, d_ = name[0], name[1], name[3], name[4]
-        direct = average(a + b_ + c_ + d_)
-        assert float(reduction[name].subs(geg.B, batch).subs(moments)) == pytest.approx(direct, rel=1e-9, abs=1e-12), name
-
-
 @pytest.mark.parametrize("spec", ["tanh", "relu", "cubic"])
 @pytest.mark.parametrize("batch", (5, 12))
 def test_pair_moments_match_the_angular_pair_integral(spec, batch):
