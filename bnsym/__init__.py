@@ -6,10 +6,10 @@ Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`,
 """
 
 from . import dilution
-from .activations import Activation, parse_activation
+from .core.activations import Activation, parse_activation
 from .api import (alpha_transition, backward_eigenvalues, bn_kernel, depth_scale, fixed_point, forward_eigenvalues,
                   gradient_rate)
-from .forward import FixedPoint
+from .meanfield.forward import FixedPoint
 
 __version__ = "0.1.0"
 __all__ = ["Activation", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel", "depth_scale", "dilution",

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .activations import Activation, parse_activation
-from .backward import depth_scale as _depth_scale
-from .backward import operator_eigenvalues, rate_closed_form, rate_spherical
-from .forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
-from .forward_linear import alpha_transition_value, homogeneous_eigenvalues, spherical_eigenvalues
-from .gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
-from .laplace import bn_kernel_laplace, centring
-from .qmc import bn_kernel_qmc
-from .validation import MIN_BATCH_SIZE, WHY_MIN_BATCH, check_batch_size, check_covariance, check_eps
+from .core.activations import Activation, parse_activation
+from .core.geometry import bsb1_matrix, bsb1_mu
+from .meanfield.backward import depth_scale as _depth_scale
+from .meanfield.backward import operator_eigenvalues, rate_closed_form, rate_spherical
+from .meanfield.forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
+from .meanfield.forward_linear import alpha_transition_value, homogeneous_eigenvalues, spherical_eigenvalues
+from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
+from .meanfield.laplace import bn_kernel_laplace
+from .meanfield.qmc import bn_kernel_qmc
+from .core.validation import MIN_BATCH_SIZE, WHY_MIN_BATCH, check_batch_size, check_covariance, check_eps
 
 FIXED_POINT_METHODS = ("laplace", "spherical", "gegenbauer")
 BN_KERNEL_METHODS = ("laplace", "spherical", "qmc")
@@ -61,13 +62,6 @@ def fixed_point(phi: str | Activation, B: int, eps: float = 0.0, method: str | N
     return fixed_point_spherical(phi, batch_size, eps)
 
 
-def _bsb1_mu(sigma: np.ndarray) -> float | None:
-    """mu if G Sigma G = mu G (to rounding), else None."""
-    g = centring(sigma.shape[0])
-    projected = g @ sigma @ g
-    mu = np.trace(projected) / (sigma.shape[0] - 1)
-    return mu if np.abs(projected - mu * g).max() <= 1e-12 * np.abs(sigma).max() else None
-
 
 def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method: str | None = None,
               with_error: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
@@ -88,7 +82,7 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
     sigma = check_covariance(Sigma)
     eps = check_eps(eps)
     _check_method(method, BN_KERNEL_METHODS)
-    mu = _bsb1_mu(sigma)
+    mu = bsb1_mu(sigma)
     if method is None:
         method = "laplace" if phi.is_homogeneous and eps == 0 else "spherical" if mu is not None else "qmc"
     if method == "laplace":
@@ -99,7 +93,7 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
             raise ValueError("method 'spherical' needs G Sigma G = mu G (a BSB1-type input); use 'qmc' or 'laplace' for general Sigma")
         q, qc, err = bsb1_image(phi, sigma.shape[0], mu, eps)
         batch = sigma.shape[0]
-        value = (q - qc) * np.eye(batch) + qc * np.ones((batch, batch))
+        value = bsb1_matrix(batch, q, qc / q)
         error = np.full((batch, batch), err)
     else:
         value, error = bn_kernel_qmc(phi, sigma, eps)
@@ -157,7 +151,7 @@ def backward_eigenvalues(phi: str | Activation, B: int) -> dict[str, float]:
     """Eigenvalues {"G", "L", "M"} of the backward operator at the BSB1 fixed point (eps = 0), any phi.
 
     "G" is :func:`gradient_rate`; "L" and "M" come from the operator's 11 ultrasymmetric entries, each an
-    exact two-coordinate quadrature (see :mod:`bnsym.backward`).
+    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`).
     """
     phi = parse_activation(phi)
     batch_size = check_batch_size(B)

@@ -8,9 +8,9 @@ import math
 import sys
 
 from . import api
-from .activations import parse_activation
+from .core.activations import parse_activation
 from .dilution import normalized_gsc_rate
-from .forward_linear import depth_scales
+from .meanfield.forward_linear import depth_scales
 
 
 class _Parser(argparse.ArgumentParser):

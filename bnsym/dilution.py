@@ -34,17 +34,13 @@ from functools import cache
 
 import numpy as np
 import sympy as sp
-import torch
 from scipy import integrate
 from scipy.special import gammaln
 
-from .activations import Activation, parse_activation, z
-from .derivation import Derivation
+from .core.activations import Activation, parse_activation, z
+from .core.derivation import Derivation
 
 r, k, r_d = sp.symbols("r k r_d", positive=True)
-
-SELU_SCALE = 1.0507  # c_pos of the paper (section I.1), after Klambauer et al. (2017)
-SELU_ALPHA = 1.6733  # c_neg = SELU_SCALE * SELU_ALPHA
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,35 +123,6 @@ def effective_depth(depth: int, p: float, threshold: float) -> int:
     if threshold <= 0:
         raise ValueError(f"the threshold h must be > 0, got {threshold}")
     return max((lam for lam in range(depth + 1) if residual_tail_bound(depth, p, lam) >= threshold), default=0)
-
-
-def selu() -> Activation:
-    """SeLU of the paper (I.1): c_pos a for a >= 0, c_pos c_neg' (e^a - 1) for a < 0."""
-    lam, alp = sp.Float(SELU_SCALE), sp.Float(SELU_ALPHA)
-    expr = sp.Piecewise((lam * z, z >= 0), (lam * alp * (sp.exp(z) - 1), True))
-
-    def value_t(x: torch.Tensor) -> torch.Tensor:
-        return SELU_SCALE * torch.where(x >= 0, x, SELU_ALPHA * torch.expm1(torch.clamp(x, max=0.0)))
-
-    def deriv_t(x: torch.Tensor) -> torch.Tensor:
-        return SELU_SCALE * torch.where(x >= 0, torch.ones_like(x), SELU_ALPHA * torch.exp(torch.clamp(x, max=0.0)))
-
-    def value_np(x):
-        x = np.asarray(x, dtype=float)
-        return SELU_SCALE * np.where(x >= 0, x, SELU_ALPHA * np.expm1(np.minimum(x, 0.0)))
-
-    def deriv_np(x):
-        x = np.asarray(x, dtype=float)
-        return SELU_SCALE * np.where(x >= 0, 1.0, SELU_ALPHA * np.exp(np.minimum(x, 0.0)))
-
-    return Activation("selu", expr, value_np, value_t, deriv_np, deriv_t, kinks=(0.0,))
-
-
-def activation(name: str | Activation) -> Activation:
-    """:func:`parse_activation` plus ``"selu"``."""
-    if isinstance(name, str) and name.strip().lower() == "selu":
-        return selu()
-    return parse_activation(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,7 +344,7 @@ def normalized_gsc_rate(phi: str | Activation, norm: str = "batch") -> float:
     kernels = _normalized_rate_kernels()
     if norm not in kernels:
         raise ValueError(f"unknown normalization {norm!r}; the mean-field rate is derived for {tuple(kernels)}")
-    moments = gaussian_moments(activation(phi))
+    moments = gaussian_moments(parse_activation(phi))
     if moments[1] - moments[0] ** 2 <= 0:
         raise ValueError(f"phi = {phi} is constant on N(0, 1): normalization is undefined")
     return float(np.sqrt(kernels[norm](*moments)))

@@ -1,4 +1,4 @@
-"""bnsym.activations: the parser, the numeric callables against the SymPy expression, homogeneity."""
+"""bnsym.core.activations: the parser, the numeric callables against the SymPy expression, homogeneity."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import sympy as sp
 import torch
 
-from bnsym.activations import Activation, KNOWN_ACTIVATIONS, parse_activation, z
+from bnsym.core.activations import Activation, KNOWN_ACTIVATIONS, parse_activation, z
 from conftest import homogeneous
 
 DOCUMENTED = ["relu", "relu^1.5", "relu(beta=2)", "relu(beta=0.5)^2", "leaky_relu(0.2)", "identity", "tanh",

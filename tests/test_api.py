@@ -1,5 +1,5 @@
 """The public API bnsym.bn_kernel / bnsym.fixed_point: fixed-point property, methods, error estimates,
-simulated wide networks, and the input validation shared with the CLI (bnsym.validation)."""
+simulated wide networks, and the input validation shared with the CLI (bnsym.core.validation)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import bnsym
-from bnsym.activations import parse_activation
-from bnsym.forward import bsb1_image
-from bnsym.qmc import bn_kernel_qmc
+from bnsym.core.activations import parse_activation
+from bnsym.meanfield.forward import bsb1_image
+from bnsym.meanfield.qmc import bn_kernel_qmc
 from bnsym.sim import inputs_with_gram, simulate_forward
 from conftest import bn_monte_carlo, bsb1, random_psd
 
@@ -85,7 +85,7 @@ def test_with_error_qmc_is_plausible(generic_sigma):
 
 def test_with_error_laplace_is_plausible(generic_sigma):
     value, error = bnsym.bn_kernel("relu", generic_sigma, with_error=True)
-    fine, _ = bnsym.laplace.bn_kernel_laplace(parse_activation("relu"), generic_sigma, rtol=1e-15, max_nodes=2048)
+    fine, _ = bnsym.meanfield.laplace.bn_kernel_laplace(parse_activation("relu"), generic_sigma, rtol=1e-15, max_nodes=2048)
     assert error.shape == (6, 6)
     assert np.all(np.abs(value - fine) <= 5 * error + 1e-14)
 
@@ -152,7 +152,7 @@ def test_depth_two_finite_width_bias_is_below_tolerance(simulated):
     assert np.all(np.abs(layer2.mean(0) - second) < K_NETWORKS * se2)
 
 
-# ---------------------------------------------------------------- validation (bnsym.validation, api) --
+# ---------------------------------------------------------------- validation (bnsym.core.validation, api) --
 
 @pytest.mark.parametrize("batch, match", [
     (3, r"below 4"), (2, r"B >= 4"), (8.5, "whole number"), (-1, "positive"), (0, "positive"), ("8", "whole number"),

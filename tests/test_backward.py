@@ -1,4 +1,4 @@
-"""Gradient explosion (bnsym.backward through bnsym.gradient_rate / backward_eigenvalues / depth_scale).
+"""Gradient explosion (bnsym.meanfield.backward through bnsym.gradient_rate / backward_eigenvalues / depth_scale).
 
 ACCEPTANCE: gradient_rate agrees to 1e-5 relative with Thm 7 evaluated independently (1-D quadrature
 of the marginal density for the single-coordinate term and for q*, the catalogue's (theta_1, theta_2)
@@ -12,8 +12,8 @@ import pytest
 import sympy as sp
 
 import bnsym
-from bnsym.activations import parse_activation
-from bnsym.backward import (
+from bnsym.core.activations import parse_activation
+from bnsym.meanfield.backward import (
     derive_bn_jacobian,
     derive_homogeneous_rate,
     derive_linear_rate,
@@ -22,8 +22,8 @@ from bnsym.backward import (
     rate_spherical,
     weight_gradient_ratio,
 )
-from bnsym.laplace import B
-from bnsym.ultrasymmetric import CLASSES, pattern_class, projected_eigenvalues
+from bnsym.meanfield.laplace import B
+from bnsym.meanfield.ultrasymmetric import CLASSES, pattern_class, projected_eigenvalues
 from conftest import centring, homogeneous, sphere_fixed_point, sphere_pair, sphere_single
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 64, 256, 1024]

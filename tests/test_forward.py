@@ -1,4 +1,4 @@
-"""The BSB1 fixed point (bnsym.forward through the public bnsym.fixed_point).
+"""The BSB1 fixed point (bnsym.meanfield.forward through the public bnsym.fixed_point).
 
 ACCEPTANCE: bnsym.fixed_point agrees with the catalogue's spherical integrals (Thm 4 / F.5) evaluated
 independently (1-D quadrature of the marginal density for q*, the (theta_1, theta_2) angular form for
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import bnsym
-from bnsym.activations import parse_activation
-from bnsym.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point, fixed_point_spherical
-from bnsym.laplace import B
+from bnsym.core.activations import parse_activation
+from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point, fixed_point_spherical
+from bnsym.meanfield.laplace import B
 from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, centring, relu, sphere_fixed_point
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 32, 64]

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 import bnsym
-from bnsym import forward_linear as fl
-from bnsym.forward_linear import (depth_scales, finite_difference_eigenvalues, simulated_decay, spherical_eigenvalues)
-from bnsym.sim import mean_and_se
-from bnsym.ultrasymmetric import CLASSES
+from bnsym.meanfield import forward_linear as fl
+from bnsym.core.geometry import eigen_directions
+from bnsym.meanfield.forward_linear import depth_scales, finite_difference_eigenvalues, spherical_eigenvalues
+from bnsym.sim import mean_and_se, simulated_decay
+from bnsym.meanfield.ultrasymmetric import CLASSES
 
 HOMOGENEOUS = ["relu", "identity", "relu^1.5", "leaky_relu(0.2)"]
 K_SE = 5  # tolerance in standard errors (QMC scramblings or independent networks)
@@ -56,8 +57,9 @@ def test_acceptance_tanh_matches_finite_differences(batch):
 def test_acceptance_network_layer_one_response(spec, batch, key):
     """d_1 = <G^1(+) - G^1(-), Lam>/(2 delta) is unbiased at finite width; its mean must be lambda (5 SE across networks)."""
     lam = bnsym.forward_eigenvalues(spec, batch)[key]
-    delta = 0.1 * bnsym.fixed_point(spec, batch).mu
-    d = simulated_decay(bnsym.parse_activation(spec), batch, key, delta, width=256, n_networks=8, depth=1, seed=3)
+    point = bnsym.fixed_point(spec, batch)
+    d = simulated_decay(spec, point.matrix, eigen_directions(batch)[key], 0.1 * point.mu, width=256, n_networks=8, depth=1,
+                        seed=3)
     mean, se = mean_and_se(d[:, 1])
     assert np.allclose(d[:, 0], 1.0)
     assert abs(mean - lam) < K_SE * se

@@ -1,6 +1,6 @@
-"""bnsym.gegenbauer: the basis (symbolic and numeric), the one-coordinate rule, Thm F.13 and Thm 9.
+"""bnsym.meanfield.gegenbauer: the basis (symbolic and numeric), the one-coordinate rule, Thm F.13 and Thm 9.
 
-References are independent of bnsym.gegenbauer: scipy's Gegenbauer polynomials and 2F1, adaptive
+References are independent of bnsym.meanfield.gegenbauer: scipy's Gegenbauer polynomials and 2F1, adaptive
 quadrature of the one-coordinate marginal and the catalogue's angular pair integral (conftest), the
 spherical fixed point of chapter 1, and the exact Thm 9 minimum (B-2)/(B-3) of a linear phi.
 """
@@ -13,8 +13,8 @@ import sympy as sp
 from scipy.special import eval_gegenbauer, hyp2f1
 
 import bnsym
-from bnsym import gegenbauer as geg
-from bnsym.activations import parse_activation
+from bnsym.meanfield import gegenbauer as geg
+from bnsym.core.activations import parse_activation
 
 from conftest import sphere_pair, sphere_single
 

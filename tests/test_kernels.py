@@ -1,4 +1,4 @@
-"""bnsym.kernels: arccosine kernels J_alpha, J_phi and the Gaussian kernel V_phi.
+"""bnsym.meanfield.kernels: arccosine kernels J_alpha, J_phi and the Gaussian kernel V_phi.
 
 References are independent of bnsym's routes (Price's ladder in SymPy, the hypergeometric series):
 the polar-coordinate quadrature of conftest.gaussian_pair_moment, c_alpha by quadrature of the
@@ -12,8 +12,8 @@ import pytest
 import sympy as sp
 from scipy.special import gamma
 
-from bnsym.activations import parse_activation
-from bnsym.kernels import (
+from bnsym.core.activations import parse_activation
+from bnsym.meanfield.kernels import (
     arccos_kernel,
     arccos_kernel_derivative,
     arccos_kernel_symbolic,

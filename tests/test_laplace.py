@@ -1,4 +1,4 @@
-"""bnsym.laplace: the Laplace method (eq. 11) for positive-homogeneous phi.
+"""bnsym.meanfield.laplace: the Laplace method (eq. 11) for positive-homogeneous phi.
 
 References: scipy quad of the original s-integrals with the catalogue's closed-form kernels (not
 bnsym's), plain Monte Carlo of batch norm (conftest.bn_monte_carlo), randomised QMC, and exact algebra
@@ -14,10 +14,11 @@ import pytest
 import sympy as sp
 from scipy import integrate
 
-from bnsym.activations import parse_activation
-from bnsym.forward import bsb1_constant
-from bnsym.laplace import B, alpha, bn_kernel_laplace, centring, derive_bsb1_scale, mu
-from bnsym.qmc import bn_kernel_qmc
+from bnsym.core.activations import parse_activation
+from bnsym.meanfield.forward import bsb1_constant
+from bnsym.core.geometry import centring
+from bnsym.meanfield.laplace import B, alpha, bn_kernel_laplace, derive_bsb1_scale, mu
+from bnsym.meanfield.qmc import bn_kernel_qmc
 from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, gaussian_pair_moment, homogeneous, random_psd, rho_second_moment
 
 K_SE = 5  # Monte Carlo / QMC tolerance in standard errors (QMC: t-distribution with 15 dof, P(|t| > 5) ~ 2e-4)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bnsym.activations import parse_activation
+from bnsym.core.activations import parse_activation
 from bnsym.sim import (
     SAMPLERS,
     batch_norm,

@@ -1,4 +1,4 @@
-"""bnsym.sphere: integration over two coordinates of the batch-norm output (uniform on its sphere).
+"""bnsym.meanfield.sphere: integration over two coordinates of the batch-norm output (uniform on its sphere).
 
 bnsym projects onto the plane of the two coordinates (polar R, psi); the references are the 1-D
 marginal density (1 - t^2)^((B-4)/2) by scipy quad and the catalogue's angular (theta_1, theta_2)
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from bnsym.sphere import B, derive_marginals, expect_pair, expect_pair_with_error, pair_angle
+from bnsym.meanfield.sphere import B, derive_marginals, expect_pair, expect_pair_with_error, pair_angle
 from conftest import homogeneous, relu, sphere_pair, sphere_single
 
 BATCH_SIZES = [4, 5, 8, 64]

@@ -1,4 +1,4 @@
-"""Ultrasymmetric operators (bnsym.ultrasymmetric): the symbolic eigen-decomposition against explicit matrices.
+"""Ultrasymmetric operators (bnsym.meanfield.ultrasymmetric): the symbolic eigen-decomposition against explicit matrices.
 
 References are independent of the symbolic pattern counting: explicit B^2-indexed matrices built entry by
 entry from the class of each index quadruple, their exact characteristic polynomials over Q (B = 4..7), and
@@ -15,7 +15,8 @@ import pytest
 import sympy as sp
 from sympy.polys.matrices import DomainMatrix
 
-from bnsym.ultrasymmetric import (CLASSES, B, T, centring_operator, derive_eigenvalues, dos_classes, eigen_directions,
+from bnsym.core.geometry import eigen_directions
+from bnsym.meanfield.ultrasymmetric import (CLASSES, B, T, centring_operator, derive_eigenvalues, dos_classes,
                                   operator_matrix, pattern_class, projected_eigenvalues, symmetric_restriction)
 
 x = sp.Symbol("x")

@@ -1,7 +1,11 @@
-"""Torch simulators of wide random batch-normalized networks (CPU or CUDA, float64, TF32 off)."""
+"""Torch simulators of wide random batch-normalized networks (CPU or CUDA, float64, TF32 off).
 
-from bnsym.sim.device import configure_torch, default_device, generator
-from bnsym.sim.networks import (
+The simulators import only :mod:`bnsym.core`: they get every theoretical quantity (a fixed point, a direction)
+from the caller, and never import :mod:`bnsym.meanfield`.
+"""
+
+from .device import configure_torch, default_device, generator
+from .networks import (
     SAMPLERS,
     batch_norm,
     gram,
@@ -10,8 +14,9 @@ from bnsym.sim.networks import (
     mean_off_diagonal,
     simulate_forward,
 )
-from bnsym.sim.gradients import GradientRun, backward_rayleigh, per_layer_growth, simulate_gradients
-from bnsym.sim.statistics import extrapolate_to_infinite_width, mean_and_se
+from .gradients import GradientRun, per_layer_growth, simulate_gradients
+from .probes import backward_rayleigh, simulated_decay
+from .statistics import extrapolate_to_infinite_width, mean_and_se
 
 __all__ = [
     "GradientRun",
@@ -30,4 +35,5 @@ __all__ = [
     "per_layer_growth",
     "simulate_forward",
     "simulate_gradients",
+    "simulated_decay",
 ]

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bnsym.activations import Activation, parse_activation
-from bnsym.sim.device import configure_torch, default_device, generator
-from bnsym.sim.networks import SAMPLERS, _batched_inputs, gram, gram_root
+from ..core.activations import Activation, parse_activation
+from .device import configure_torch, default_device, generator
+from .networks import SAMPLERS, _batched_inputs, gram, gram_root
 
 _CHUNK_BYTES = 512 * 2**20  # memory kept per chunk of networks for the backward pass
 _PROGRESS_FLOPS = 2e10
@@ -170,47 +170,3 @@ def per_layer_growth(run: GradientRun, first: int, last: int) -> np.ndarray:
     norms = run.squared_norms()
     return norms[:, first:last] / norms[:, first + 1:last + 1]
 
-
-def probe_matrices(batch_size: int) -> dict[str, np.ndarray]:
-    """Eigenvectors of the backward operator: G, Lambda_L = G diag(1, -1, 0, ...) G, Lambda_M (catalogue Sec. 1)."""
-    g = np.eye(batch_size) - 1.0 / batch_size
-    lam_m = np.zeros((batch_size, batch_size))
-    for (i, j), sign in {(0, 1): 1, (2, 3): 1, (0, 2): -1, (1, 3): -1}.items():
-        lam_m[i, j] = lam_m[j, i] = sign
-    return {"G": g, "L": g @ np.diag([1.0, -1.0] + [0.0] * (batch_size - 2)) @ g, "M": lam_m}
-
-
-def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, seed: int = 0,
-                      device: torch.device | str | None = None) -> dict[str, np.ndarray]:
-    """Rayleigh quotients <Lambda, T{Lambda}>/|Lambda|^2 of the backward operator of simulated layers.
-
-    For each network m, the pre-activations of a layer whose input Gram is ``grams[m]`` are N = ``width``
-    i.i.d. rows h_a ~ N(0, grams[m]) (exact in law, see :mod:`bnsym.sim.networks`); T{Lambda} =
-    (1/N) sum_a J_a^T Lambda J_a with J_a = sqrt(B)/r_a D_a (G - v_a v_a^T) the batch-norm Jacobian of
-    neuron a. With P = G - v v^T, d = phi'(x), u = Lambda v:
-
-        tr(Lambda J^T Lambda J) = (B/r^2) [d^T (Lambda o Lambda) d - 2 (d v)^T Lambda (d u) + (v^T Lambda v) (d v)^T Lambda (d v)].
-
-    Returns {"G", "L", "M"} -> (M,) numpy arrays, one quotient per network (eps = 0).
-    """
-    configure_torch()
-    device = device or default_device()
-    activation = parse_activation(phi)
-    grams = torch.as_tensor(grams, dtype=torch.float64, device=device)
-    m, b, _ = grams.shape
-    root, _ = gram_root(grams)
-    gen = generator(seed, device)
-    h = torch.randn(m, width, root.shape[-1], generator=gen, device=device, dtype=torch.float64) @ root.mT
-    z, s = batch_norm_forward(h, 0.0)  # z = sqrt(B) v, s = r / sqrt(B)
-    v = z / math.sqrt(b)
-    d = activation.torch_derivative(z)
-    scale = 1.0 / s.squeeze(-1) ** 2  # B / r^2
-    out = {}
-    for name, lam in probe_matrices(b).items():
-        lam_t = torch.as_tensor(lam, dtype=torch.float64, device=device)
-        u = v @ lam_t
-        dv = d * v
-        quadratic = ((d @ (lam_t * lam_t)) * d).sum(-1) - 2 * ((dv @ lam_t) * (d * u)).sum(-1) \
-            + (v * u).sum(-1) * ((dv @ lam_t) * dv).sum(-1)
-        out[name] = (scale * quadratic).mean(-1).cpu().numpy() / float((lam * lam).sum())
-    return out

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bnsym.activations import Activation, parse_activation
-from bnsym.sim.device import configure_torch, default_device, generator
+from ..core.activations import Activation, parse_activation
+from .device import configure_torch, default_device, generator
 
 SAMPLERS = ("weights", "gram")
 _CHUNK_BYTES = 512 * 2**20  # the "weights" sampler keeps one chunk's W under this size

@@ -22,8 +22,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from bnsym.dilution import activation
-from bnsym.sim.device import configure_torch, default_device, generator
+from ..core.activations import parse_activation
+from .device import configure_torch, default_device, generator
 
 NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")
@@ -150,7 +150,7 @@ class Architecture:
     width: str = "100"
 
     def __post_init__(self) -> None:
-        activation(self.phi)
+        parse_activation(self.phi)
         for value, allowed, what in ((self.norm, NORMS, "normalization"), (self.matrix, MATRICES, "matrix type"), (self.skip, SKIPS, "skip type")):
             if value not in allowed:
                 raise ValueError(f"unknown {what} {value!r}; choose from {allowed}")
@@ -205,7 +205,7 @@ def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator, depth: i
     ResNet: a linear layer, ``depth // 2`` identity/Gaussian skips around [norm, phi, linear] x 2, a
     final norm; only values between skip connections are recorded (as in Fig. 3).
     """
-    phi, device = activation(arch.phi).torch, x.device
+    phi, device = parse_activation(arch.phi).torch, x.device
     relu = arch.phi == "relu"
     if arch.skip == "none":
         widths = _widths(arch.width, depth)
@@ -371,7 +371,7 @@ def normalized_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: in
     configure_torch()
     device = device or default_device()
     gen = generator(seed, device)
-    f = activation(phi).torch
+    f = parse_activation(phi).torch
     x = f(normalize(torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64), "batch"))
     w = _gaussian_matrix(width, width, gen, device)
     y = torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64)
@@ -416,7 +416,7 @@ def simulate_dynamical_resnet(phi: str, norm: str, init: str, n_points: int, see
     configure_torch()
     device = device or default_device()
     gen = generator(seed, device)
-    f = activation(phi).torch
+    f = parse_activation(phi).torch
     x, y = gaussian_noise(n_points, gen, device)
     d = x.shape[-1]
     first = _gaussian_matrix(d, d, gen, device)

@@ -15,10 +15,11 @@ import numpy as np
 import sympy as sp
 from scipy.special import gammaln
 
-from .activations import Activation
-from .derivation import Derivation
+from ..core.activations import Activation
+from ..core.derivation import Derivation
+from ..core.geometry import centring
 from .kernels import gaussian_kernel
-from .quadrature import gauss_jacobi
+from ..core.quadrature import gauss_jacobi
 
 B, alpha, s, mu, u = sp.symbols("B alpha s mu u", positive=True)
 
@@ -46,10 +47,6 @@ def derive_bsb1_scale() -> Derivation:
     d.step("With $a = \\alpha$, $b = (B-1)/2$:", sp.Eq(sp.Symbol("I"), scale))
     return d
 
-
-def centring(batch_size: int) -> np.ndarray:
-    """G = I - 11^T / B, the projector onto the batch-mean-zero subspace."""
-    return np.eye(batch_size) - np.full((batch_size, batch_size), 1.0 / batch_size)
 
 
 def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, max_nodes: int = 4096) -> tuple[np.ndarray, np.ndarray]:

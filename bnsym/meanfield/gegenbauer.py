@@ -33,10 +33,10 @@ import numpy as np
 import sympy as sp
 from scipy.special import roots_legendre
 
-from .activations import Activation
-from .derivation import Derivation
+from ..core.activations import Activation
+from ..core.derivation import Derivation
 from .forward_linear import ForwardMoments, moment_weights, forward_eigenvalues_from_moments
-from .quadrature import gauss_jacobi
+from ..core.quadrature import gauss_jacobi
 
 B, t, rho = sp.symbols("B t rho", real=True)
 lam = sp.Symbol("lambda", positive=True)  # (B-3)/2 > 0 for B >= 4: the symbolic derivations run in lambda

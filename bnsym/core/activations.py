@@ -13,7 +13,7 @@ An :class:`Activation` carries everything the theory needs about phi:
 Strings understood by :func:`parse_activation`::
 
     relu, relu^1.5, relu(beta=2), relu(beta=0.5)^2, leaky_relu(0.2), identity, cubic,
-    tanh, tanh(gamma=0.5), erf, erf(gamma=2), sin, sin(gamma=0.5)
+    tanh, tanh(gamma=0.5), erf, erf(gamma=2), sin, sin(gamma=0.5), selu
 """
 
 from __future__ import annotations
@@ -39,7 +39,11 @@ KNOWN_ACTIVATIONS = (
     "tanh(gamma=...)",
     "erf(gamma=...)",
     "sin(gamma=...)",
+    "selu",
 )
+
+SELU_SCALE = 1.0507  # c_pos of Philipp et al. (section I.1), after Klambauer et al. (2017)
+SELU_ALPHA = 1.6733  # c_neg = SELU_SCALE * SELU_ALPHA
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,28 @@ def _scaled_smooth(name: str, gamma: float) -> Activation:
     )
 
 
+def selu() -> Activation:
+    """SeLU of the paper (I.1): c_pos a for a >= 0, c_pos c_neg' (e^a - 1) for a < 0."""
+    lam, alp = sp.Float(SELU_SCALE), sp.Float(SELU_ALPHA)
+    expr = sp.Piecewise((lam * z, z >= 0), (lam * alp * (sp.exp(z) - 1), True))
+
+    def value_t(x: torch.Tensor) -> torch.Tensor:
+        return SELU_SCALE * torch.where(x >= 0, x, SELU_ALPHA * torch.expm1(torch.clamp(x, max=0.0)))
+
+    def deriv_t(x: torch.Tensor) -> torch.Tensor:
+        return SELU_SCALE * torch.where(x >= 0, torch.ones_like(x), SELU_ALPHA * torch.exp(torch.clamp(x, max=0.0)))
+
+    def value_np(x):
+        x = np.asarray(x, dtype=float)
+        return SELU_SCALE * np.where(x >= 0, x, SELU_ALPHA * np.expm1(np.minimum(x, 0.0)))
+
+    def deriv_np(x):
+        x = np.asarray(x, dtype=float)
+        return SELU_SCALE * np.where(x >= 0, 1.0, SELU_ALPHA * np.exp(np.minimum(x, 0.0)))
+
+    return Activation("selu", expr, value_np, value_t, deriv_np, deriv_t, kinks=(0.0,))
+
+
 _SPEC = re.compile(r"^\s*(?P<base>[a-z_]+)\s*(?:\((?P<args>[^()]*)\))?\s*(?:\^\s*(?P<power>[^\s]+))?\s*$")
 
 
@@ -242,6 +268,10 @@ def parse_activation(spec: str | Activation) -> Activation:
         if positional or keywords:
             raise ValueError(f"activation {spec!r}: cubic takes no parameters")
         return cubic()
+    if base == "selu":
+        if positional or keywords:
+            raise ValueError(f"activation {spec!r}: selu takes no parameters (its constants are Klambauer et al.'s)")
+        return selu()
     if base in ("tanh", "erf", "sin"):
         gamma = _one_parameter(spec, positional, keywords, "gamma", 1.0)
         if gamma == 0:

@@ -24,8 +24,8 @@ import numpy as np
 import sympy as sp
 from scipy.special import roots_legendre
 
-from .derivation import Derivation
-from .quadrature import gauss_jacobi
+from ..core.derivation import Derivation
+from ..core.quadrature import gauss_jacobi
 
 B, t, R = sp.symbols("B t R", positive=True)
 

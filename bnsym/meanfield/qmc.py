@@ -17,8 +17,8 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import qmc
 
-from .activations import Activation
-from .laplace import centring
+from ..core.activations import Activation
+from ..core.geometry import centring
 
 
 def normalise(y: np.ndarray, eps: float) -> np.ndarray:

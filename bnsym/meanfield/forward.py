@@ -22,8 +22,9 @@ import sympy as sp
 from scipy.optimize import brentq
 from scipy.special import roots_genlaguerre
 
-from .activations import Activation
-from .derivation import Derivation
+from ..core.activations import Activation
+from ..core.derivation import Derivation
+from ..core.geometry import bsb1_matrix
 from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel
 from .laplace import B, alpha, derive_bsb1_scale
 from .sphere import expect_pair_with_error
@@ -48,8 +49,7 @@ class FixedPoint:
     @property
     def matrix(self) -> np.ndarray:
         """The B x B matrix Sigma*."""
-        b = self.batch_size
-        return self.q * ((1 - self.c) * np.eye(b) + self.c * np.ones((b, b)))
+        return bsb1_matrix(self.batch_size, self.q, self.c)
 
 
 @cache

@@ -1,7 +1,7 @@
 """The forward linearization at the BSB1 fixed point: how fast Sigma^l -> Sigma* (Yang et al. 2019, Sec. 3, App. F.3).
 
 J = dV_{B_phi}/dSigma at Sigma* is ultrasymmetric, so G J G has the eigenspaces R G, L, M of
-:mod:`bnsym.ultrasymmetric` (eq. (17), Prop F.14, Lemma F.17: J and G J G share their nonzero eigenvalues).
+:mod:`bnsym.meanfield.ultrasymmetric` (eq. (17), Prop F.14, Lemma F.17: J and G J G share their nonzero eigenvalues).
 lambda_G = 0 because V_{B_phi} is scale invariant (eps = 0). Two routes to lambda_L, lambda_M:
 
 * closed form (Thm 6 for ReLU, Thm F.33 for phi positive-homogeneous of degree alpha): differentiate the
@@ -11,7 +11,7 @@ lambda_G = 0 because V_{B_phi} is scale invariant (eps = 0). Two routes to lambd
   an ultrasymmetric operator with classes T_{ab|cd} = E[phi(x_a) phi(x_b) x_c x_d]. Since sum_c x_c = 0 and
   |x|^2 = B, the 11 classes are combinations of five moments of two coordinates
   (:func:`derive_class_reduction`); the spherical route integrates those exactly (:func:`sphere_moments`),
-  the Gegenbauer route (:mod:`bnsym.gegenbauer`) sums them as series.
+  the Gegenbauer route (:mod:`bnsym.meanfield.gegenbauer`) sums them as series.
 """
 
 from __future__ import annotations
@@ -22,20 +22,19 @@ from typing import Mapping
 
 import numpy as np
 import sympy as sp
-import torch
 from scipy.optimize import brentq
 from scipy.special import ndtri
 from scipy.stats import qmc
 
-from .activations import Activation
-from .derivation import Derivation
+from ..core.activations import Activation
+from ..core.derivation import Derivation
+from ..core.geometry import centring, eigen_directions
 from .forward import default_fixed_point
 from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c, c_alpha_symbolic,
                       phi_kernel, phi_kernel_derivative)
-from .laplace import bn_kernel_laplace, centring
-from .sim import inputs_with_gram, simulate_forward
+from .laplace import bn_kernel_laplace
 from .sphere import expect_pair_with_error
-from .ultrasymmetric import CLASSES, B, T, derive_eigenvalues, dos_classes, eigen_directions, projected_eigenvalues
+from .ultrasymmetric import CLASSES, B, T, derive_eigenvalues, dos_classes, projected_eigenvalues
 
 alpha, s, mu, t, ell, u = sp.symbols("alpha s mu t ell u", positive=True)
 J1, Jr, dJr = sp.symbols("J_phi(1) J_phi(rho) J_phi'(rho)")
@@ -244,8 +243,6 @@ def moment_weights(batch_size: int) -> dict[str, np.ndarray]:
     """lambda_X mu* = sum_k w_Xk m_k (+ the tr(Lam) term for G) for m = (s0, s2, p00, p20, p11): R7 is linear in
     the moments, so the weights are the images of the unit moment vectors under (B-1)/(2B) x (projected
     ultrasymmetric eigenvalue, Thm E.62)."""
-    from .ultrasymmetric import projected_eigenvalues
-
     symbols = (S0, S2, P00, P20, P11)
     weights = {"G": np.zeros(5), "L": np.zeros(5), "M": np.zeros(5)}
     for k, unit in enumerate(symbols):
@@ -335,27 +332,6 @@ def _crn_quotients(phi: Activation, sigma: np.ndarray, lam: np.ndarray, step: fl
             values.append(np.einsum("na,ab,nb->n", x, lam, x).mean())
         quotients.append((values[0] - values[1]) / (2 * step))
     return np.array(quotients)
-
-
-def simulated_decay(phi: Activation, batch_size: int, direction: str, delta: float, width: int, n_networks: int,
-                    depth: int, seed: int = 0) -> np.ndarray:
-    """Per-network response d_l = <G^l(+) - G^l(-), Lam> / (2 delta), l = 0..depth, of wide networks.
-
-    Both runs share inputs and weights (common random numbers): x^0(+-) = X C(+-)^T with X of Gram I and
-    C(+-) the Cholesky factor of Sigma* + 11^T +- delta Lam (unit Frobenius norm; the 11^T term, removed by the
-    first batch norm, makes the factor exist when Sigma* is singular, as for the identity), so d_0 = 1 exactly and even
-    orders in delta cancel. In the mean field limit d_l = lambda^l. Layer 1 has no finite-width bias
-    (its pre-activations are exactly Gaussian given the input Gram).
-    """
-    sigma = default_fixed_point(phi, batch_size).matrix
-    lam = eigen_directions(batch_size)[direction]
-    base = inputs_with_gram(np.eye(batch_size), width, n_networks, seed=seed)
-    grams = []
-    for sgn in (1, -1):
-        shifted = sigma + 1.0 + sgn * delta * lam
-        factor = torch.as_tensor(np.linalg.cholesky(shifted), dtype=base.dtype, device=base.device)
-        grams.append(simulate_forward(phi, base @ factor.T, depth, seed=seed + 1, sampler="weights").numpy())
-    return np.einsum("mlab,ab->ml", grams[0] - grams[1], lam) / (2 * delta)
 
 
 def alpha_transition_value(batch_size: int, alpha_max: float = 40.0) -> float | None:

@@ -25,8 +25,8 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from .activations import Activation
-from .derivation import Derivation
+from ..core.activations import Activation
+from ..core.derivation import Derivation
 from .forward import default_fixed_point, derive_bsb1_constant
 from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
 from .laplace import B, alpha

@@ -22,10 +22,9 @@ from __future__ import annotations
 from functools import cache
 from typing import Callable, Mapping
 
-import numpy as np
 import sympy as sp
 
-from .derivation import Derivation
+from ..core.derivation import Derivation
 
 B = sp.Symbol("B", positive=True, integer=True)
 CLASSES = ("11|11", "11|12", "11|22", "11|23", "12|11", "12|12", "12|21", "12|13", "12|23", "12|33", "12|34")
@@ -269,12 +268,3 @@ def centring_operator(batch_size: int) -> sp.Matrix:
         columns.append([image[i - 1, j - 1] for i, j in pairs])
     return sp.Matrix(columns).T
 
-
-def eigen_directions(batch_size: int) -> dict[str, np.ndarray]:
-    """Unit-Frobenius-norm representatives of R G, L and M (catalogue Sec. 1): G, G diag(1,-1,0..) G, Lam_M."""
-    g = np.eye(batch_size) - 1.0 / batch_size
-    d = np.zeros(batch_size)
-    d[:2] = (1.0, -1.0)
-    m = np.array([[float(lambda_m(k, l)) for l in range(1, batch_size + 1)] for k in range(1, batch_size + 1)])
-    raw = {"G": g, "L": g @ np.diag(d) @ g, "M": m}
-    return {key: value / np.linalg.norm(value) for key, value in raw.items()}

@@ -25,8 +25,8 @@ import numpy as np
 import sympy as sp
 from scipy.special import gammaln, hyp2f1
 
-from .activations import Activation
-from .derivation import Derivation
+from ..core.activations import Activation
+from ..core.derivation import Derivation
 
 c = sp.Symbol("c", real=True)
 _t = sp.Symbol("t", real=True)
