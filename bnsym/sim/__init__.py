@@ -16,7 +16,7 @@ from .networks import (
 )
 from .gradients import GradientRun, per_layer_growth, simulate_gradients
 from .probes import backward_rayleigh, simulated_decay
-from .statistics import extrapolate_to_infinite_width, mean_and_se
+from .statistics import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 
 __all__ = [
     "GradientRun",
@@ -29,6 +29,7 @@ __all__ = [
     "generator",
     "gram",
     "inputs_with_gram",
+    "mc_tolerance",
     "mean_and_se",
     "mean_diagonal",
     "mean_off_diagonal",

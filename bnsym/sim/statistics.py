@@ -7,6 +7,7 @@ networks (never across layers of one network, which are correlated).
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import t as student_t
 
 
 def mean_and_se(samples: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -31,3 +32,21 @@ def extrapolate_to_infinite_width(widths: np.ndarray, means: np.ndarray, ses: np
     covariance = np.linalg.inv(design.T @ (weights[:, None] * design))
     intercept, slope = covariance @ design.T @ (weights * means)
     return float(intercept), float(np.sqrt(covariance[0, 0])), float(slope)
+
+
+def mc_tolerance(n_draws: int, n_comparisons: int = 1, false_alarm: float = 1e-3) -> float:
+    """k such that |mean - truth| < k SE holds for all of a family with probability at least 1 - false_alarm.
+
+    Each of ``n_comparisons`` independent comparisons is a mean of ``n_draws`` independent draws whose standard
+    error comes from the draws themselves, so (mean - truth) / SE is Student-t with n_draws - 1 degrees of freedom
+    (for normal draws; close to it for means of many neurons). Bonferroni splits ``false_alarm`` over the family:
+    k is the t quantile at 1 - false_alarm / (2 n_comparisons). Where an SE comes from a large sample
+    (quadrature, many draws), pass a large ``n_draws``: k tends to the normal quantile.
+    """
+    if n_draws < 2:
+        raise ValueError(f"a standard error needs at least 2 draws, got {n_draws}")
+    if n_comparisons < 1:
+        raise ValueError(f"n_comparisons must be >= 1, got {n_comparisons}")
+    if not 0 < false_alarm < 1:
+        raise ValueError(f"false_alarm is a probability in (0, 1), got {false_alarm}")
+    return float(student_t.ppf(1 - false_alarm / (2 * n_comparisons), n_draws - 1))

@@ -1,0 +1,39 @@
+"""bnsym.report.table (text and HTML forms) and bnsym.sim.statistics.mc_tolerance (its false-alarm rate)."""
+
+import numpy as np
+import pytest
+
+from bnsym.report import table
+from bnsym.sim import mc_tolerance
+
+
+def test_table_text_and_html():
+    t = table([{"phi": "relu", "B": 4, "z": 1.234}, {"phi": "tanh", "B": 16, "z": -0.5}], formats={"z": ".2f"})
+    lines = str(t).splitlines()
+    assert lines[0].split() == ["phi", "B", "z"] and lines[2].split() == ["relu", "4", "1.23"]
+    assert "<td>-0.50</td>" in t._repr_html_() and t.rows[1]["B"] == 16
+
+
+def test_table_rejects_unknown_format_column():
+    with pytest.raises(ValueError, match="formats name columns"):
+        table([{"a": 1}], formats={"b": ".2f"})
+
+
+@pytest.mark.parametrize("n_draws, n_comparisons", [(8, 1), (8, 5), (32, 3)])
+def test_mc_tolerance_has_its_false_alarm_rate(n_draws, n_comparisons):
+    """Simulate families of t statistics of normal draws: P(any |t| > k) must be false_alarm = 0.05 (Bonferroni: at most)."""
+    rng = np.random.default_rng(n_draws + n_comparisons)
+    families = 40_000
+    draws = rng.standard_normal((families, n_comparisons, n_draws))
+    t = draws.mean(-1) / (draws.std(-1, ddof=1) / np.sqrt(n_draws))
+    rate = np.mean(np.any(np.abs(t) > mc_tolerance(n_draws, n_comparisons, false_alarm=0.05), axis=1))
+    se = np.sqrt(0.05 * 0.95 / families)
+    assert rate < 0.05 + 5 * se  # Bonferroni is conservative
+    assert rate > 0.05 * (1 - 0.05) - 5 * se  # and nearly exact for small rates: 1 - (1 - a/m)^m >= a (1 - a)
+
+
+def test_mc_tolerance_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least 2 draws"):
+        mc_tolerance(1)
+    with pytest.raises(ValueError, match="probability"):
+        mc_tolerance(8, false_alarm=0.0)
