@@ -15,11 +15,11 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 LAB_ARGS    ?=
 ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv test unit-test nbtest book lab clean distclean
+.PHONY: help venv test lint unit-test nbtest book lab clean distclean
 
 help:
 	@echo "make book       build the Jupyter Book into _build/html   (BNSYM_SCALE=book)"
-	@echo "make test       unit tests + every notebook under nbval   (BNSYM_SCALE=test)"
+	@echo "make test       lint (ruff) + unit tests + every notebook under nbval   (BNSYM_SCALE=test)"
 	@echo "make lab        JupyterLab; notebooks/*.md open as notebooks (LAB_ARGS=... for extra options)"
 	@echo "make venv       create .venv and install the pinned dependencies"
 	@echo "make clean      remove build and test outputs (distclean: also .venv)"
@@ -32,7 +32,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -c constraints.txt -e ".[book,dev]"
 	touch $@
 
-test: unit-test nbtest
+test: lint unit-test nbtest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check bnsym tests benchmarks
 
 unit-test: $(STAMP)
 	BNSYM_SCALE=test $(PY) -m pytest tests
