@@ -2,7 +2,9 @@
 
 References are independent of bnsym's routes (Price's ladder in SymPy, the hypergeometric series):
 the polar-coordinate quadrature of conftest.gaussian_pair_moment, c_alpha by quadrature of the
-Gaussian density, exact rank-one algebra, and Monte Carlo.
+Gaussian density, exact rank-one algebra, and Monte Carlo. The Gauss-Hermite V_phi is checked against
+closed forms: erf's arcsine kernel, Isserlis' theorem for the cubic, e^(-(s_ii + s_jj)/2) sinh(s_ij) for
+sin, Sigma itself for the identity, and Price's theorem for E[phi'(h_i) phi'(h_j)].
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from bnsym.meanfield.kernels import (
     c_alpha,
     c_alpha_symbolic,
     derive_arccos_kernel,
+    gauss_hermite_kernel,
+    gauss_hermite_pair,
     gaussian_kernel,
     phi_kernel,
     phi_kernel_derivative,
@@ -204,3 +208,96 @@ def test_gaussian_kernel_extreme_scales():
     phi = parse_activation("relu")
     for t in (1e-170, 1e170):
         np.testing.assert_allclose(gaussian_kernel(phi, t * sigma) / t, gaussian_kernel(phi, sigma), rtol=1e-12)
+
+
+def _covariances(batch_size: int = 5) -> np.ndarray:
+    """Generic covariances at two scales, one rank-deficient, one with a zero-variance coordinate."""
+    low_rank = random_psd(batch_size, 2, seed=3) / 3
+    zero_variance = random_psd(batch_size, seed=4)
+    zero_variance[1, :] = zero_variance[:, 1] = 0.0
+    return np.stack([0.3 * random_psd(batch_size, seed=0), random_psd(batch_size, seed=1), low_rank, zero_variance])
+
+
+def _erf_kernel(sigma: np.ndarray) -> np.ndarray:
+    """E[erf(h_i) erf(h_j)] = (2/pi) arcsin(2 S_ij / sqrt((1 + 2 S_ii)(1 + 2 S_jj))) (Williams 1997)."""
+    d = 1 + 2 * np.diagonal(sigma, axis1=-2, axis2=-1)
+    return 2 / np.pi * np.arcsin(2 * sigma / np.sqrt(d[..., :, None] * d[..., None, :]))
+
+
+@pytest.mark.parametrize("spec, closed_form, degree", [
+    ("erf", _erf_kernel, 160),
+    ("identity", lambda s: s, 8),
+    ("cubic", lambda s: (9 * np.diagonal(s, axis1=-2, axis2=-1)[..., :, None] * np.diagonal(s, axis1=-2, axis2=-1)[
+        ..., None, :] * s + 6 * s**3), 4),  # Isserlis; exact with 4 nodes (degree 3 + 3 < 8)
+    ("sin", lambda s: np.exp(-(np.diagonal(s, axis1=-2, axis2=-1)[..., :, None]
+                               + np.diagonal(s, axis1=-2, axis2=-1)[..., None, :]) / 2) * np.sinh(s), 96),
+])
+def test_gauss_hermite_kernel_matches_closed_forms(spec, closed_form, degree):
+    sigma = _covariances()
+    value, error = gauss_hermite_kernel(parse_activation(spec), sigma, degree)
+    exact = closed_form(sigma)
+    assert value.shape == error.shape == sigma.shape
+    np.testing.assert_allclose(value, exact, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(value, np.swapaxes(value, -1, -2))
+    assert np.all(np.abs(value - exact) <= error + 1e-12)  # the estimate covers the true error
+
+
+def test_gauss_hermite_error_estimate_shrinks_with_degree():
+    """For smooth phi the halving estimate bounds the true error, which falls geometrically (faster for smaller
+    Sigma: erf(h) is steeper on the scale of h when Sigma is larger)."""
+    sigma = np.stack([random_psd(5, seed=1), 3 * random_psd(5, seed=2)])
+    exact = _erf_kernel(sigma)
+    errors = []
+    for degree in (16, 32, 64):
+        value, estimate = gauss_hermite_kernel(parse_activation("erf"), sigma, degree)
+        true_error = np.abs(value - exact)
+        assert np.all(true_error <= estimate + 1e-15)
+        errors.append(true_error.max(axis=(-2, -1)))
+    small, large = np.transpose(errors)
+    assert small[0] > 10 * small[1] > 100 * small[2]
+    assert np.all(large > small) and large[0] > 10 * large[2]
+
+
+def test_gauss_hermite_relu_converges_slowly_to_the_arccosine_kernel():
+    """Kinked phi: the error decays only like 1 / degree (hence the docstring's advice)."""
+    sigma = random_psd(4, seed=5)
+    phi = parse_activation("relu")
+    exact = gaussian_kernel(phi, sigma)
+    errors = [np.abs(gauss_hermite_kernel(phi, sigma, degree)[0] - exact).max() for degree in (32, 64, 128)]
+    assert all(e < 1 / degree for e, degree in zip(errors, (32, 64, 128)))
+    assert 1.5 < errors[0] / errors[1] < 3 and 1.5 < errors[1] / errors[2] < 3
+
+
+def test_gauss_hermite_pair_price_theorem():
+    """E[phi'(h_1) phi'(h_2)] = d/ds12 E[phi(h_1) phi(h_2)] (Price), with phi = erf and psi given apart."""
+    s11, s22, s12 = sp.symbols("s11 s22 s12", positive=True)
+    kernel = 2 / sp.pi * sp.asin(2 * s12 / sp.sqrt((1 + 2 * s11) * (1 + 2 * s22)))
+    slope = sp.lambdify((s11, s22, s12), sp.diff(kernel, s12))
+    v11, v22, v12 = np.array([0.5, 1.0, 2.0]), np.array([1.0, 0.3, 2.5]), np.array([0.2, -0.4, 2.1])
+    erf_slope = parse_activation("erf").numpy_derivative
+    value, error = gauss_hermite_pair(erf_slope, v11, v22, v12, degree=160)
+    np.testing.assert_allclose(value, slope(v11, v22, v12), rtol=1e-12)
+    assert np.all(np.abs(value - slope(v11, v22, v12)) <= error + 1e-15)
+    # psi apart from phi: E[erf(h_1) h_2] = s12 E[erf'(h_1)] (Stein), E[erf'(h_1)] = 2 / sqrt(pi (1 + 2 s11))
+    value, _ = gauss_hermite_pair(parse_activation("erf"), v11, v22, v12, degree=160, psi=lambda x: x)
+    np.testing.assert_allclose(value, v12 * 2 / np.sqrt(np.pi * (1 + 2 * v11)), rtol=1e-12)
+
+
+def test_gauss_hermite_kernel_broadcasts_and_takes_a_function():
+    stack = _covariances(4)
+    value, error = gauss_hermite_kernel(np.tanh, stack, 48)
+    for one, v, e in zip(stack, value, error):
+        alone = gauss_hermite_kernel(parse_activation("tanh"), one, 48)
+        np.testing.assert_allclose(alone[0], v, rtol=1e-14, atol=1e-16)
+        np.testing.assert_allclose(alone[1], e, rtol=1e-10, atol=1e-16)
+
+
+@pytest.mark.parametrize("sigma, degree, match", [
+    (np.ones(3), 16, "square"), (np.ones((2, 3)), 16, "square"),
+    (np.array([[1.0, 0.5], [0.4, 1.0]]), 16, "symmetric"), (np.array([[-1.0, 0.0], [0.0, 1.0]]), 16, ">= 0"),
+    (np.array([[1.0, 2.0], [2.0, 1.0]]), 16, "positive semidefinite"),
+    (np.array([[np.nan, 0.0], [0.0, 1.0]]), 16, "finite"), (np.eye(2), 1, "degree"), (np.eye(2), 2.5, "degree"),
+])
+def test_gauss_hermite_kernel_bad_input(sigma, degree, match):
+    with pytest.raises(ValueError, match=match):
+        gauss_hermite_kernel(parse_activation("tanh"), sigma, degree)
