@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bnsym", description="Mean field predictions for batch-normalized networks.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     predict = commands.add_parser("predict", help="theory predictions for one activation and batch size")
-    predict.add_argument("--phi", required=True, help="activation, e.g. relu, tanh, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
+    predict.add_argument("--phi", required=True, help="activation, e.g. relu, tanh, selu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
     predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
     predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
     predict.add_argument("--method", default=None, help="fixed-point method: laplace or spherical (default: best available)")
