@@ -61,7 +61,7 @@ def _laplace_by_quad(spec: str, sigma: np.ndarray) -> np.ndarray:
         return s ** (a - 1) * np.linalg.det(m) ** -0.5 * _v_phi(spec, projected @ np.linalg.inv(m))
 
     options = dict(epsabs=0, epsrel=1e-12)
-    total = integrate.quad_vec(integrand, 0, 1, **options)[0] + integrate.quad_vec(integrand, 1, np.inf, **options)[0]
+    total = integrate.quad_vec(integrand, 0, 1, **options).value + integrate.quad_vec(integrand, 1, np.inf, **options).value
     return batch**a / math.gamma(a) * total
 
 
@@ -82,7 +82,7 @@ def test_bsb1_scale_derivation():
             def integrand(s):
                 return b**a / math.gamma(a) * s ** (a - 1) * (mu_value / (1 + 2 * s * mu_value)) ** a * (
                     1 + 2 * s * mu_value) ** (-(b - 1) / 2)
-            reference = integrate.quad(integrand, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200)[0]
+            reference = integrate.quad(integrand, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200).value
             assert value == pytest.approx(reference, rel=1e-9)
 
 
@@ -157,11 +157,11 @@ def test_invariances(spec):
     value, _ = bn_kernel_laplace(phi, sigma)
     v = np.random.default_rng(0).standard_normal(6)
     shifted = sigma + 3 * np.ones((6, 6)) + np.outer(v, np.ones(6)) + np.outer(np.ones(6), v)
-    np.testing.assert_allclose(bn_kernel_laplace(phi, shifted)[0], value, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(bn_kernel_laplace(phi, shifted).value, value, rtol=1e-10, atol=1e-12)
     for t in (1e-6, 1e6):
-        np.testing.assert_allclose(bn_kernel_laplace(phi, t * sigma)[0], value, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(bn_kernel_laplace(phi, t * sigma).value, value, rtol=1e-10, atol=1e-12)
     perm = np.array([3, 0, 5, 1, 4, 2])
-    np.testing.assert_allclose(bn_kernel_laplace(phi, sigma[np.ix_(perm, perm)])[0], value[np.ix_(perm, perm)],
+    np.testing.assert_allclose(bn_kernel_laplace(phi, sigma[np.ix_(perm, perm)]).value, value[np.ix_(perm, perm)],
                                rtol=1e-10, atol=1e-12)
 
 
@@ -226,4 +226,4 @@ def test_scale_invariance_at_extreme_scales():
     t = 1e-200
     phi = parse_activation("relu")
     sigma = random_psd(6, 8, seed=2)
-    np.testing.assert_allclose(bn_kernel_laplace(phi, t * sigma)[0], bn_kernel_laplace(phi, sigma)[0], rtol=1e-10)
+    np.testing.assert_allclose(bn_kernel_laplace(phi, t * sigma).value, bn_kernel_laplace(phi, sigma).value, rtol=1e-10)
