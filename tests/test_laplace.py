@@ -61,7 +61,7 @@ def _laplace_by_quad(spec: str, sigma: np.ndarray) -> np.ndarray:
         return s ** (a - 1) * np.linalg.det(m) ** -0.5 * _v_phi(spec, projected @ np.linalg.inv(m))
 
     options = dict(epsabs=0, epsrel=1e-12)
-    total = integrate.quad_vec(integrand, 0, 1, **options).value + integrate.quad_vec(integrand, 1, np.inf, **options).value
+    total = integrate.quad_vec(integrand, 0, 1, **options)[0] + integrate.quad_vec(integrand, 1, np.inf, **options)[0]
     return batch**a / math.gamma(a) * total
 
 
@@ -82,7 +82,7 @@ def test_bsb1_scale_derivation():
             def integrand(s):
                 return b**a / math.gamma(a) * s ** (a - 1) * (mu_value / (1 + 2 * s * mu_value)) ** a * (
                     1 + 2 * s * mu_value) ** (-(b - 1) / 2)
-            reference = integrate.quad(integrand, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200).value
+            reference = integrate.quad(integrand, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200)[0]
             assert value == pytest.approx(reference, rel=1e-9)
 
 
