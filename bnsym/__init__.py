@@ -14,5 +14,6 @@ from .core.estimate import Estimate
 from .meanfield.forward import FixedPoint
 
 __version__ = "0.1.0"
-__all__ = ["Activation", "Estimate", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel", "depth_scale",
-           "dilution", "fixed_point", "forward_depth_scales", "forward_eigenvalues", "gradient_rate", "parse_activation"]
+__all__ = ["Activation", "Estimate", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel",
+           "depth_scale", "dilution", "fixed_point", "forward_depth_scales", "forward_eigenvalues", "gradient_rate",
+           "parse_activation"]

@@ -110,7 +110,7 @@ def _why_not(table: Mapping[str, Route], name: str, phi: Activation, x: object, 
 
 def _choose(table: Mapping[str, Route], method: str | None, phi: Activation, x: object, eps: float,
             tol: float | None, aliases: Mapping[str, str] | None = None) -> tuple[str, Route]:
-    """The route ``method`` names (ValueError if unknown or if it does not apply), or for None the first that applies."""
+    """The route ``method`` names (ValueError if unknown or not applicable), or for None the first that applies."""
     aliases = aliases or {}
     if method is None:
         name = next(name for name in table if _why_not(table, name, phi, x, eps, tol) is None)

@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--phi", required=True, help="activation, e.g. relu, tanh, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
     predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
     predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
-    predict.add_argument("--method", default=None, help="fixed-point method: closed_form (alias laplace), spherical or gegenbauer "
+    predict.add_argument("--method", default=None,
+                         help="fixed-point method: closed_form (alias laplace), spherical or gegenbauer "
                          "(default: best available)")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
     return parser

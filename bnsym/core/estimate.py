@@ -31,7 +31,8 @@ class Estimate:
         error = np.asarray(self.error, dtype=float)
         if error.shape != value.shape:
             if error.ndim:
-                raise ValueError(f"route {self.method!r}: error of shape {error.shape} for a value of shape {value.shape}")
+                raise ValueError(f"route {self.method!r}: error of shape {error.shape} for a value of shape "
+                                 f"{value.shape}")
             error = np.full(value.shape, float(error))
         if np.isnan(value).any() or np.isnan(error).any():
             raise ValueError(f"route {self.method!r} returned NaN (value {self.value!r}, error {self.error!r})")

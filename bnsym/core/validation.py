@@ -23,7 +23,8 @@ def check_batch_size(batch_size: object, array_ok: bool = False) -> int | np.nda
     if many and not array_ok:
         raise ValueError(f"batch size must be one whole number here, got an array of shape {np.shape(batch_size)}")
     items = np.asarray(batch_size, dtype=object).ravel().tolist()
-    whole = f"batch size{'s' if many else ''} must be {'whole numbers' if many else 'a whole number'}, got {batch_size!r}"
+    whole = (f"batch sizes must be whole numbers, got {batch_size!r}" if many
+             else f"batch size must be a whole number, got {batch_size!r}")
     if not items or any(isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) for b in items):
         raise ValueError(whole)
     values = np.array(items, dtype=float)

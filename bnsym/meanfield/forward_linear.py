@@ -317,7 +317,8 @@ def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float 
             results[key] = Estimate(value, abs(coarse - value) / 3 + batch_size * quad_error, "finite_differences")
         else:
             estimates = _crn_quotients(phi, sigma, lam, step, n_points, n_replicates, seed)
-            results[key] = Estimate(estimates.mean(), estimates.std(ddof=1) / np.sqrt(n_replicates), "finite_differences")
+            error = estimates.std(ddof=1) / np.sqrt(n_replicates)
+            results[key] = Estimate(estimates.mean(), error, "finite_differences")
     return results
 
 
