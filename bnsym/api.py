@@ -1,70 +1,161 @@
-"""The stable public face of bnsym: each function takes an activation (name or Activation), B, eps, method."""
+"""The stable public face of bnsym: each function takes an activation (name or Activation), B, eps, method.
+
+Each quantity has one table of routes, method name -> :class:`Route`: the function, the check that says why it
+does not apply, and whether it takes an array of B. ``method=None`` picks the first route of the table that
+applies. Functions return floats (arrays for an array of B), dicts or a FixedPoint; with ``with_error=True``
+they return the route's :class:`~bnsym.core.estimate.Estimate` (or a dict of them) instead.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 import numpy as np
 
 from .core.activations import Activation, parse_activation
-from .core.geometry import bsb1_matrix, bsb1_mu
+from .core.estimate import Estimate
+from .core.geometry import bsb1_mu
+from .core.validation import check_batch_size, check_covariance, check_eps
 from .meanfield.backward import depth_scale as _depth_scale
 from .meanfield.backward import operator_eigenvalues, rate_closed_form, rate_spherical
-from .meanfield.forward import FixedPoint, bsb1_image, fixed_point_laplace, fixed_point_spherical
-from .meanfield.forward_linear import alpha_transition_value, homogeneous_eigenvalues, spherical_eigenvalues
+from .meanfield.forward import FixedPoint, bn_kernel_spherical, fixed_point_closed_form, fixed_point_spherical
+from .meanfield.forward_linear import (alpha_transition_value, depth_scales, homogeneous_eigenvalues,
+                                       spherical_eigenvalues)
 from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from .meanfield.laplace import bn_kernel_laplace
 from .meanfield.qmc import bn_kernel_qmc
-from .core.validation import MIN_BATCH_SIZE, WHY_MIN_BATCH, check_batch_size, check_covariance, check_eps
-
-FIXED_POINT_METHODS = ("laplace", "spherical", "gegenbauer")
-BN_KERNEL_METHODS = ("laplace", "spherical", "qmc")
 
 
-def _check_method(method: str | None, known: tuple[str, ...]) -> None:
-    if method is not None and method not in known:
-        raise ValueError(f"unknown method {method!r}; known methods: {', '.join(known)}")
+@dataclass(frozen=True)
+class Route:
+    """One method for one quantity.
+
+    ``compute(phi, x, eps, tol)`` with x = B (Sigma for :func:`bn_kernel`) returns an Estimate, a dict of them or
+    a FixedPoint; ``check(name, phi, x, eps, tol)`` raises ValueError saying why the method ``name`` does not
+    apply; ``vectorised``: ``compute`` takes a numpy array of B.
+    """
+
+    compute: Callable[..., object]
+    check: Callable[..., None]
+    vectorised: bool = False
 
 
-def _check_laplace(phi: Activation, eps: float) -> None:
+def _always(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
+    """The route applies to every phi and eps."""
+
+
+def _homogeneous(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
     if not phi.is_homogeneous:
-        raise ValueError(f"method 'laplace' needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity); {phi} is not")
+        raise ValueError(f"method {name!r} needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity); "
+                         f"{phi} is not")
     if eps != 0:
-        raise ValueError("method 'laplace' needs eps = 0: with eps > 0 batch norm is no longer scale invariant")
+        raise ValueError(f"method {name!r} needs eps = 0: with eps > 0 batch norm is no longer scale invariant")
 
 
-def _check_gegenbauer(eps: float, tol: float) -> None:
+def _homogeneous_above_half(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
+    _homogeneous(name, phi, x, eps, tol)
+    if not phi.degree > 0.5:
+        raise ValueError(f"method {name!r} needs degree alpha > 1/2 (J_alpha' is singular otherwise); "
+                         f"{phi} has alpha = {phi.degree:g}")
+
+
+def _gegenbauer(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
     if eps != 0:
-        raise ValueError("method 'gegenbauer' needs eps = 0: the BN output is then uniform on its sphere, which the basis is built on")
+        raise ValueError(f"method {name!r} needs eps = 0: the BN output is then uniform on its sphere, which the "
+                         "basis is built on")
     if not tol > 0:
         raise ValueError(f"tol must be a positive number, got {tol!r}")
 
 
-def fixed_point(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None,
+def _bsb1_input(name: str, phi: Activation, sigma: np.ndarray, eps: float, tol: float | None) -> None:
+    if bsb1_mu(sigma) is None:
+        raise ValueError(f"method {name!r} needs G Sigma G = mu G (a BSB1-type input); use 'qmc' or 'laplace' for "
+                         "general Sigma")
+
+
+FIXED_POINT_ROUTES = {
+    "closed_form": Route(lambda phi, b, eps, tol: fixed_point_closed_form(phi, b), _homogeneous, vectorised=True),
+    "spherical": Route(lambda phi, b, eps, tol: fixed_point_spherical(phi, b, eps), _always),
+    "gegenbauer": Route(lambda phi, b, eps, tol: fixed_point_gegenbauer(phi, b, tol), _gegenbauer),
+}
+FIXED_POINT_ALIASES = {"laplace": "closed_form"}  # the closed form is derived by the Laplace method (Thm F.8)
+BN_KERNEL_ROUTES = {
+    "laplace": Route(lambda phi, sigma, eps, tol: bn_kernel_laplace(phi, sigma), _homogeneous),
+    "spherical": Route(lambda phi, sigma, eps, tol: bn_kernel_spherical(phi, sigma, eps), _bsb1_input),
+    "qmc": Route(lambda phi, sigma, eps, tol: bn_kernel_qmc(phi, sigma, eps), _always),
+}
+GRADIENT_RATE_ROUTES = {
+    "closed_form": Route(lambda phi, b, eps, tol: rate_closed_form(phi, b), _homogeneous, vectorised=True),
+    "spherical": Route(lambda phi, b, eps, tol: rate_spherical(phi, b), _always),
+    "gegenbauer": Route(lambda phi, b, eps, tol: gradient_rate_gegenbauer(phi, b, tol), _gegenbauer),
+}
+FORWARD_EIGENVALUE_ROUTES = {
+    "closed_form": Route(lambda phi, b, eps, tol: homogeneous_eigenvalues(phi, b), _homogeneous_above_half,
+                         vectorised=True),
+    "spherical": Route(lambda phi, b, eps, tol: spherical_eigenvalues(phi, b), _always),
+    "gegenbauer": Route(lambda phi, b, eps, tol: forward_eigenvalues_gegenbauer(phi, b, tol), _gegenbauer),
+}
+
+
+def _why_not(table: Mapping[str, Route], name: str, phi: Activation, x: object, eps: float,
+             tol: float | None) -> str | None:
+    """None if method ``name`` applies, else the reason it does not."""
+    try:
+        table[name].check(name, phi, x, eps, tol)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _choose(table: Mapping[str, Route], method: str | None, phi: Activation, x: object, eps: float,
+            tol: float | None, aliases: Mapping[str, str] | None = None) -> tuple[str, Route]:
+    """The route ``method`` names (ValueError if unknown or not applicable), or for None the first that applies."""
+    aliases = aliases or {}
+    if method is None:
+        name = next(name for name in table if _why_not(table, name, phi, x, eps, tol) is None)
+        return name, table[name]
+    name = aliases.get(method, method)
+    if name not in table:
+        known = [label for key in table for label in (key, *(a for a, target in aliases.items() if target == key))]
+        also = "".join(f" ({alias!r} is an alias of {target!r})" for alias, target in aliases.items())
+        raise ValueError(f"unknown method {method!r}; known methods: {', '.join(known)}{also}")
+    table[name].check(method, phi, x, eps, tol)
+    return name, table[name]
+
+
+def _compute(table: Mapping[str, Route], method: str | None, phi: Activation, batch: int | np.ndarray, eps: float,
+             tol: float | None, aliases: Mapping[str, str] | None = None):
+    """Choose the route, refuse an array of B where it is not vectorised (naming those that are), compute."""
+    name, route = _choose(table, method, phi, batch, eps, tol, aliases)
+    if np.ndim(batch) and not route.vectorised:
+        takers = []
+        for other, candidate in table.items():
+            if candidate.vectorised:
+                reason = _why_not(table, other, phi, batch, eps, tol)
+                takers.append(f"{other!r}" + (f" ({reason})" if reason else ""))
+        raise ValueError(f"method {name!r} takes one batch size at a time; arrays of B need method "
+                         + " or ".join(takers))
+    return route.compute(phi, batch, eps, tol)
+
+
+def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
                 tol: float = 1e-8) -> FixedPoint:
     """The BSB1 fixed point Sigma* = q ((1 - c) I + c 11^T) of Sigma -> V_{B_phi}(Sigma).
 
-    ``method``: "laplace" (closed form, positive-homogeneous phi, eps = 0; Thm F.8), "spherical"
-    (quadrature on the BN sphere, any phi; Thm 4) or "gegenbauer" (series in the Gegenbauer basis, any phi,
-    eps = 0; Thm F.13; truncated where the error bound on q* c* is below ``tol``, else ValueError).
-    Default: "laplace" where it applies, else "spherical".
+    ``method``: "closed_form" (alias "laplace"; positive-homogeneous phi, eps = 0; Thm F.8; ``B`` may be a
+    numpy array, q and c are then arrays), "spherical" (quadrature on the BN sphere, any phi; Thm 4) or
+    "gegenbauer" (series in the Gegenbauer basis, any phi, eps = 0; Thm F.13; truncated where the error bound
+    on q* c* is below ``tol``, else ValueError). Default: "closed_form" where it applies, else "spherical".
     """
     phi = parse_activation(phi)
-    batch_size = check_batch_size(B)
+    batch = check_batch_size(B, array_ok=True)
     eps = check_eps(eps)
-    _check_method(method, FIXED_POINT_METHODS)
-    if method is None:
-        method = "laplace" if phi.is_homogeneous and eps == 0 else "spherical"
-    if method == "laplace":
-        _check_laplace(phi, eps)
-        return fixed_point_laplace(phi, batch_size)
-    if method == "gegenbauer":
-        _check_gegenbauer(eps, tol)
-        return fixed_point_gegenbauer(phi, batch_size, tol)
-    return fixed_point_spherical(phi, batch_size, eps)
-
+    return _compute(FIXED_POINT_ROUTES, method, phi, batch, eps, tol, FIXED_POINT_ALIASES)
 
 
 def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method: str | None = None,
-              with_error: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+              with_error: bool = False) -> np.ndarray | Estimate:
     """V_{B_phi}(Sigma) = E[B_phi(h) B_phi(h)^T], h ~ N(0, Sigma): the next layer's B x B covariance.
 
     This is the infinite-width (NNGP) kernel of one batch-normed layer, for any PSD Sigma. Methods:
@@ -76,48 +167,18 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
       error over independent scramblings (about 1e-5 for smooth phi).
 
     Default: "laplace" where it applies, else "spherical" where it applies, else "qmc".
-    With ``with_error=True`` returns (V, elementwise error estimate).
+    With ``with_error=True`` returns the Estimate (V and its elementwise error; it unpacks as ``V, error``).
     """
     phi = parse_activation(phi)
     sigma = check_covariance(Sigma)
     eps = check_eps(eps)
-    _check_method(method, BN_KERNEL_METHODS)
-    mu = bsb1_mu(sigma)
-    if method is None:
-        method = "laplace" if phi.is_homogeneous and eps == 0 else "spherical" if mu is not None else "qmc"
-    if method == "laplace":
-        _check_laplace(phi, eps)
-        value, error = bn_kernel_laplace(phi, sigma)
-    elif method == "spherical":
-        if mu is None:
-            raise ValueError("method 'spherical' needs G Sigma G = mu G (a BSB1-type input); use 'qmc' or 'laplace' for general Sigma")
-        q, qc, err = bsb1_image(phi, sigma.shape[0], mu, eps)
-        batch = sigma.shape[0]
-        value = bsb1_matrix(batch, q, qc / q)
-        error = np.full((batch, batch), err)
-    else:
-        value, error = bn_kernel_qmc(phi, sigma, eps)
-    return (value, error) if with_error else value
-
-
-GRADIENT_RATE_METHODS = ("closed_form", "spherical", "gegenbauer")
-
-
-def _check_batch_sizes(batch_sizes: object) -> np.ndarray:
-    """An array of batch sizes: whole numbers >= 4 (vectorised :func:`check_batch_size`)."""
-    try:
-        batch = np.asarray(batch_sizes, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"batch sizes must be whole numbers, got {batch_sizes!r}") from None
-    if np.asarray(batch_sizes).dtype == bool or not np.all(np.isfinite(batch)) or np.any(batch != np.round(batch)):
-        raise ValueError("batch sizes must be whole numbers")
-    if np.any(batch < MIN_BATCH_SIZE):
-        raise ValueError(f"batch size {batch.min():g} is below {MIN_BATCH_SIZE}: {WHY_MIN_BATCH}")
-    return batch
+    _, route = _choose(BN_KERNEL_ROUTES, method, phi, sigma, eps, None)
+    estimate = route.compute(phi, sigma, eps, None)
+    return estimate if with_error else estimate.value
 
 
 def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
-                  tol: float = 1e-8) -> float | np.ndarray:
+                  tol: float = 1e-8, with_error: bool = False) -> float | np.ndarray | Estimate:
     """lambda_G: the factor by which squared gradient norms grow per layer towards the input (Thms 7, 8).
 
     ``method``: "closed_form" (Thm 8, positive-homogeneous phi of degree alpha > 1/2; ``B`` may be a numpy
@@ -125,80 +186,71 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, 
     coordinates, any phi, one B) or "gegenbauer" (Thm 9, any phi, one B: the series in the Gegenbauer
     coefficients with exact Parseval and Dirichlet tails, summed until the relative error bound is below
     ``tol``, else ValueError). Default: "closed_form" where it applies. Only eps = 0 is supported so far.
+    With ``with_error=True`` returns the Estimate (absolute error).
     """
     phi = parse_activation(phi)
-    eps = check_eps(eps)
-    _check_method(method, GRADIENT_RATE_METHODS)
-    if eps != 0:
-        raise ValueError("gradient_rate supports eps = 0 only so far: with eps > 0 batch norm is not scale invariant and "
-                         "the rate depends on the fixed point's scale (not implemented yet)")
-    if method is None:
-        method = "closed_form" if phi.is_homogeneous else "spherical"
-    if method == "closed_form":
-        batch = _check_batch_sizes(B)
-        value = rate_closed_form(phi, batch)
-        return value if np.ndim(B) else float(value)
-    if np.ndim(B):
-        raise ValueError(f"method {method!r} takes one batch size at a time; arrays of B need method 'closed_form' "
-                         "(positive-homogeneous phi)")
-    if method == "gegenbauer":
-        _check_gegenbauer(eps, tol)
-        return gradient_rate_gegenbauer(phi, check_batch_size(B), tol)[0]
-    return rate_spherical(phi, check_batch_size(B))[0]
+    batch = check_batch_size(B, array_ok=True)
+    if check_eps(eps) != 0:
+        raise ValueError("gradient_rate supports eps = 0 only so far: with eps > 0 batch norm is not scale invariant "
+                         "and the rate depends on the fixed point's scale (not implemented yet)")
+    estimate = _compute(GRADIENT_RATE_ROUTES, method, phi, batch, 0.0, tol)
+    return estimate if with_error else estimate.value
 
 
-def backward_eigenvalues(phi: str | Activation, B: int) -> dict[str, float]:
+def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False) -> dict[str, float | Estimate]:
     """Eigenvalues {"G", "L", "M"} of the backward operator at the BSB1 fixed point (eps = 0), any phi.
 
     "G" is :func:`gradient_rate`; "L" and "M" come from the operator's 11 ultrasymmetric entries, each an
-    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`).
+    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`). One B at a time.
+    With ``with_error=True`` the values are Estimates.
     """
     phi = parse_activation(phi)
+    if np.ndim(B):
+        raise ValueError("backward_eigenvalues takes one batch size at a time; for an array of B, "
+                         "gradient_rate(method='closed_form') gives lambda_G")
     batch_size = check_batch_size(B)
-    values, _ = operator_eigenvalues(phi, batch_size)
-    return {"G": gradient_rate(phi, batch_size), "L": values["L"], "M": values["M"]}
+    eigenvalues = {**operator_eigenvalues(phi, batch_size), "G": gradient_rate(phi, batch_size, with_error=True)}
+    return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 
-def depth_scale(phi: str | Activation, B: int | np.ndarray) -> float | np.ndarray:
+def depth_scale(phi: str | Activation, B: int | np.ndarray, method: str | None = None, tol: float = 1e-8,
+                with_error: bool = False) -> float | np.ndarray | Estimate:
     """xi = 1 / log(lambda_G): gradient norms grow by a factor e every xi layers (Sec. 4).
 
     Infinite only where lambda_G = 1, which batch norm never reaches at finite B (Thm 9: lambda_G > 1).
+    ``method``, ``tol`` and arrays of B as for :func:`gradient_rate`, whose error is propagated.
     """
-    value = _depth_scale(gradient_rate(phi, B))
-    return value if np.ndim(B) else float(value)
+    estimate = _depth_scale(gradient_rate(phi, B, method=method, tol=tol, with_error=True))
+    return estimate if with_error else estimate.value
 
 
-FORWARD_EIGENVALUE_METHODS = ("closed_form", "spherical", "gegenbauer")
-
-
-def forward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, method: str | None = None,
-                        tol: float = 1e-8) -> dict[str, float]:
+def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
+                        tol: float = 1e-8, with_error: bool = False) -> dict[str, float | np.ndarray | Estimate]:
     """Eigenvalues {"G", "L", "M"} of the forward Jacobian G dV_{B_phi}/dSigma G at the BSB1 fixed point.
 
     A perturbation of the batch covariance along eigenspace X shrinks by lambda_X per layer (eq. (17)).
     lambda_G = 0 exactly (scale invariance, eps = 0). ``method``: "closed_form" (Thm 6 / F.33, positive-
-    homogeneous phi of degree > 1/2), "spherical" (any phi, 2-D quadrature on the BN sphere, Sec. F.3.1) or
-    "gegenbauer" (any phi; banded quadratic forms in the Gegenbauer coefficients, Thms F.22/F.24, the degree
-    doubled until the eigenvalues change by less than ``tol``). Default: closed form where it applies.
+    homogeneous phi of degree > 1/2; ``B`` may be a numpy array), "spherical" (any phi, 2-D quadrature on the
+    BN sphere, Sec. F.3.1) or "gegenbauer" (any phi; banded quadratic forms in the Gegenbauer coefficients,
+    Thms F.22/F.24, the degree doubled until the eigenvalues change by less than ``tol``). Default: closed
+    form where it applies. With ``with_error=True`` the values are Estimates.
     """
     phi = parse_activation(phi)
-    batch_size = check_batch_size(B)
-    eps = check_eps(eps)
-    _check_method(method, FORWARD_EIGENVALUE_METHODS)
-    if eps != 0:
-        raise ValueError("forward eigenvalues are derived for eps = 0 only: with eps > 0 batch norm is not scale invariant "
-                         "and lambda_G is no longer 0 (not covered yet)")
-    if method == "gegenbauer":
-        _check_gegenbauer(eps, tol)
-        lam, _ = forward_eigenvalues_gegenbauer(phi, batch_size, tol)
-        return {"G": 0.0, "L": lam["L"], "M": lam["M"]}
-    if method is None:
-        method = "closed_form" if phi.is_homogeneous and phi.degree > 0.5 else "spherical"
-    if method == "closed_form":
-        lam_l, lam_m = homogeneous_eigenvalues(phi, batch_size)
-        return {"G": 0.0, "L": float(lam_l), "M": float(lam_m)}
-    lam, _ = spherical_eigenvalues(phi, batch_size)
-    return {"G": 0.0, "L": lam["L"], "M": lam["M"]}
+    batch = check_batch_size(B, array_ok=True)
+    if check_eps(eps) != 0:
+        raise ValueError("forward eigenvalues are derived for eps = 0 only: with eps > 0 batch norm is not scale "
+                         "invariant and lambda_G is no longer 0 (not covered yet)")
+    eigenvalues = _compute(FORWARD_EIGENVALUE_ROUTES, method, phi, batch, 0.0, tol)
+    lam_l = eigenvalues["L"]  # the routes' lambda_G is a computed check of theory's exact 0
+    eigenvalues = {**eigenvalues, "G": Estimate(np.zeros_like(lam_l.value), 0.0, lam_l.method)}
+    return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
+
+
+def forward_depth_scales(phi: str | Activation, B: int, method: str | None = None,
+                         tol: float = 1e-8) -> dict[str, float | None]:
+    """xi_X = -1/log|lambda_X| for the forward eigenvalues (eps = 0): layers for a perturbation along X to shrink
+    by a factor e; 0.0 where lambda_X = 0, None (JSON null) where |lambda_X| >= 1. One B at a time."""
+    return depth_scales(forward_eigenvalues(phi, check_batch_size(B), method=method, tol=tol))
 
 
 def alpha_transition(B: int) -> float | None:

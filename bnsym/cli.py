@@ -10,7 +10,6 @@ import sys
 from . import api
 from .core.activations import parse_activation
 from .dilution import normalized_gsc_rate
-from .meanfield.forward_linear import depth_scales
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,7 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--phi", required=True, help="activation, e.g. relu, tanh, selu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
     predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
     predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
-    predict.add_argument("--method", default=None, help="fixed-point method: laplace or spherical (default: best available)")
+    predict.add_argument("--method", default=None,
+                         help="fixed-point method: closed_form (alias laplace), spherical or gegenbauer "
+                         "(default: best available)")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -48,7 +49,7 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "eps": point.eps,
         "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error},
         "forward_eigenvalues": eigenvalues,
-        "depth_scales": depth_scales(eigenvalues) if eigenvalues is not None else None,
+        "depth_scales": api.forward_depth_scales(phi, point.batch_size) if eigenvalues is not None else None,
         # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }

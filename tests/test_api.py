@@ -93,7 +93,8 @@ def test_with_error_laplace_is_plausible(generic_sigma):
 def test_with_error_spherical_is_plausible():
     point = bnsym.fixed_point("tanh", 8)
     value, error = bnsym.bn_kernel("tanh", bsb1(8, 2.0, 0.5), method="spherical", with_error=True)
-    q, qc, _ = bsb1_image(parse_activation("tanh"), 8, n=256)
+    image = bsb1_image(parse_activation("tanh"), 8, n=256)
+    q, qc = image["q"].value, image["qc"].value
     assert error.shape == (8, 8)
     assert np.all(np.abs(value - bsb1(8, q, qc / q)) <= 5 * error + 1e-14)
     np.testing.assert_allclose(value, point.matrix, atol=1e-12)
@@ -102,7 +103,8 @@ def test_with_error_spherical_is_plausible():
 def test_with_error_spherical_eps_is_plausible():
     sigma = bsb1(8, 0.8, 0.25)  # mu = 0.6
     value, error = bnsym.bn_kernel("tanh", sigma, eps=0.1, method="spherical", with_error=True)
-    q, qc, _ = bsb1_image(parse_activation("tanh"), 8, mu=0.6, eps=0.1, n_radial=128)  # fine rule: 256 radial nodes
+    image = bsb1_image(parse_activation("tanh"), 8, mu=0.6, eps=0.1, n_radial=128)  # fine rule: 256 radial nodes
+    q, qc = image["q"].value, image["qc"].value
     assert np.all(np.abs(value - bsb1(8, q, qc / q)) <= 5 * error + 1e-14)
 
 

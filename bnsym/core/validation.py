@@ -14,21 +14,27 @@ WHY_MIN_BATCH = (
 )
 
 
-def check_batch_size(batch_size: object) -> int:
-    """B must be an integer >= 4."""
-    if isinstance(batch_size, bool):
-        raise ValueError(f"batch size must be a whole number, got {batch_size!r}")
-    if not isinstance(batch_size, numbers.Integral):
-        if isinstance(batch_size, numbers.Real) and float(batch_size).is_integer():
-            batch_size = int(batch_size)
-        else:
-            raise ValueError(f"batch size must be a whole number, got {batch_size!r}")
-    batch_size = int(batch_size)
-    if batch_size < 1:
-        raise ValueError(f"batch size must be positive, got {batch_size}")
-    if batch_size < MIN_BATCH_SIZE:
-        raise ValueError(f"batch size {batch_size} is below {MIN_BATCH_SIZE}: {WHY_MIN_BATCH}")
-    return batch_size
+def check_batch_size(batch_size: object, array_ok: bool = False) -> int | np.ndarray:
+    """B must be a whole number >= 4; with ``array_ok`` a numpy array (or list) of them is accepted too.
+
+    Returns an int, or an int array of the same shape. Scalars and arrays share one set of checks and messages.
+    """
+    many = np.ndim(batch_size) > 0
+    if many and not array_ok:
+        raise ValueError(f"batch size must be one whole number here, got an array of shape {np.shape(batch_size)}")
+    items = np.asarray(batch_size, dtype=object).ravel().tolist()
+    whole = (f"batch sizes must be whole numbers, got {batch_size!r}" if many
+             else f"batch size must be a whole number, got {batch_size!r}")
+    if not items or any(isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) for b in items):
+        raise ValueError(whole)
+    values = np.array(items, dtype=float)
+    if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+        raise ValueError(whole)
+    if values.min() < 1:
+        raise ValueError(f"batch size must be positive, got {values.min():g}")
+    if values.min() < MIN_BATCH_SIZE:
+        raise ValueError(f"batch size {values.min():g} is below {MIN_BATCH_SIZE}: {WHY_MIN_BATCH}")
+    return values.astype(int).reshape(np.shape(batch_size)) if many else int(values[0])
 
 
 def check_eps(eps: object) -> float:

@@ -27,6 +27,7 @@ import sympy as sp
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
+from ..core.estimate import Estimate
 from .forward import default_fixed_point, derive_bsb1_constant
 from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
 from .laplace import B, alpha
@@ -208,15 +209,20 @@ def _closed_form_kernel():
     return sp.lambdify((alpha, B, J1, Jr, Jpr), derive_homogeneous_rate().result, modules="numpy", cse=True)
 
 
-def rate_closed_form(phi: Activation, batch_size: np.ndarray) -> np.ndarray:
-    """Thm 8, vectorised over B: lambda_G for degree-alpha positive-homogeneous phi with alpha > 1/2."""
+def rate_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
+    """Thm 8, vectorised over B: lambda_G for degree-alpha positive-homogeneous phi with alpha > 1/2.
+
+    The formula is derived exactly (:func:`derive_homogeneous_rate`), so its error is 0: only float64
+    rounding remains (a few ulp, checked against the exact SymPy value in the tests).
+    """
     if not phi.is_homogeneous:
         raise ValueError(f"the closed form (Thm 8) needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity); {phi} is not")
     check_finite_rate(phi)
     batch = np.asarray(batch_size, dtype=float)
     rho = -1.0 / (batch - 1)
-    return _closed_form_kernel()(phi.degree, batch, float(phi_kernel(phi, 1.0)), phi_kernel(phi, rho),
-                                 phi_kernel_derivative(phi, rho))
+    value = _closed_form_kernel()(phi.degree, batch, float(phi_kernel(phi, 1.0)), phi_kernel(phi, rho),
+                                  phi_kernel_derivative(phi, rho))
+    return Estimate(value, 0.0, "closed_form")
 
 
 def check_finite_rate(phi: Activation) -> None:
@@ -225,8 +231,8 @@ def check_finite_rate(phi: Activation) -> None:
         raise ValueError(f"the gradient rate is infinite for degree alpha <= 1/2 (E[phi'^2] diverges at 0); {phi} has alpha = {phi.degree:g}")
 
 
-def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> tuple[float, float]:
-    """Thm 7 by exact quadrature over two BN coordinates: (lambda_G, error estimate)."""
+def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> Estimate:
+    """Thm 7 by exact quadrature over two BN coordinates: lambda_G and its error estimate."""
     check_finite_rate(phi)
     dphi = phi.numpy_derivative
 
@@ -237,7 +243,7 @@ def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> tuple[float
     point = default_fixed_point(phi, batch_size)
     value, error = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
     scale = point.mu * (batch_size - 3)
-    return value / scale, (error + abs(value) * point.error / point.mu) / scale
+    return Estimate(value / scale, (error + abs(value) * point.error / point.mu) / scale, "spherical")
 
 
 # ------------------------------------------------------------------- the whole backward operator, any phi
@@ -312,17 +318,32 @@ def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dic
     return values, errors
 
 
-def operator_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:
-    """(lambda_G, lambda_L, lambda_M) of the backward operator at Sigma*, any phi, with error bounds."""
+def operator_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> dict[str, Estimate]:
+    """{"G", "L", "M"}: the eigenvalues of the backward operator at Sigma*, any phi, with error bounds."""
     values, errors = operator_classes(phi, batch_size, n)
-    return projected_eigenvalues(values, batch_size), projected_eigenvalue_errors(errors, batch_size)
+    values, errors = projected_eigenvalues(values, batch_size), projected_eigenvalue_errors(errors, batch_size)
+    return {key: Estimate(values[key], errors[key], "spherical") for key in values}
 
 
-def depth_scale(rate: np.ndarray) -> np.ndarray:
-    """xi = 1 / log(lambda_G) (Sec. 4): gradients grow by e every xi layers; inf where lambda_G = 1."""
-    rate = np.asarray(rate, dtype=float)
+def _inverse_log(rate: np.ndarray) -> np.ndarray:
+    """1 / log(rate), inf at rate = 1."""
     with np.errstate(divide="ignore"):
         return np.where(rate == 1, np.inf, 1 / np.log(np.where(rate == 1, 2.0, rate)))
+
+
+def depth_scale(rate: Estimate) -> Estimate:
+    """xi = 1 / log(lambda_G) (Sec. 4): gradients grow by e every xi layers; inf where lambda_G = 1.
+
+    The error is propagated over the whole interval lambda_G +- error (xi is monotone on each side of 1):
+    the larger change of xi at its two ends, inf if the interval reaches 1.
+    """
+    value, error = np.asarray(rate.value, dtype=float), np.asarray(rate.error, dtype=float)
+    xi = _inverse_log(value)
+    ends = [_inverse_log(value - error), _inverse_log(value + error)]
+    reaches_one = (value - error <= 1) & (value + error >= 1)
+    with np.errstate(invalid="ignore"):
+        change = np.maximum(*(np.abs(end - xi) for end in ends))
+    return Estimate(xi, np.where(reaches_one | ~np.isfinite(xi), np.inf, change), rate.method)
 
 
 def weight_gradient_ratio(phi: Activation, batch_size: int) -> float:

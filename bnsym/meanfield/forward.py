@@ -24,7 +24,8 @@ from scipy.special import roots_genlaguerre
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
-from ..core.geometry import bsb1_matrix
+from ..core.estimate import Estimate
+from ..core.geometry import bsb1_matrix, bsb1_mu
 from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel
 from .laplace import B, alpha, derive_bsb1_scale
 from .sphere import expect_pair_with_error
@@ -32,13 +33,16 @@ from .sphere import expect_pair_with_error
 
 @dataclass(frozen=True)
 class FixedPoint:
-    """Sigma* = q ((1 - c) I + c 11^T) for batch size B; ``error`` bounds the quadrature error of q and q c."""
+    """Sigma* = q ((1 - c) I + c 11^T) for batch size B; ``error`` bounds the quadrature error of q and q c.
 
-    q: float
-    c: float
-    batch_size: int
+    The closed form takes an array of B: q, c and batch_size are then arrays of one shape.
+    """
+
+    q: float | np.ndarray
+    c: float | np.ndarray
+    batch_size: int | np.ndarray
     eps: float = 0.0
-    method: str = "laplace"
+    method: str = "closed_form"
     error: float = 0.0
 
     @property
@@ -48,7 +52,10 @@ class FixedPoint:
 
     @property
     def matrix(self) -> np.ndarray:
-        """The B x B matrix Sigma*."""
+        """The B x B matrix Sigma* (one batch size only)."""
+        if np.ndim(self.batch_size):
+            raise ValueError("Sigma* is one matrix per batch size, and this FixedPoint holds an array of B: "
+                             "compute the fixed point for one B to get its matrix")
         return bsb1_matrix(self.batch_size, self.q, self.c)
 
 
@@ -70,23 +77,28 @@ def bsb1_constant(phi: Activation, batch_size: np.ndarray) -> np.ndarray:
     return _bsb1_constant_kernel()(phi.degree, np.asarray(batch_size, dtype=float))
 
 
-def fixed_point_laplace(phi: Activation, batch_size: int) -> FixedPoint:
-    """Closed-form BSB1 fixed point for positive-homogeneous phi (Thm F.8, Cor F.9-F.11)."""
-    k = float(bsb1_constant(phi, batch_size))
-    q = k * float(phi_kernel(phi, 1.0))
-    qc = k * float(phi_kernel(phi, -1.0 / (batch_size - 1)))
-    return FixedPoint(q=q, c=qc / q, batch_size=batch_size, method="laplace")
+def fixed_point_closed_form(phi: Activation, batch_size: int | np.ndarray) -> FixedPoint:
+    """Closed-form BSB1 fixed point for positive-homogeneous phi (Thm F.8, Cor F.9-F.11), vectorised over B.
+
+    Exact up to float64 rounding, so ``error`` = 0.
+    """
+    k = bsb1_constant(phi, batch_size)
+    q = k * phi_kernel(phi, 1.0)
+    qc = k * phi_kernel(phi, -1.0 / (np.asarray(batch_size, dtype=float) - 1))
+    if np.ndim(batch_size):
+        return FixedPoint(q=q, c=qc / q, batch_size=np.asarray(batch_size), method="closed_form")
+    return FixedPoint(q=float(q), c=float(qc / q), batch_size=int(batch_size), method="closed_form")
 
 
-def _pair_moments(phi: Activation, batch_size: int, scale: float, n: int) -> tuple[float, float, float]:
-    """(E[phi(s x_1)^2], E[phi(s x_1) phi(s x_2)], error) on the BN sphere, output scaled by s."""
+def _pair_moments(phi: Activation, batch_size: int, scale: float, n: int) -> np.ndarray:
+    """(E[phi(s x_1)^2], E[phi(s x_1) phi(s x_2)], their two errors) on the BN sphere, output scaled by s."""
     q, e1 = expect_pair_with_error(lambda a, b: phi.numpy(a) ** 2, batch_size, phi.kinks, n, scale)
     qc, e2 = expect_pair_with_error(lambda a, b: phi.numpy(a) * phi.numpy(b), batch_size, phi.kinks, n, scale)
-    return q, qc, max(e1, e2)
+    return np.array([q, qc, e1, e2])
 
 
 def _radial_average(phi: Activation, batch_size: int, mu: float, eps: float, n: int, n_radial: int) -> np.ndarray:
-    """E_r[(q, q c, error)] over r ~ chi_{B-1}, the BN output scaled by kappa(r) = (1 + B eps/(mu r^2))^(-1/2)."""
+    """E_r[(q, q c, errors)] over r ~ chi_{B-1}, the BN output scaled by kappa(r) = (1 + B eps/(mu r^2))^(-1/2)."""
     nodes, weights = roots_genlaguerre(n_radial, (batch_size - 1) / 2 - 1)  # r^2 / 2 ~ Gamma((B-1)/2)
     weights = weights / weights.sum()
     kappa = (1 + batch_size * eps / (2 * mu * nodes)) ** -0.5
@@ -94,43 +106,62 @@ def _radial_average(phi: Activation, batch_size: int, mu: float, eps: float, n: 
 
 
 def bsb1_image(phi: Activation, batch_size: int, mu: float = 1.0, eps: float = 0.0, n: int = 64,
-               n_radial: int = 48) -> tuple[float, float, float]:
-    """(q, q c, error): V_{B_phi}(Sigma) = BSB1(q, q c) for any BSB1 Sigma with G Sigma G = mu G.
+               n_radial: int = 48) -> dict[str, Estimate]:
+    """{"q": q, "qc": q c}: V_{B_phi}(Sigma) = BSB1(q, q c) for any BSB1 Sigma with G Sigma G = mu G.
 
     For eps = 0 the result does not depend on mu. For eps > 0 the radius r ~ chi_{B-1} is integrated with
     generalised Gauss-Laguerre in r^2 / 2 ~ Gamma((B-1)/2); the error estimate adds the change from
     n_radial to 2 n_radial radial nodes to the angular one.
     """
     if eps == 0:
-        return _pair_moments(phi, batch_size, 1.0, n)
-    coarse = _radial_average(phi, batch_size, mu, eps, n, n_radial)
-    fine = _radial_average(phi, batch_size, mu, eps, n, 2 * n_radial)
-    radial_error = np.abs(fine[:2] - coarse[:2]).max()
-    return float(fine[0]), float(fine[1]), float(fine[2] + radial_error)
+        q, qc, e_q, e_qc = _pair_moments(phi, batch_size, 1.0, n)
+    else:
+        coarse = _radial_average(phi, batch_size, mu, eps, n, n_radial)
+        q, qc, e_q, e_qc = _radial_average(phi, batch_size, mu, eps, n, 2 * n_radial)
+        e_q, e_qc = np.array([e_q, e_qc]) + np.abs(np.array([q, qc]) - coarse[:2])
+    return {"q": Estimate(q, e_q, "spherical"), "qc": Estimate(qc, e_qc, "spherical")}
+
+
+def bn_kernel_spherical(phi: Activation, sigma: np.ndarray, eps: float = 0.0) -> Estimate:
+    """V_{B_phi}(Sigma) for a BSB1-type Sigma (G Sigma G = mu G) by :func:`bsb1_image`, with entrywise errors."""
+    mu = bsb1_mu(sigma)
+    if mu is None:
+        raise ValueError("the spherical route needs G Sigma G = mu G (a BSB1-type input)")
+    batch = sigma.shape[0]
+    image = bsb1_image(phi, batch, mu, eps)
+    q, qc = image["q"], image["qc"]
+    error = np.full((batch, batch), qc.error)
+    np.fill_diagonal(error, q.error)
+    return Estimate(bsb1_matrix(batch, q.value, qc.value / q.value), error, "spherical")
+
+
+def _from_image(image: dict[str, Estimate], batch_size: int, eps: float) -> FixedPoint:
+    """The FixedPoint of a BSB1 image BSB1(q, q c), its error the larger of the two."""
+    q, qc = image["q"], image["qc"]
+    return FixedPoint(q=q.value, c=qc.value / q.value, batch_size=batch_size, eps=eps, method="spherical",
+                      error=max(q.error, qc.error))
 
 
 def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n: int = 64) -> FixedPoint:
     """BSB1 fixed point by spherical integration for any phi (Thm 4 / F.5); eps > 0 solves for mu*."""
     if eps == 0:
-        q, qc, error = bsb1_image(phi, batch_size, n=n)
-        return FixedPoint(q=q, c=qc / q, batch_size=batch_size, method="spherical", error=error)
+        return _from_image(bsb1_image(phi, batch_size, n=n), batch_size, eps)
 
     def excess(log_mu: float) -> float:
-        q, qc, _ = bsb1_image(phi, batch_size, np.exp(log_mu), eps, n=n)
-        return np.log(q - qc) - log_mu
+        image = bsb1_image(phi, batch_size, np.exp(log_mu), eps, n=n)
+        return np.log(image["q"].value - image["qc"].value) - log_mu
 
     lo, hi = -30.0, 10.0
     if not (excess(lo) > 0 > excess(hi)):
         raise ValueError(f"no BSB1 fixed point with mu > 0 for {phi} at eps = {eps}: the map mu -> q(mu) - q c(mu) stays "
                          "below the identity, so the centred covariance shrinks to 0 layer by layer (mu* = 0)")
     mu = float(np.exp(brentq(excess, lo, hi, xtol=1e-13)))
-    q, qc, error = bsb1_image(phi, batch_size, mu, eps, n=n)
-    return FixedPoint(q=q, c=qc / q, batch_size=batch_size, eps=eps, method="spherical", error=error)
+    return _from_image(bsb1_image(phi, batch_size, mu, eps, n=n), batch_size, eps)
 
 
 def default_fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
     """Sigma* at eps = 0 by the most accurate route: closed form (Laplace) for positive-homogeneous phi, else spherical."""
-    return fixed_point_laplace(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
+    return fixed_point_closed_form(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
 
 
 def derive_bsb1_constant() -> Derivation:

@@ -28,6 +28,7 @@ from scipy.stats import qmc
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
+from ..core.estimate import Estimate
 from ..core.geometry import centring, eigen_directions
 from .forward import default_fixed_point
 from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c, c_alpha_symbolic,
@@ -153,8 +154,12 @@ def _closed_form_kernel():
     return sp.lambdify((B, alpha, J1, Jr, dJr), (lam["L"], lam["M"]), modules="numpy", cse=True)
 
 
-def homogeneous_eigenvalues(phi: Activation, batch_size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(lambda_L, lambda_M) by Thm F.33, vectorised over B; phi positive-homogeneous of degree alpha > 1/2."""
+def homogeneous_eigenvalues(phi: Activation, batch_size: int | np.ndarray) -> dict[str, Estimate]:
+    """{"G", "L", "M"} by Thm F.33, vectorised over B; phi positive-homogeneous of degree alpha > 1/2.
+
+    lambda_G = 0 exactly (scale invariance, the last step of :func:`derive_homogeneous_eigenvalues`). The
+    formulas are derived exactly, so the errors are 0: only float64 rounding remains.
+    """
     if not phi.is_homogeneous:
         raise ValueError(f"the closed form (Thm F.33) needs a positive-homogeneous phi; {phi} is not: use method='spherical'")
     if not phi.degree > 0.5:
@@ -162,7 +167,8 @@ def homogeneous_eigenvalues(phi: Activation, batch_size: np.ndarray) -> tuple[np
     batch = np.asarray(batch_size, dtype=float)
     rho = -1.0 / (batch - 1)
     lam_l, lam_m = _closed_form_kernel()(batch, phi.degree, phi_kernel(phi, 1.0), phi_kernel(phi, rho), phi_kernel_derivative(phi, rho))
-    return np.asarray(lam_l, dtype=float), np.asarray(lam_m, dtype=float)
+    values = {"G": np.zeros_like(batch), "L": lam_l, "M": lam_m}
+    return {key: Estimate(value, 0.0, "closed_form") for key, value in values.items()}
 
 
 def relu_power_eigenvalues(alpha_values: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -279,19 +285,19 @@ def sphere_moments(phi: Activation, batch_size: int, n: int = 64) -> ForwardMome
     return ForwardMoments(*values, errors=tuple(errors))
 
 
-def spherical_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], float]:
-    """lambda_G, lambda_L, lambda_M of G J G by spherical integration (any phi, eps = 0), and an error bound.
+def spherical_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> dict[str, Estimate]:
+    """{"G", "L", "M"}: the eigenvalues of G J G by spherical integration (any phi, eps = 0), with error bounds.
 
     The 11 classes reduce to five pair moments (:func:`derive_class_reduction`), each an exact 2-D quadrature.
     lambda_G is returned as computed (theory: 0), a check of the quadrature.
     """
     values, errors = forward_eigenvalues_from_moments(sphere_moments(phi, batch_size, n), batch_size)
-    return values, max(errors.values())
+    return {key: Estimate(values[key], errors[key], "spherical") for key in values}
 
 
 def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float = 1e-4, n_points: int = 2**14,
-                                  n_replicates: int = 16, seed: int = 0) -> dict[str, tuple[float, float]]:
-    """<Lam_X, (V(Sigma* + h Lam_X) - V(Sigma* - h Lam_X)) / 2h> for unit Lam_X: {X: (value, error)}.
+                                  n_replicates: int = 16, seed: int = 0) -> dict[str, Estimate]:
+    """<Lam_X, (V(Sigma* + h Lam_X) - V(Sigma* - h Lam_X)) / 2h> for unit Lam_X, X in {"G", "L", "M"}.
 
     Positive-homogeneous phi: the Laplace kernel (error = truncation h^2 estimate from h and 2h plus
     quadrature error / h). Other phi: randomised QMC with common random numbers, h = L(Sigma) z with the
@@ -308,10 +314,11 @@ def finite_difference_eigenvalues(phi: Activation, batch_size: int, step: float 
                 return float(np.sum(lam * (plus - minus)) / (2 * h)), float((np.abs(e1).max() + np.abs(e2).max()) / h)
             value, quad_error = quotient(step)
             coarse, _ = quotient(2 * step)
-            results[key] = (value, abs(coarse - value) / 3 + batch_size * quad_error)
+            results[key] = Estimate(value, abs(coarse - value) / 3 + batch_size * quad_error, "finite_differences")
         else:
             estimates = _crn_quotients(phi, sigma, lam, step, n_points, n_replicates, seed)
-            results[key] = (float(estimates.mean()), float(estimates.std(ddof=1) / np.sqrt(n_replicates)))
+            error = estimates.std(ddof=1) / np.sqrt(n_replicates)
+            results[key] = Estimate(estimates.mean(), error, "finite_differences")
     return results
 
 

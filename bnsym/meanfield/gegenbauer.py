@@ -35,6 +35,7 @@ from scipy.special import roots_legendre
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
+from ..core.estimate import Estimate
 from .forward_linear import ForwardMoments, moment_weights, forward_eigenvalues_from_moments
 from ..core.quadrature import gauss_jacobi
 
@@ -378,13 +379,15 @@ def fixed_point_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8, 
                       error=sums.cross_error)
 
 
-def gradient_rate_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8, max_terms: int = 2048) -> tuple[float, float]:
-    """lambda_G of Thm 9 (eq. 27) and its relative error bound; degree doubles until the bound is below ``tol``."""
+def gradient_rate_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8, max_terms: int = 2048) -> Estimate:
+    """lambda_G of Thm 9 (eq. 27) with its absolute error bound (lambda_G times the relative bound of the ratio);
+    the degree doubles until the relative bound is below ``tol``."""
     def relative_error(s: GegenbauerSums) -> float:
         return s.dirichlet_error / s.weighted_dirichlet + s.cross_error / s.weighted
 
     sums = _converged_sums(phi, batch_size, tol, max_terms, relative_error)
-    return sums.weighted_dirichlet / ((batch_size - 3) * sums.weighted), relative_error(sums)
+    rate = sums.weighted_dirichlet / ((batch_size - 3) * sums.weighted)
+    return Estimate(rate, rate * relative_error(sums), "gegenbauer")
 
 
 # --- forward eigenvalues in the Gegenbauer basis (Thms F.22, F.24) -----------------------------------------
@@ -436,9 +439,10 @@ def forward_quadratic_forms(terms: int, batch_size: int) -> dict[str, np.ndarray
 
 
 def forward_eigenvalues_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8,
-                                   max_terms: int = 2048) -> tuple[dict[str, float], float]:
+                                   max_terms: int = 2048) -> dict[str, Estimate]:
     """lambda_G (computed; theory: 0), lambda_L, lambda_M from the Gegenbauer series (Thms F.22, F.24, coefficients
-    derived here) and an error estimate: the change when the degree doubles (from 16 until it is below ``tol``)."""
+    derived here), each with an error estimate: its change when the degree doubles (from 16 until the changes of
+    lambda_L and lambda_M are below ``tol``)."""
     previous, terms = None, 16
     while True:
         a = coefficients(phi, batch_size, terms)
@@ -447,9 +451,10 @@ def forward_eigenvalues_gegenbauer(phi: Activation, batch_size: int, tol: float 
         moments = ForwardMoments(float(w @ f2), float(w @ (f2 * x**2)), *pair_moments(a, batch_size))
         current, _ = forward_eigenvalues_from_moments(moments, batch_size)
         if previous is not None:
-            change = max(abs(current[k] - previous[k]) for k in ("L", "M"))
+            changes = {key: abs(current[key] - previous[key]) for key in current}
+            change = max(changes["L"], changes["M"])
             if change <= tol:
-                return current, change
+                return {key: Estimate(current[key], changes[key], "gegenbauer") for key in current}
             if terms >= max_terms:
                 raise ValueError(f"the Gegenbauer series of the forward eigenvalues of {phi} at B = {batch_size} does not "
                                  f"reach tol = {tol:g} within {max_terms} terms (last change {change:.2g}); "

@@ -17,6 +17,7 @@ from scipy.special import gammaln
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
+from ..core.estimate import Estimate
 from ..core.geometry import centring
 from .kernels import gaussian_kernel
 from ..core.quadrature import gauss_jacobi
@@ -49,8 +50,8 @@ def derive_bsb1_scale() -> Derivation:
 
 
 
-def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, max_nodes: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """V_{B_phi}(Sigma) by eq. (11) with Gauss-Jacobi quadrature; returns (V, error estimate).
+def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, max_nodes: int = 4096) -> Estimate:
+    """V_{B_phi}(Sigma) by eq. (11) with Gauss-Jacobi quadrature, with an entrywise error estimate.
 
     With Sigma^G = U diag(lam) U^T (r nonzero eigenvalues) and a reference scale m = mean(lam), the
     change of variables s = x / (2 m (1 - x)) maps eq. (11) to
@@ -97,4 +98,4 @@ def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, m
         raise ValueError(f"Laplace quadrature did not converge (error {error.max():.2e} with {n} nodes): "
                          "Sigma^G is too ill-conditioned; use method='qmc'")
     prefactor = np.exp(log_pref)
-    return prefactor * current, prefactor * error
+    return Estimate(prefactor * current, prefactor * error, "laplace")

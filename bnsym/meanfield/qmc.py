@@ -18,6 +18,7 @@ from scipy.special import ndtri
 from scipy.stats import qmc
 
 from ..core.activations import Activation
+from ..core.estimate import Estimate
 from ..core.geometry import centring
 
 
@@ -33,8 +34,8 @@ def bn_kernel_qmc(
     n_points: int = 2**14,
     n_replicates: int = 16,
     seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(V_{B_phi}(Sigma), elementwise standard error) by randomised QMC."""
+) -> Estimate:
+    """V_{B_phi}(Sigma) by randomised QMC, with the elementwise standard error as its error."""
     batch = sigma.shape[0]
     g = centring(batch)
     lam, vecs = np.linalg.eigh(g @ sigma @ g)
@@ -48,4 +49,4 @@ def bn_kernel_qmc(
         x = phi.numpy(normalise(y, eps))
         estimates.append(x.T @ x / n_points)
     estimates = np.stack(estimates)
-    return estimates.mean(axis=0), estimates.std(axis=0, ddof=1) / np.sqrt(n_replicates)
+    return Estimate(estimates.mean(axis=0), estimates.std(axis=0, ddof=1) / np.sqrt(n_replicates), "qmc")
