@@ -3,22 +3,48 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import sympy as sp
 
 
 @dataclass
 class Derivation:
-    """An ordered list of (sentence, equation) steps and the final expression."""
+    """An ordered list of (sentence, equation) steps, the final result and the named intermediate results.
+
+    ``result`` is the derivation's answer: an expression, or a dict of expressions where the answer has
+    parts (eigenvalues by eigenspace). ``derivation[name]`` reads the right-hand side of a named step.
+    """
 
     title: str
     steps: list[tuple[str, sp.Basic]] = field(default_factory=list)
-    result: sp.Expr | None = None
+    result: sp.Basic | Mapping[str, sp.Basic] | None = None
+    results: dict[str, sp.Basic] = field(default_factory=dict)
 
-    def step(self, text: str, equation: sp.Basic) -> sp.Basic:
-        """Record one step and return its equation (so derivations read top to bottom)."""
+    def step(self, text: str, equation: sp.Basic, name: str | tuple[str, ...] | None = None) -> sp.Basic:
+        """Record one step and return its equation (so derivations read top to bottom).
+
+        With ``name``, the equation's right-hand side is kept under that name; a tuple of equations takes a
+        tuple of names, one per equation.
+        """
         self.steps.append((text, equation))
+        if name is None:
+            return equation
+        names, equations = ((name,), (equation,)) if isinstance(name, str) else (name, tuple(equation))
+        if len(names) != len(equations) or not all(isinstance(eq, sp.Equality) for eq in equations):
+            raise TypeError(f"step names {names} need as many equations, got {equation}")
+        for key, eq in zip(names, equations):
+            if key in self.results:
+                raise KeyError(f"derivation {self.title!r} names two results {key!r}")
+            self.results[key] = eq.rhs
         return equation
+
+    def __getitem__(self, name: str) -> sp.Basic:
+        """The named result ``name`` (KeyError listing the known names otherwise)."""
+        try:
+            return self.results[name]
+        except KeyError:
+            raise KeyError(f"derivation {self.title!r} has no result {name!r}; it has {sorted(self.results)}") from None
 
     def show(self) -> None:
         """Display the steps in a notebook (plain text outside IPython)."""
