@@ -17,6 +17,7 @@ from bnsym.core.symbols import B
 from bnsym.meanfield.backward import (
     derive_bn_jacobian,
     derive_homogeneous_rate,
+    derive_linear_backward_eigenvalues,
     derive_linear_rate,
     derive_relu_rate,
     operator_eigenvalues,
@@ -62,6 +63,18 @@ def test_acceptance_gradient_rate_matches_independent_quadrature(spec, batch):
 
 def test_closed_form_is_derived_and_equals_the_paper():
     assert derive_homogeneous_rate()["minus_paper"] == 0
+
+
+def test_linear_backward_eigenvalues_are_derived():
+    """phi = identity: lambda_G = (B-2)/(B-3) (Thm 8's limit case) and lambda_L = lambda_M = ((B-1)^2-2)/((B-1)^2-4)."""
+    d = derive_linear_backward_eigenvalues()
+    assert sp.simplify(d["G"] - derive_linear_rate().result) == 0
+    for key in ("L", "M"):
+        assert sp.simplify(d[key] - ((B - 1) ** 2 - 2) / ((B - 1) ** 2 - 4)) == 0
+    for batch in (4, 5, 9, 32):
+        numeric = bnsym.backward_eigenvalues("identity", batch)
+        for key in ("G", "L", "M"):
+            assert float(d[key].subs(B, batch)) == pytest.approx(numeric[key], rel=1e-12)
 
 
 def test_relu_and_linear_limits_are_derived():

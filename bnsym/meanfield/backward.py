@@ -27,11 +27,13 @@ import sympy as sp
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
-from ..core.symbols import M11, M12, N11, N12, B, J1, Jrho, alpha, c, dJrho, mu_star, x1, x2
+from ..core.symbols import M11, M12, N11, N12, B, J1, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
 from .forward import default_fixed_point, derive_bsb1_constant
+from .gegenbauer import expect_pair_polynomial
 from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
 from .sphere import expect_pair_with_error
-from .ultrasymmetric import CLASSES, class_indices, projected_eigenvalue_errors, projected_eigenvalues
+from .ultrasymmetric import (CLASSES, class_indices, derive_eigenvalues, projected_eigenvalue_errors,
+                             projected_eigenvalues)
 
 MAX_TRAINABLE_DEPTH_FACTOR = 16  # the paper's prediction of the deepest trainable network: 16 xi (Sec. 4, Fig 3)
 
@@ -189,9 +191,11 @@ def derive_linear_rate() -> Derivation:
            sp.Eq(sp.Symbol("J_id(c)"), j_identity))
     rho = -1 / (B - 1)
     linear = sp.factor(_for_b_above_three(derive_homogeneous_rate().result.subs(
-        {alpha: 1, J1: j_identity.subs(c, 1), Jrho: j_identity.subs(c, rho), dJrho: sp.diff(j_identity, c).subs(c, rho)})))
+        {alpha: 1, J1: j_identity.subs(c, 1), Jrho: j_identity.subs(c, rho),
+         dJrho: sp.diff(j_identity, c).subs(c, rho)})))
     d.step("so the linear network's rate is", sp.Eq(sp.Symbol("lambda_G^id"), linear))
-    d.step("which tends to", sp.Eq(sp.Limit(sp.Symbol("lambda_G^id"), B, sp.oo), sp.limit(linear, B, sp.oo)), name="limit")
+    d.step("which tends to", sp.Eq(sp.Limit(sp.Symbol("lambda_G^id"), B, sp.oo), sp.limit(linear, B, sp.oo)),
+           name="limit")
     d.result = linear
     return d
 
@@ -276,10 +280,44 @@ def derive_class_integrand(name: str) -> sp.Expr:
     return sp.factor(total.subs({x[a]: v for a, v in given.items()}))
 
 
+def _expect_pair_monomials(poly: sp.Expr) -> sp.Expr:
+    """E[p(x_1, x_2)] over two BN coordinates for a polynomial p, symbolically in B (exact sphere moments).
+
+    x_a = sqrt(B-1) t_a with (t_1, t_2) two coordinates of v uniform on S^(B-2) along unit vectors at correlation
+    -1/(B-1), so E[x_1^a x_2^b] = (B-1)^((a+b)/2) E[t_1^a t_2^b] (zero for odd a + b).
+    """
+    terms = sp.Poly(sp.expand(poly), x1, x2).terms()
+    return sum((coeff * (B - 1) ** ((a + b) // 2) * expect_pair_polynomial(t**a, t**b, B, -1 / (B - 1))
+                for (a, b), coeff in terms if (a + b) % 2 == 0), sp.Integer(0))
+
+
+@cache
+def derive_linear_backward_eigenvalues() -> Derivation:
+    """lambda_G, lambda_L, lambda_M of the backward operator of the linear network (phi = identity), in B.
+
+    With phi' = 1 every class is T_{ij|kl} = B E[r^-2] E[f_{ij|kl}(x_1, x_2)] (:func:`derive_class_integrand`),
+    E[r^-2] = 1/(mu* (B-3)), mu* = E[x_1^2] - E[x_1 x_2]; the pair moments are exact, and Thm E.62 gives the
+    eigenvalues. Named results "G", "L", "M".
+    """
+    d = Derivation("The linear network's backward eigenvalues")
+    mu = sp.factor(_expect_pair_monomials(x1**2 - x1 * x2))
+    d.step("For $\\phi = \\mathrm{id}$, $\\mu^* = E[x_1^2] - E[x_1x_2]$:", sp.Eq(mu_star, mu))
+    classes = {name: sp.factor(B / (mu * (B - 3)) * _expect_pair_monomials(derive_class_integrand(name)))
+               for name in CLASSES}
+    d.step("$\\phi' = 1$, so each class is $B\\,E[r^{-2}]\\,E[f(x_1, x_2)]$ with exact moments of the BN sphere:",
+           sp.Eq(sp.Symbol("classes"), sp.Tuple(*classes.values())))
+    eigen = derive_eigenvalues(classes)
+    lam = {key: sp.factor(eigen[key]) for key in ("G", "L", "M")}
+    d.step("and the projected eigenvalues (Thm E.62) are",
+           sp.Tuple(*(sp.Eq(sp.Symbol(f"lambda_{key}^id"), value) for key, value in lam.items())), name=tuple(lam))
+    return d
+
+
 @cache
 def _class_integrands():
     return {name: (class_indices(name)[2] == class_indices(name)[3],
-                   sp.lambdify((x1, x2, B), derive_class_integrand(name), modules="numpy", cse=True)) for name in CLASSES}
+                   sp.lambdify((x1, x2, B), derive_class_integrand(name), modules="numpy", cse=True))
+            for name in CLASSES}
 
 
 def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:
