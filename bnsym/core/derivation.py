@@ -12,8 +12,9 @@ import sympy as sp
 class Derivation:
     """An ordered list of (sentence, equation) steps, the final result and the named intermediate results.
 
-    ``result`` is the derivation's answer: an expression, or a dict of expressions where the answer has
-    parts (eigenvalues by eigenspace). ``derivation[name]`` reads the right-hand side of a named step.
+    ``result`` is the derivation's answer: an expression, or a dict of expressions keyed by the entries it
+    solves for (the 11 classes of an ultrasymmetric operator); None where the answer has several named parts.
+    ``derivation[name]`` reads the right-hand side of a named step (eigenvalues by eigenspace, limits, ...).
     """
 
     title: str
@@ -27,16 +28,16 @@ class Derivation:
         With ``name``, the equation's right-hand side is kept under that name; a tuple of equations takes a
         tuple of names, one per equation.
         """
+        if name is not None:
+            names = (name,) if isinstance(name, str) else tuple(name)
+            equations = (equation,) if isinstance(name, str) or not isinstance(equation, sp.Tuple) else equation.args
+            if len(names) != len(equations) or not all(isinstance(eq, sp.Equality) for eq in equations):
+                raise TypeError(f"step names {names} need as many equations, got {equation}")
+            repeated = set(names) & set(self.results)
+            if repeated:
+                raise KeyError(f"derivation {self.title!r} names two results {sorted(repeated)}")
+            self.results.update({key: eq.rhs for key, eq in zip(names, equations)})
         self.steps.append((text, equation))
-        if name is None:
-            return equation
-        names, equations = ((name,), (equation,)) if isinstance(name, str) else (name, tuple(equation))
-        if len(names) != len(equations) or not all(isinstance(eq, sp.Equality) for eq in equations):
-            raise TypeError(f"step names {names} need as many equations, got {equation}")
-        for key, eq in zip(names, equations):
-            if key in self.results:
-                raise KeyError(f"derivation {self.title!r} names two results {key!r}")
-            self.results[key] = eq.rhs
         return equation
 
     def __getitem__(self, name: str) -> sp.Basic:
