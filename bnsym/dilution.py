@@ -37,10 +37,9 @@ import sympy as sp
 from scipy import integrate
 from scipy.special import gammaln
 
-from .core.activations import Activation, parse_activation, z
+from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
-
-r, k, r_d = sp.symbols("r k r_d", positive=True)
+from .core.symbols import E_dphi2, E_phi, E_phi2, P_n, k, r, r_d, z
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,7 +86,8 @@ def derive_qm_norm() -> Derivation:
     mean = sp.simplify(sp.integrate(squared, (t, 0, 2 * sp.pi)) / (2 * sp.pi))
     frobenius = sum(entry**2 for entry in a) / 2
     d.step("Average over the circle:", sp.Eq(sp.Symbol("E_u||Au||^2"), mean))
-    d.step("minus ||A||_F^2 / n:", sp.Eq(sp.Symbol("E_u||Au||^2 - ||A||_F^2/n"), sp.simplify(mean - frobenius)))
+    d.step("minus ||A||_F^2 / n:", sp.Eq(sp.Symbol("E_u||Au||^2 - ||A||_F^2/n"), sp.simplify(mean - frobenius)),
+           name="minus_frobenius")
     d.result = sp.sqrt(mean)
     return d
 
@@ -168,9 +168,10 @@ def derive_first_order_diluted_rate() -> Derivation:
     )
     first = coefficients[0] + coefficients[1] * (r - 1)
     d.step("keep the first order:", sp.Eq(r_d, first))
-    d.step("second-order coefficient (>= 0: the first order underestimates):", sp.Eq(sp.Symbol("c_2"), coefficients[2]))
+    d.step("second-order coefficient (>= 0: the first order underestimates):", sp.Eq(sp.Symbol("c_2"), coefficients[2]),
+           name="second_order")
     inverse = [s for s in sp.solve(sp.Eq(r_d, exact), r) if s.is_positive is not False]
-    d.step("exact inverse (undo the dilution):", sp.Eq(r, inverse[0]))
+    d.step("exact inverse (undo the dilution):", sp.Eq(r, inverse[0]), name="inverse")
     d.result = first
     return d
 
@@ -180,8 +181,7 @@ def _rate_kernels():
     """Lambdified exact rate, first-order rate and exact inverse (numpy, cse=True)."""
     exact = sp.lambdify((r, k), derive_diluted_rate().result, modules="numpy", cse=True)
     first = sp.lambdify((r, k), derive_first_order_diluted_rate().result, modules="numpy", cse=True)
-    inverse_expr = derive_first_order_diluted_rate().steps[-1][1].rhs
-    inverse = sp.lambdify((r_d, k), inverse_expr, modules="numpy", cse=True)
+    inverse = sp.lambdify((r_d, k), derive_first_order_diluted_rate()["inverse"], modules="numpy", cse=True)
     return exact, first, inverse
 
 
@@ -242,7 +242,6 @@ def derive_composed_dilution() -> Derivation:
     """Proposition 7 (E.7) by induction on the number of blocks."""
     d = Derivation("Proposition 7: dilution of a composition of diluted blocks")
     k1, k2, k3, kn = sp.symbols("k_1 k_2 k_3 k_{n+1}", positive=True)
-    p_n = sp.Symbol("P_n", positive=True)
     two = two_block_dilution(k1, k2)
     d.step("two blocks (squared norms of S_1 rho_2(u) and rho_1(f_2(u)) add):", sp.Eq(sp.Symbol("k_{12}"), two))
     law = (sp.Mul(1 + k1**-2, 1 + k2**-2, evaluate=False) - 1) ** sp.Rational(-1, 2)
@@ -250,10 +249,10 @@ def derive_composed_dilution() -> Derivation:
     three = two_block_dilution(two_block_dilution(k1, k2), k3)
     three_law = ((1 + k1**-2) * (1 + k2**-2) * (1 + k3**-2) - 1) ** sp.Rational(-1, 2)
     d.step("three blocks by nesting, minus the 3-fold law:", sp.Eq(sp.Symbol("k_{123}^{-2} - law^{-2}"), sp.simplify(three**-2 - three_law**-2)))
-    hypothesis = (p_n - 1) ** sp.Rational(-1, 2)
+    hypothesis = (P_n - 1) ** sp.Rational(-1, 2)
     d.step("induction hypothesis, P_n = prod_{b<=n} (1 + k_b^-2):", sp.Eq(sp.Symbol("k_{1..n}"), hypothesis))
     step = two_block_dilution(hypothesis, kn)
-    target = (p_n * (1 + kn**-2) - 1) ** sp.Rational(-1, 2)
+    target = (P_n * (1 + kn**-2) - 1) ** sp.Rational(-1, 2)
     d.step("inductive step: one more block, minus the law for n + 1:", sp.Eq(sp.Symbol("k_{1..n+1}^{-2} - law^{-2}"), sp.simplify(step**-2 - target**-2)))
     d.result = hypothesis
     return d
@@ -261,9 +260,8 @@ def derive_composed_dilution() -> Derivation:
 
 @cache
 def _composition_kernels():
-    p_n = sp.Symbol("P_n", positive=True)
     factor = sp.lambdify(k, 1 + k**-2, modules="numpy", cse=True)
-    closed = sp.lambdify(p_n, derive_composed_dilution().result, modules="numpy", cse=True)
+    closed = sp.lambdify(P_n, derive_composed_dilution().result, modules="numpy", cse=True)
     return factor, closed
 
 
@@ -292,27 +290,27 @@ def derive_normalized_gsc_rate() -> Derivation:
     """
     d = Derivation("Mean-field GSC rate of [linear, normalization, phi]")
     n, s, g2 = sp.symbols("N s g^2", positive=True)
-    e_phi, e_phi2, e_dphi2, sigma2 = sp.symbols(r"E[\phi] E[\phi^2] E[\phi'^2] \sigma^2", positive=True)
-    x_sq = n * e_phi2  # ||x||^2, x = phi(z') of the previous unit
-    y_sq = n * e_phi2  # ||y||^2, y = phi(z)
-    gx_sq = s**2 * g2 * e_dphi2 / sigma2  # ||g_x||^2 = ||W^T g_h||^2
+    sigma2 = sp.Symbol(r"\sigma^2", positive=True)
+    x_sq = n * E_phi2  # ||x||^2, x = phi(z') of the previous unit
+    y_sq = n * E_phi2  # ||y||^2, y = phi(z)
+    gx_sq = s**2 * g2 * E_dphi2 / sigma2  # ||g_x||^2 = ||W^T g_h||^2
     rate_sq = (gx_sq / n) * x_sq / ((g2 / n) * y_sq)
     d.step("squared rate ||g_x||_qm^2 ||x||^2 / (||g_y||_qm^2 ||y||^2):", sp.Eq(r**2, rate_sq))
-    batch = sp.simplify(rate_sq.subs(sigma2, s**2 * (e_phi2 - e_phi**2)))
-    layer = sp.simplify(rate_sq.subs(sigma2, s**2 * e_phi2))
-    d.step("batch norm, sigma^2 = s^2 Var phi(z):", sp.Eq(sp.Symbol("r^2_batch"), batch))
-    d.step("layer norm, sigma^2 = s^2 E phi(z)^2:", sp.Eq(sp.Symbol("r^2_layer"), layer))
+    batch = sp.simplify(rate_sq.subs(sigma2, s**2 * (E_phi2 - E_phi**2)))
+    layer = sp.simplify(rate_sq.subs(sigma2, s**2 * E_phi2))
+    d.step("batch norm, sigma^2 = s^2 Var phi(z):", sp.Eq(sp.Symbol("r^2_batch"), batch), name="batch")
+    d.step("layer norm, sigma^2 = s^2 E phi(z)^2:", sp.Eq(sp.Symbol("r^2_layer"), layer), name="layer")
     relu = sp.Max(z, 0)
     density = sp.exp(-(z**2) / 2) / sp.sqrt(2 * sp.pi)
     moments = {
-        e_phi: sp.integrate(z * density, (z, 0, sp.oo)),
-        e_phi2: sp.integrate(z**2 * density, (z, 0, sp.oo)),
-        e_dphi2: sp.integrate(density, (z, 0, sp.oo)),
+        E_phi: sp.integrate(z * density, (z, 0, sp.oo)),
+        E_phi2: sp.integrate(z**2 * density, (z, 0, sp.oo)),
+        E_dphi2: sp.integrate(density, (z, 0, sp.oo)),
     }
     for symbol, value in moments.items():
         d.step(f"ReLU, {relu}: Gaussian integral", sp.Eq(symbol, value))
     relu_batch = sp.simplify(batch.subs(moments))
-    d.step("batch-ReLU:", sp.Eq(sp.Symbol("r^2_batch-ReLU"), relu_batch))
+    d.step("batch-ReLU:", sp.Eq(sp.Symbol("r^2_batch-ReLU"), relu_batch), name="batch_relu")
     d.result = batch
     return d
 
@@ -334,9 +332,9 @@ def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
 
 @cache
 def _normalized_rate_kernels():
-    steps = derive_normalized_gsc_rate().steps
-    symbols = sp.symbols(r"E[\phi] E[\phi^2] E[\phi'^2]", positive=True)
-    return {name: sp.lambdify(symbols, steps[i][1].rhs, modules="numpy", cse=True) for name, i in (("batch", 1), ("layer", 2))}
+    derivation = derive_normalized_gsc_rate()
+    return {name: sp.lambdify((E_phi, E_phi2, E_dphi2), derivation[name], modules="numpy", cse=True)
+            for name in ("batch", "layer")}
 
 
 def normalized_gsc_rate(phi: str | Activation, norm: str = "batch") -> float:

@@ -7,7 +7,8 @@ import pytest
 import sympy as sp
 import torch
 
-from bnsym.core.activations import Activation, KNOWN_ACTIVATIONS, parse_activation, z
+from bnsym.core.activations import Activation, KNOWN_ACTIVATIONS, parse_activation
+from bnsym.core.symbols import z
 from conftest import homogeneous
 
 DOCUMENTED = ["relu", "relu^1.5", "relu(beta=2)", "relu(beta=0.5)^2", "leaky_relu(0.2)", "identity", "tanh",

@@ -13,16 +13,17 @@ import sympy as sp
 
 import bnsym
 from bnsym.core.activations import parse_activation
+from bnsym.core.symbols import B
 from bnsym.meanfield.backward import (
     derive_bn_jacobian,
     derive_homogeneous_rate,
+    derive_linear_backward_eigenvalues,
     derive_linear_rate,
     derive_relu_rate,
     operator_eigenvalues,
     rate_spherical,
     weight_gradient_ratio,
 )
-from bnsym.meanfield.laplace import B
 from bnsym.meanfield.ultrasymmetric import CLASSES, pattern_class, projected_eigenvalues
 from conftest import centring, homogeneous, sphere_fixed_point, sphere_pair, sphere_single
 
@@ -61,15 +62,26 @@ def test_acceptance_gradient_rate_matches_independent_quadrature(spec, batch):
 
 
 def test_closed_form_is_derived_and_equals_the_paper():
-    steps = dict((str(eq.lhs), eq.rhs) for _, eq in derive_homogeneous_rate().steps)
-    assert steps["lambda_G - lambda_G^paper"] == 0
+    assert derive_homogeneous_rate()["minus_paper"] == 0
+
+
+def test_linear_backward_eigenvalues_are_derived():
+    """phi = identity: lambda_G = (B-2)/(B-3) (Thm 8's limit case) and lambda_L = lambda_M = ((B-1)^2-2)/((B-1)^2-4)."""
+    d = derive_linear_backward_eigenvalues()
+    assert sp.simplify(d["G"] - derive_linear_rate().result) == 0
+    for key in ("L", "M"):
+        assert sp.simplify(d[key] - ((B - 1) ** 2 - 2) / ((B - 1) ** 2 - 4)) == 0
+    for batch in (4, 5, 9, 32):
+        numeric = bnsym.backward_eigenvalues("identity", batch)
+        for key in ("G", "L", "M"):
+            assert float(d[key].subs(B, batch)) == pytest.approx(numeric[key], rel=1e-12)
 
 
 def test_relu_and_linear_limits_are_derived():
     d = derive_relu_rate()
-    assert sp.simplify(d.steps[-1][1].rhs - sp.pi / (sp.pi - 1)) == 0
+    assert sp.simplify(d["limit"] - sp.pi / (sp.pi - 1)) == 0
     linear = derive_linear_rate()
-    assert sp.simplify(linear.result - (B - 2) / (B - 3)) == 0 and linear.steps[-1][1].rhs == 1
+    assert sp.simplify(linear.result - (B - 2) / (B - 3)) == 0 and linear["limit"] == 1
     relu = sp.lambdify(B, d.result)
     batch = np.arange(4, 200)
     np.testing.assert_allclose(relu(batch), bnsym.gradient_rate("relu", batch), rtol=1e-13)

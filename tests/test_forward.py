@@ -13,7 +13,7 @@ import pytest
 import bnsym
 from bnsym.core.activations import parse_activation
 from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point, fixed_point_spherical
-from bnsym.meanfield.laplace import B
+from bnsym.core.symbols import B
 from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, centring, relu, sphere_fixed_point
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 32, 64]

@@ -17,6 +17,7 @@ import pytest
 import bnsym
 from bnsym.meanfield import forward_linear as fl
 from bnsym.core.geometry import eigen_directions
+from bnsym.core.symbols import P00, P11, P20, S0, S2, B
 from bnsym.meanfield.forward_linear import depth_scales, finite_difference_eigenvalues, spherical_eigenvalues
 from bnsym.sim import mean_and_se, simulated_decay
 from bnsym.meanfield.ultrasymmetric import CLASSES
@@ -129,10 +130,10 @@ def test_class_reduction_is_exact_for_symmetrised_sphere_points(batch):
                   for idx in permutations(range(batch), len(labels))]
         return np.mean(values)
 
-    moments = {fl.S0: average("11"), fl.S2: average("1111"), fl.P00: average("12"),
-               fl.P20: average("1211"), fl.P11: average("1212")}
+    moments = {S0: average("11"), S2: average("1111"), P00: average("12"),
+               P20: average("1211"), P11: average("1212")}
     reduction = fl.derive_class_reduction().result
     for name in CLASSES:
         a, b_, c_, d_ = name[0], name[1], name[3], name[4]
         direct = average(a + b_ + c_ + d_)
-        assert float(reduction[name].subs(fl.B, batch).subs(moments)) == pytest.approx(direct, rel=1e-9, abs=1e-12), name
+        assert float(reduction[name].subs(B, batch).subs(moments)) == pytest.approx(direct, rel=1e-9, abs=1e-12), name

@@ -17,7 +17,8 @@ from scipy import integrate
 from bnsym.core.activations import parse_activation
 from bnsym.meanfield.forward import bsb1_constant
 from bnsym.core.geometry import centring
-from bnsym.meanfield.laplace import B, alpha, bn_kernel_laplace, derive_bsb1_scale, mu
+from bnsym.core.symbols import B, alpha, mu
+from bnsym.meanfield.laplace import bn_kernel_laplace, derive_bsb1_scale
 from bnsym.meanfield.qmc import bn_kernel_qmc
 from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, gaussian_pair_moment, homogeneous, random_psd, rho_second_moment
 

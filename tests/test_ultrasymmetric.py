@@ -16,7 +16,8 @@ import sympy as sp
 from sympy.polys.matrices import DomainMatrix
 
 from bnsym.core.geometry import eigen_directions
-from bnsym.meanfield.ultrasymmetric import (CLASSES, B, T, centring_operator, derive_eigenvalues, dos_classes,
+from bnsym.core.symbols import B
+from bnsym.meanfield.ultrasymmetric import (CLASSES, T, centring_operator, derive_eigenvalues, dos_classes,
                                   operator_matrix, pattern_class, projected_eigenvalues, symmetric_restriction)
 
 x = sp.Symbol("x")
@@ -43,7 +44,7 @@ def test_characteristic_polynomials_exact(batch):
     """Raw and projected spectra with multiplicities, exactly over Q (Thm 1 / E.61 and Thm 3.6 / E.62)."""
     values = _random_rational(batch)
     at = {T[name]: values[name] for name in CLASSES} | {B: batch}
-    result = derive_eigenvalues().result
+    result = derive_eigenvalues()
     matrix = DomainMatrix.from_Matrix(symmetric_restriction(values, batch)).convert_to(sp.QQ)
     g = DomainMatrix.from_Matrix(centring_operator(batch)).convert_to(sp.QQ)
     raw = sp.Poly.from_list(matrix.charpoly(), x, domain=sp.QQ)
@@ -86,7 +87,7 @@ def test_numeric_eigenvalues_and_directions(batch):
 
 def test_dos_reduces_to_two_eigenvalues():
     u, v, w = sp.symbols("u v w")
-    result = derive_eigenvalues(dos_classes(u, v, w)).result
+    result = derive_eigenvalues(dos_classes(u, v, w))
     assert result["trivial"].eigenvals() == {u: 1, w: 1} and result["standard"].eigenvals() == {u: 1, w: 1}
     assert result["M"] == w
     values = {name: float(value.subs({u: 0.7, v: 0.3, w: 1.9})) for name, value in dos_classes(u, v, w).items()}

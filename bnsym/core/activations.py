@@ -30,7 +30,7 @@ import numpy as np
 import sympy as sp
 import torch
 
-z = sp.Symbol("z", real=True)
+from .symbols import z
 
 KNOWN_ACTIVATIONS = (
     "relu",

@@ -3,22 +3,49 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import sympy as sp
 
 
 @dataclass
 class Derivation:
-    """An ordered list of (sentence, equation) steps and the final expression."""
+    """An ordered list of (sentence, equation) steps, the final result and the named intermediate results.
+
+    ``result`` is the derivation's answer: an expression, or a dict of expressions keyed by the entries it
+    solves for (the 11 classes of an ultrasymmetric operator); None where the answer has several named parts.
+    ``derivation[name]`` reads the right-hand side of a named step (eigenvalues by eigenspace, limits, ...).
+    """
 
     title: str
     steps: list[tuple[str, sp.Basic]] = field(default_factory=list)
-    result: sp.Expr | None = None
+    result: sp.Basic | Mapping[str, sp.Basic] | None = None
+    results: dict[str, sp.Basic] = field(default_factory=dict)
 
-    def step(self, text: str, equation: sp.Basic) -> sp.Basic:
-        """Record one step and return its equation (so derivations read top to bottom)."""
+    def step(self, text: str, equation: sp.Basic, name: str | tuple[str, ...] | None = None) -> sp.Basic:
+        """Record one step and return its equation (so derivations read top to bottom).
+
+        With ``name``, the equation's right-hand side is kept under that name; a tuple of equations takes a
+        tuple of names, one per equation.
+        """
+        if name is not None:
+            names = (name,) if isinstance(name, str) else tuple(name)
+            equations = (equation,) if isinstance(name, str) or not isinstance(equation, sp.Tuple) else equation.args
+            if len(names) != len(equations) or not all(isinstance(eq, sp.Equality) for eq in equations):
+                raise TypeError(f"step names {names} need as many equations, got {equation}")
+            repeated = set(names) & set(self.results)
+            if repeated:
+                raise KeyError(f"derivation {self.title!r} names two results {sorted(repeated)}")
+            self.results.update({key: eq.rhs for key, eq in zip(names, equations)})
         self.steps.append((text, equation))
         return equation
+
+    def __getitem__(self, name: str) -> sp.Basic:
+        """The named result ``name`` (KeyError listing the known names otherwise)."""
+        try:
+            return self.results[name]
+        except KeyError:
+            raise KeyError(f"derivation {self.title!r} has no result {name!r}; it has {sorted(self.results)}") from None
 
     def show(self) -> None:
         """Display the steps in a notebook (plain text outside IPython)."""

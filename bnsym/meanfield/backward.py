@@ -28,13 +28,14 @@ import sympy as sp
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
+from ..core.symbols import M11, M12, N11, N12, B, J1, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
 from .forward import default_fixed_point, derive_bsb1_constant
-from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
-from .laplace import B, alpha
+from .gegenbauer import expect_pair_polynomial
+from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
 from .sphere import expect_pair_with_error
-from .ultrasymmetric import CLASSES, class_indices, projected_eigenvalue_errors, projected_eigenvalues
+from .ultrasymmetric import (CLASSES, class_indices, derive_eigenvalues, projected_eigenvalue_errors,
+                             projected_eigenvalues)
 
-J1, Jr, Jpr = sp.symbols("J_phi(1) J_phi(rho) J'_phi(rho)", real=True)
 MAX_TRAINABLE_DEPTH_FACTOR = 16  # the paper's prediction of the deepest trainable network: 16 xi (Sec. 4, Fig 3)
 
 
@@ -66,19 +67,17 @@ def derive_bn_jacobian(batch_size: int = 4) -> Derivation:
 def derive_trace_identity() -> Derivation:
     """lambda_G = tr E[J^T G J]/(B - 1) as an expectation over two BN coordinates (Thm 7, eq. 24)."""
     d = Derivation("The gradient explosion rate as a two-coordinate expectation")
-    mu = sp.Symbol("mu^*", positive=True)
-    m11, m12, n11, n12 = sp.symbols("E[phi'_1^2] E[phi'_1*phi'_2] E[x_1^2*phi'_1^2] E[x_1*x_2*phi'_1*phi'_2]")
     d.step("Eigenvalue on $\\mathbb{R}G$ (Rayleigh quotient, $\\langle G, G\\rangle = B-1$, $JG = J$):",
            sp.Eq(sp.Symbol("lambda_G"), sp.Symbol("E tr(J^T G J)") / (B - 1)))
     d.step("$P = G - vv^T$ is a projector, so $\\mathrm{tr}(P D G D P) = \\mathrm{tr}(DGDG) - v^T D G D v$ with",
            sp.Eq(sp.Symbol("tr(DGDG)"), sp.Symbol("sum_ab D_a D_b G_ab^2")))
     # exchangeable coordinates: B diagonal terms, B(B-1) off-diagonal terms; v = x / sqrt(B)
-    trace_dgdg = B * ((B - 1) / B) ** 2 * m11 + B * (B - 1) / B**2 * m12
-    quadratic = n11 - (B * n11 + B * (B - 1) * n12) / B**2  # E[v^T D^2 v] - E[(v^T D 1)^2] / B
+    trace_dgdg = B * ((B - 1) / B) ** 2 * M11 + B * (B - 1) / B**2 * M12
+    quadratic = N11 - (B * N11 + B * (B - 1) * N12) / B**2  # E[v^T D^2 v] - E[(v^T D 1)^2] / B
     expected_trace = sp.factor(sp.expand(trace_dgdg - quadratic))
     d.step("Averaging over the exchangeable coordinates of $x = \\sqrt B v$ ($B$ equal diagonal, $B(B-1)$ equal off-diagonal terms):",
            sp.Eq(sp.Symbol("E_v tr(P D G D P)"), expected_trace))
-    inverse_r2 = 1 / (mu * (B - 3))
+    inverse_r2 = 1 / (mu_star * (B - 3))
     d.step("$r^2 = |Gh|^2 \\sim \\mu^* \\chi^2_{B-1}$ independent of $v$, so (finite only for $B \\geq 4$)",
            sp.Eq(sp.Symbol("E[1/r^2]"), inverse_r2))
     rate = sp.factor(B * inverse_r2 * expected_trace / (B - 1))
@@ -108,8 +107,8 @@ def _sphere_moment(gaussian_moment: sp.Expr, degree: sp.Expr) -> sp.Expr:
 
 def paper_homogeneous_rate() -> sp.Expr:
     """Thm 8 (eq. 25) as printed, alpha the degree of homogeneity and J = J_phi (catalogue R12)."""
-    return ((B - 3 + 2 * alpha) * ((2 * alpha - 1) * Jpr + alpha**2 * (B - 1) * J1)
-            / ((2 * alpha - 1) * (B - 3) * (B - 1) * (J1 - Jr)) - alpha**2 / (B - 3))
+    return ((B - 3 + 2 * alpha) * ((2 * alpha - 1) * dJrho + alpha**2 * (B - 1) * J1)
+            / ((2 * alpha - 1) * (B - 3) * (B - 1) * (J1 - Jrho)) - alpha**2 / (B - 3))
 
 
 @cache
@@ -129,18 +128,17 @@ def derive_homogeneous_rate() -> Derivation:
            "$(2\\alpha-1)\\mathcal J_\\alpha' = \\alpha^2\\mathcal J_{\\alpha-1}$ gives at $c = 1$:",
            sp.Eq(sp.Symbol("J'_phi(1)"), alpha**2 / (2 * alpha - 1) * J1))
     m11 = _sphere_moment(cst * g ** (alpha - 1) * alpha**2 / (2 * alpha - 1) * J1, 2 * alpha - 2)
-    m12 = _sphere_moment(cst * g ** (alpha - 1) * Jpr, 2 * alpha - 2)
+    m12 = _sphere_moment(cst * g ** (alpha - 1) * dJrho, 2 * alpha - 2)
     n11 = _sphere_moment(alpha**2 * cst * g**alpha * J1, 2 * alpha)
-    n12 = _sphere_moment(alpha**2 * cst * g**alpha * Jr, 2 * alpha)
-    mu = derive_bsb1_constant().result * (J1 - Jr)
+    n12 = _sphere_moment(alpha**2 * cst * g**alpha * Jrho, 2 * alpha)
+    mu = derive_bsb1_constant().result * (J1 - Jrho)
     d.step("The fixed point's $\\mu^* = K_{\\alpha,B}(\\mathcal J_\\phi(1) - \\mathcal J_\\phi(\\rho))$ (chapter 1):", sp.Eq(sp.Symbol("mu^*"), mu))
     trace = derive_trace_identity()
-    moments = dict(zip(sp.symbols("E[phi'_1^2] E[phi'_1*phi'_2] E[x_1^2*phi'_1^2] E[x_1*x_2*phi'_1*phi'_2]"), (m11, m12, n11, n12)))
-    rate = trace.result.subs(moments).subs(sp.Symbol("mu^*", positive=True), mu)
+    rate = trace.result.subs({M11: m11, M12: m12, N11: n11, N12: n12, mu_star: mu})
     rate = _cancel_gammas(rate)
     d.step("Substituting into Thm 7, the Gamma functions cancel to a rational function:", sp.Eq(sp.Symbol("lambda_G"), rate))
     gap = sp.simplify(rate - paper_homogeneous_rate())
-    d.step("Minus the paper's eq. (25):", sp.Eq(sp.Symbol("lambda_G - lambda_G^paper"), gap))
+    d.step("Minus the paper's eq. (25):", sp.Eq(sp.Symbol("lambda_G - lambda_G^paper"), gap), name="minus_paper")
     d.result = rate
     return d
 
@@ -175,10 +173,11 @@ def derive_relu_rate() -> Derivation:
     """ReLU (alpha = 1, J_phi = J_1) simplified, and its B -> oo limit (the last step)."""
     d = Derivation("ReLU")
     j_rho, j_prime = _relu_pieces()
-    relu = _for_b_above_three(derive_homogeneous_rate().result.subs({alpha: 1, J1: 1, Jr: j_rho, Jpr: j_prime}))
+    relu = _for_b_above_three(derive_homogeneous_rate().result.subs({alpha: 1, J1: 1, Jrho: j_rho, dJrho: j_prime}))
     relu = _collect_terms(relu, [sp.acos(1 / (B - 1)), sp.sqrt(B) * sp.sqrt(B - 2)])
     d.step("ReLU: $\\alpha = 1$, $\\mathcal J_\\phi = \\mathcal J_1$, $\\rho = -1/(B-1)$:", sp.Eq(sp.Symbol("lambda_G^relu"), relu))
-    d.step("As $B \\to \\infty$:", sp.Eq(sp.Limit(sp.Symbol("lambda_G^relu"), B, sp.oo), sp.limit(relu, B, sp.oo)))
+    d.step("As $B \\to \\infty$:", sp.Eq(sp.Limit(sp.Symbol("lambda_G^relu"), B, sp.oo), sp.limit(relu, B, sp.oo)),
+           name="limit")
     d.result = relu
     return d
 
@@ -193,9 +192,11 @@ def derive_linear_rate() -> Derivation:
            sp.Eq(sp.Symbol("J_id(c)"), j_identity))
     rho = -1 / (B - 1)
     linear = sp.factor(_for_b_above_three(derive_homogeneous_rate().result.subs(
-        {alpha: 1, J1: j_identity.subs(c, 1), Jr: j_identity.subs(c, rho), Jpr: sp.diff(j_identity, c).subs(c, rho)})))
+        {alpha: 1, J1: j_identity.subs(c, 1), Jrho: j_identity.subs(c, rho),
+         dJrho: sp.diff(j_identity, c).subs(c, rho)})))
     d.step("so the linear network's rate is", sp.Eq(sp.Symbol("lambda_G^id"), linear))
-    d.step("which tends to", sp.Eq(sp.Limit(sp.Symbol("lambda_G^id"), B, sp.oo), sp.limit(linear, B, sp.oo)))
+    d.step("which tends to", sp.Eq(sp.Limit(sp.Symbol("lambda_G^id"), B, sp.oo), sp.limit(linear, B, sp.oo)),
+           name="limit")
     d.result = linear
     return d
 
@@ -206,7 +207,7 @@ def derive_linear_rate() -> Derivation:
 @cache
 def _closed_form_kernel():
     """lambda_G(alpha, B, J_phi(1), J_phi(rho), J_phi'(rho)) lambdified from :func:`derive_homogeneous_rate`."""
-    return sp.lambdify((alpha, B, J1, Jr, Jpr), derive_homogeneous_rate().result, modules="numpy", cse=True)
+    return sp.lambdify((alpha, B, J1, Jrho, dJrho), derive_homogeneous_rate().result, modules="numpy", cse=True)
 
 
 def rate_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
@@ -248,15 +249,13 @@ def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> Estimate:
 
 # ------------------------------------------------------------------- the whole backward operator, any phi
 
-s_, t_ = sp.symbols("s t", real=True)
-
 
 @cache
 def derive_class_integrand(name: str) -> sp.Expr:
-    """E_v[phi'(x_k) phi'(x_l) P_ki P_lj] = E[phi'(s) phi'(t) f(s, t)]: returns f, P = G - v v^T, x = sqrt(B) v.
+    """E_v[phi'(x_k) phi'(x_l) P_ki P_lj] = E[phi'(x_1) phi'(x_2) f(x_1, x_2)]: returns f, P = G - v v^T, x = sqrt(B) v.
 
-    Given the coordinates (x_k, x_l) = (s, t) (or x_k = s when k = l), the other m coordinates of the BN
-    output are exchangeable with sum S_1 = -(s + t) and sum of squares S_2 = B - s^2 - t^2, so
+    Given the coordinates (x_k, x_l) = (x_1, x_2) (or x_k = x_1 when k = l), the other m coordinates of the BN
+    output are exchangeable with sum S_1 = -(x_1 + x_2) and sum of squares S_2 = B - x_1^2 - x_2^2, so
     E[x_i] = S_1/m, E[x_i^2] = S_2/m and E[x_i x_j] = (S_1^2 - S_2)/(m(m-1)) for i != j outside {k, l}.
     """
     i, j, k, l = class_indices(name)
@@ -265,7 +264,7 @@ def derive_class_integrand(name: str) -> sp.Expr:
     def p(a, b):
         return sp.KroneckerDelta(a, b) - 1 / B - x[a] * x[b] / B
 
-    given = {k: s_, l: t_} if k != l else {k: s_}
+    given = {k: x1, l: x2} if k != l else {k: x1}
     m = B - len(given)
     s1 = -sum(given.values())
     s2 = B - sum(v**2 for v in given.values())
@@ -287,10 +286,44 @@ def derive_class_integrand(name: str) -> sp.Expr:
     return sp.factor(total.subs({x[a]: v for a, v in given.items()}))
 
 
+def _expect_pair_monomials(poly: sp.Expr) -> sp.Expr:
+    """E[p(x_1, x_2)] over two BN coordinates for a polynomial p, symbolically in B (exact sphere moments).
+
+    x_a = sqrt(B-1) t_a with (t_1, t_2) two coordinates of v uniform on S^(B-2) along unit vectors at correlation
+    -1/(B-1), so E[x_1^a x_2^b] = (B-1)^((a+b)/2) E[t_1^a t_2^b] (zero for odd a + b).
+    """
+    terms = sp.Poly(sp.expand(poly), x1, x2).terms()
+    return sum((coeff * (B - 1) ** ((a + b) // 2) * expect_pair_polynomial(t**a, t**b, B, -1 / (B - 1))
+                for (a, b), coeff in terms if (a + b) % 2 == 0), sp.Integer(0))
+
+
+@cache
+def derive_linear_backward_eigenvalues() -> Derivation:
+    """lambda_G, lambda_L, lambda_M of the backward operator of the linear network (phi = identity), in B.
+
+    With phi' = 1 every class is T_{ij|kl} = B E[r^-2] E[f_{ij|kl}(x_1, x_2)] (:func:`derive_class_integrand`),
+    E[r^-2] = 1/(mu* (B-3)), mu* = E[x_1^2] - E[x_1 x_2]; the pair moments are exact, and Thm E.62 gives the
+    eigenvalues. Named results "G", "L", "M".
+    """
+    d = Derivation("The linear network's backward eigenvalues")
+    mu = sp.factor(_expect_pair_monomials(x1**2 - x1 * x2))
+    d.step("For $\\phi = \\mathrm{id}$, $\\mu^* = E[x_1^2] - E[x_1x_2]$:", sp.Eq(mu_star, mu))
+    classes = {name: sp.factor(B / (mu * (B - 3)) * _expect_pair_monomials(derive_class_integrand(name)))
+               for name in CLASSES}
+    d.step("$\\phi' = 1$, so each class is $B\\,E[r^{-2}]\\,E[f(x_1, x_2)]$ with exact moments of the BN sphere:",
+           sp.Eq(sp.Symbol("classes"), sp.Tuple(*classes.values())))
+    eigen = derive_eigenvalues(classes)
+    lam = {key: sp.factor(eigen[key]) for key in ("G", "L", "M")}
+    d.step("and the projected eigenvalues (Thm E.62) are",
+           sp.Tuple(*(sp.Eq(sp.Symbol(f"lambda_{key}^id"), value) for key, value in lam.items())), name=tuple(lam))
+    return d
+
+
 @cache
 def _class_integrands():
     return {name: (class_indices(name)[2] == class_indices(name)[3],
-                   sp.lambdify((s_, t_, B), derive_class_integrand(name), modules="numpy", cse=True)) for name in CLASSES}
+                   sp.lambdify((x1, x2, B), derive_class_integrand(name), modules="numpy", cse=True))
+            for name in CLASSES}
 
 
 def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:

@@ -26,8 +26,9 @@ from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_matrix, bsb1_mu
-from .kernels import arccos_kernel_symbolic, c, c_alpha_symbolic, phi_kernel
-from .laplace import B, alpha, derive_bsb1_scale
+from ..core.symbols import B, J1, Jrho, alpha, c
+from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel
+from .laplace import derive_bsb1_scale
 from .sphere import expect_pair_with_error
 
 
@@ -183,9 +184,9 @@ def derive_homogeneous_fixed_point() -> Derivation:
     constant_derivation = derive_bsb1_constant()
     d.steps.extend(constant_derivation.steps)
     constant = constant_derivation.result
-    j1, j_rho = sp.symbols("J_phi(1) J_phi(rho)")
-    d.step("Diagonal of $\\Sigma^*$ (Thm F.8):", sp.Eq(sp.Symbol("q^*"), constant * j1))
-    d.step("Off-diagonal, with $\\rho = -1/(B-1)$ the correlation of two entries of $G$:", sp.Eq(sp.Symbol("q^* c^*"), constant * j_rho))
+    d.step("Diagonal of $\\Sigma^*$ (Thm F.8):", sp.Eq(sp.Symbol("q^*"), constant * J1))
+    d.step("Off-diagonal, with $\\rho = -1/(B-1)$ the correlation of two entries of $G$:",
+           sp.Eq(sp.Symbol("q^* c^*"), constant * Jrho))
     relu_constant = sp.simplify(constant.subs(alpha, 1))
     d.step("ReLU ($\\alpha = 1$, $\\mathcal{J}_\\phi = \\mathcal{J}_1$, $\\mathcal{J}_1(1) = 1$): $K_{1,B}$ is the same for every $B$,",
            sp.Eq(sp.Symbol("q^*_relu"), relu_constant))

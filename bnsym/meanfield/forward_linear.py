@@ -30,15 +30,15 @@ from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring, eigen_directions
+from ..core.symbols import (P00, P11, P20, S0, S2, B, J1, Jrho, alpha, c, dJrho, ell, g, mu, rho, s, t,
+                            v_star)
 from .forward import default_fixed_point
-from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c, c_alpha_symbolic,
-                      phi_kernel, phi_kernel_derivative)
-from .laplace import bn_kernel_laplace
+from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel,
+                      phi_kernel_derivative)
+from .laplace import bn_kernel_laplace, euler_beta
 from .sphere import expect_pair_with_error
-from .ultrasymmetric import CLASSES, B, T, derive_eigenvalues, dos_classes, projected_eigenvalues
+from .ultrasymmetric import CLASSES, T, derive_eigenvalues, dos_classes, projected_eigenvalues
 
-alpha, s, mu, t, ell, u = sp.symbols("alpha s mu t ell u", positive=True)
-J1, Jr, dJr = sp.symbols("J_phi(1) J_phi(rho) J_phi'(rho)")
 EIGENSPACES = ("G", "L", "M")
 
 
@@ -48,110 +48,132 @@ def _tidy(expr: sp.Expr) -> sp.Expr:
     return sp.factor(sp.simplify(sp.gammasimp(expr)))
 
 
-def _beta_integral(power: sp.Expr, decay: sp.Expr) -> sp.Expr:
-    """int_0^oo s^(power-1) (1 + 2 mu s)^(-decay) ds = (2 mu)^(-power) Beta(power, decay - power) (u = 2 mu s)."""
-    a_, b_ = sp.symbols("a b", positive=True)
-    beta = sp.integrate(u ** (a_ - 1) * (1 + u) ** (-a_ - b_), (u, 0, sp.oo), conds="none")
-    return (2 * mu) ** (-power) * beta.subs({a_: power, b_: decay - power})
+def _s_integral(integrand: sp.Expr, power: sp.Expr, decay: sp.Expr) -> sp.Expr:
+    """int_0^oo integrand ds for integrand = f * s^(power-1) (1 + 2 mu s)^(-decay), f free of s (Beta integral)."""
+    factor = sp.simplify(integrand / (s ** (power - 1) * (1 + 2 * mu * s) ** (-decay)))
+    if factor.has(s):
+        raise RuntimeError(f"the integrand is not of Beta form in s: left over {factor}")
+    beta = (2 * mu) ** (-power) * euler_beta(power, decay - power).rhs  # u = 2 mu s
+    return sp.gammasimp(sp.powsimp(factor * beta, force=True))
+
+
+def _laplace_derivative_factors(d: Derivation) -> tuple[sp.Expr, sp.Expr]:
+    """Differentiate the Laplace integrand (eq. (11)) at Sigma^G = mu G + t Lam, Lam in H^G, and integrate over s.
+
+    dV{Lam} = P_1 DV_phi(G){Lam} - P_2 tr(Lam) V_phi(G); returns (P_1, P_2) / kappa_{alpha,B}, functions of mu.
+    """
+    p = mu + t * ell  # an eigenvalue of Sigma^G along an eigenvector of Lam (eigenvalue ell)
+    a_eig = sp.simplify(sp.diff(p / (1 + 2 * s * p), t).subs(t, 0))
+    d.step("$\\Sigma^G(I + 2s\\Sigma^G)^{-1}$ has eigenvalues $p/(1+2sp)$; along $\\Lambda$ ($p = \\mu + t\\ell$) "
+           "they move by", sp.Eq(sp.Derivative(sp.Symbol("A_k"), t), a_eig))
+    log_det = sp.simplify(sp.diff(-sp.log(1 + 2 * s * p) / 2, t).subs(t, 0))
+    d.step("and $\\log\\det(I + 2s\\Sigma^G)^{-1/2}$ moves by (summed over eigenvalues: "
+           "$\\ell \\to \\mathrm{tr}\\,\\Lambda$)", sp.Eq(sp.Derivative(sp.Symbol("log det^(-1/2)"), t), log_det))
+    # V_phi is alpha-homogeneous: V_phi(m G) = m^alpha V_phi(G), DV_phi(m G) = m^(alpha-1) DV_phi(G)
+    m = mu / (1 + 2 * s * mu)
+    prefactor = B**alpha / sp.gamma(alpha) * s ** (alpha - 1) * (1 + 2 * s * mu) ** (-(B - 1) / 2)
+    decay = (B - 1) / 2 + alpha + 1
+    p1 = _s_integral(prefactor * m ** (alpha - 1) * a_eig / ell, alpha, decay)  # coefficient of DV_phi(G){Lam}
+    p2 = _s_integral(-prefactor * m**alpha * log_det / ell, alpha + 1, decay)  # coefficient of -tr(Lam) V_phi(G)
+    d.step("Integrating over $s$ (Beta integrals) gives $dV_{\\mathcal{B}_\\phi}\\{\\Lambda\\} = "
+           "P_1\\,DV_\\phi(G)\\{\\Lambda\\} - P_2\\,\\mathrm{tr}(\\Lambda)\\,V_\\phi(G)$ with",
+           sp.Tuple(sp.Eq(sp.Symbol("P_1"), p1), sp.Eq(sp.Symbol("P_2"), p2)))
+    kappa = (B / 2) ** alpha * sp.gamma((B - 1) / 2) / sp.gamma((B - 1) / 2 + alpha)
+    r1, r2 = _tidy(p1 / kappa), _tidy(p2 / kappa)
+    d.step("In units of $\\kappa_{\\alpha,B} = (B/2)^\\alpha\\Gamma(\\frac{B-1}2)/\\Gamma(\\frac{B-1}2+\\alpha)$, "
+           "where $\\Sigma^* = \\kappa V_\\phi(G)$:",
+           sp.Tuple(sp.Eq(sp.Symbol("P_1/kappa"), r1), sp.Eq(sp.Symbol("P_2/kappa"), r2)))
+    return r1, r2
+
+
+def _dos_at_g(d: Derivation) -> dict[str, sp.Expr]:
+    """DV_phi(G) = DOS(u, v, w) by Price/Stein derivatives of V_phi (Prop E.10), and its projected eigenvalues.
+
+    V_phi(Sigma)_ij = c_alpha (S_ii S_jj)^(alpha/2) J_phi(S_ij / sqrt(S_ii S_jj)), differentiated at G (diagonal
+    g, correlation rho); returns {"G", "L", "M"} in g, rho, alpha, J_phi(1), J_phi(rho), J_phi'(rho).
+    """
+    sii, sjj, sij = sp.symbols("Sigma_ii Sigma_jj Sigma_ij", positive=True)
+    jfun = sp.Function("J_phi")
+    v_diag = c_alpha_symbolic(alpha) * sii**alpha * jfun(1)
+    v_off = c_alpha_symbolic(alpha) * (sii * sjj) ** (alpha / 2) * jfun(sij / sp.sqrt(sii * sjj))
+    d.step("$V_\\phi$ of a positive-homogeneous $\\phi$ (Prop E.10):",
+           sp.Tuple(sp.Eq(sp.Symbol("V_ii"), v_diag), sp.Eq(sp.Symbol("V_ij"), v_off)))
+
+    def at_g(expr: sp.Expr) -> sp.Expr:
+        expr = expr.doit().subs({sii: g, sjj: g, sij: g * rho})
+        expr = sp.simplify(expr.replace(lambda e: isinstance(e, sp.Subs), lambda e: e.doit()))
+        replaced = expr.subs({sp.Derivative(jfun(c), c).subs(c, rho): dJrho}).subs({jfun(rho): Jrho, jfun(1): J1})
+        return _tidy(sp.simplify(replaced.replace(lambda e: isinstance(e, sp.Subs), lambda e: dJrho)))
+
+    dos_u, dos_v, dos_w = (at_g(sp.diff(expr, var)) for expr, var in ((v_diag, sii), (v_off, sii), (v_off, sij)))
+    d.step("$DV_\\phi(G) = \\mathrm{DOS}(u, v, w)$ with the partial derivatives at $G$ (diagonal $(B-1)/B$, "
+           "correlation $\\rho = -1/(B-1)$):",
+           sp.Tuple(sp.Eq(sp.Symbol("u"), dos_u), sp.Eq(sp.Symbol("v"), dos_v), sp.Eq(sp.Symbol("w"), dos_w)))
+    u, v, w = sp.symbols("u v w")
+    dos = derive_eigenvalues(dos_classes(u, v, w))
+    return {key: dos[key].subs({u: dos_u, v: dos_v, w: dos_w}) for key in EIGENSPACES}
 
 
 @cache
 def derive_homogeneous_eigenvalues() -> Derivation:
     """Thm F.33 (Thm 6 at alpha = 1): lambda_G, lambda_L, lambda_M of G J G for phi of degree alpha.
 
-    ``result``: {"G", "L", "M"} in B, alpha and the symbols J_phi(1), J_phi(rho), J_phi'(rho), rho = -1/(B-1).
+    Named results "G", "L", "M" in B, alpha and J_phi(1), J_phi(rho), J_phi'(rho), rho = -1/(B-1); "L_first" is
+    lambda_L's first term alpha (B-2)/(B-1+2 alpha), the whole of lambda_L when J_phi'(rho) = 0.
     """
     d = Derivation("Forward eigenvalues of a positive-homogeneous phi (Laplace route)")
-    g_diag = (B - 1) / B
-    rho = -1 / (B - 1)
-    # 1. derivative of the Laplace integrand at Sigma^G = mu G + t Lam, Lam in H^G (commutes with G)
-    p = mu + t * ell  # an eigenvalue of Sigma^G along an eigenvector of Lam (eigenvalue ell)
-    a_eig = sp.simplify(sp.diff(p / (1 + 2 * s * p), t).subs(t, 0))
-    d.step("$\\Sigma^G(I + 2s\\Sigma^G)^{-1}$ has eigenvalues $p/(1+2sp)$; along $\\Lambda$ ($p = \\mu + t\\ell$) they move by",
-           sp.Eq(sp.Derivative(sp.Symbol("A_k"), t), a_eig))
-    log_det = sp.simplify(sp.diff(-sp.log(1 + 2 * s * p) / 2, t).subs(t, 0))
-    d.step("and $\\log\\det(I + 2s\\Sigma^G)^{-1/2}$ moves by (summed over eigenvalues: $\\ell \\to \\mathrm{tr}\\,\\Lambda$)",
-           sp.Eq(sp.Derivative(sp.Symbol("log det^(-1/2)"), t), log_det))
-    # V_phi is alpha-homogeneous: V_phi(m G) = m^alpha V_phi(G), DV_phi(m G) = m^(alpha-1) DV_phi(G)
-    m = mu / (1 + 2 * s * mu)
-    prefactor = B**alpha / sp.gamma(alpha) * s ** (alpha - 1) * (1 + 2 * s * mu) ** (-(B - 1) / 2)
-    first = prefactor * m ** (alpha - 1) * a_eig / ell  # coefficient of DV_phi(G){Lam}
-    second = -prefactor * m**alpha * log_det / ell  # coefficient of -tr(Lam) V_phi(G)
-    p1 = sp.gammasimp(sp.powsimp(_beta_integral(alpha, (B - 1) / 2 + alpha + 1) * sp.simplify(first / (s ** (alpha - 1) * (1 + 2 * s * mu) ** (-(B - 1) / 2 - alpha - 1))), force=True))
-    p2 = sp.gammasimp(sp.powsimp(_beta_integral(alpha + 1, (B - 1) / 2 + alpha + 1) * sp.simplify(second / (s**alpha * (1 + 2 * s * mu) ** (-(B - 1) / 2 - alpha - 1))), force=True))
-    assert not (p1.has(s) or p2.has(s))
-    dv, v_g = sp.Symbol("DV_phi(G){Lam}"), sp.Symbol("V_phi(G)")
-    d.step("Integrating over $s$ (Beta integrals) gives $dV_{\\mathcal{B}_\\phi}\\{\\Lambda\\} = P_1\\,DV_\\phi(G)\\{\\Lambda\\} - P_2\\,\\mathrm{tr}(\\Lambda)\\,V_\\phi(G)$ with",
-           sp.Tuple(sp.Eq(sp.Symbol("P_1"), p1), sp.Eq(sp.Symbol("P_2"), p2)))
-    kappa = (B / 2) ** alpha * sp.gamma((B - 1) / 2) / sp.gamma((B - 1) / 2 + alpha)
-    r1, r2 = _tidy(p1 / kappa), _tidy(p2 / kappa)
-    d.step("In units of $\\kappa_{\\alpha,B} = (B/2)^\\alpha\\Gamma(\\frac{B-1}2)/\\Gamma(\\frac{B-1}2+\\alpha)$, where $\\Sigma^* = \\kappa V_\\phi(G)$:",
-           sp.Tuple(sp.Eq(sp.Symbol("P_1/kappa"), r1), sp.Eq(sp.Symbol("P_2/kappa"), r2)))
-    # 2. DV_phi(G) is DOS(u, v, w): Price/Stein derivatives of V_phi(Sigma)_ij = c_a (S_ii S_jj)^(a/2) J(S_ij / sqrt(S_ii S_jj))
-    sii, sjj, sij = sp.symbols("Sigma_ii Sigma_jj Sigma_ij", positive=True)
-    jfun = sp.Function("J_phi")
-    v_diag = c_alpha_symbolic(alpha) * sii**alpha * jfun(1)
-    v_off = c_alpha_symbolic(alpha) * (sii * sjj) ** (alpha / 2) * jfun(sij / sp.sqrt(sii * sjj))
-    gd, rho_s = sp.Symbol("g", positive=True), sp.Symbol("rho")
-    at_g = {sii: gd, sjj: gd, sij: gd * rho_s}  # G: diagonal g = (B-1)/B, correlation rho
-    d.step("$V_\\phi$ of a positive-homogeneous $\\phi$ (Prop E.10):", sp.Tuple(sp.Eq(sp.Symbol("V_ii"), v_diag), sp.Eq(sp.Symbol("V_ij"), v_off)))
-
-    def at_fixed(expr: sp.Expr) -> sp.Expr:
-        expr = expr.doit().subs(at_g)
-        expr = expr.replace(lambda e: isinstance(e, sp.Subs), lambda e: e.doit())
-        expr = sp.simplify(expr)
-        replaced = expr.subs({sp.Derivative(jfun(c), c).subs(c, rho_s): dJr}).subs({jfun(rho_s): Jr, jfun(1): J1})
-        return sp.simplify(replaced.replace(lambda e: isinstance(e, sp.Subs), lambda e: dJr))
-
-    dos_u, dos_v, dos_w = (_tidy(at_fixed(sp.diff(expr, var))) for expr, var in ((v_diag, sii), (v_off, sii), (v_off, sij)))
-    d.step("$DV_\\phi(G) = \\mathrm{DOS}(u, v, w)$ with the partial derivatives at $G$ (diagonal $(B-1)/B$, correlation $\\rho = -1/(B-1)$):",
-           sp.Tuple(sp.Eq(sp.Symbol("u"), dos_u), sp.Eq(sp.Symbol("v"), dos_v), sp.Eq(sp.Symbol("w"), dos_w)))
-    dos = derive_eigenvalues(dos_classes(*sp.symbols("u v w"))).result
-    dos = {key: dos[key].subs(dict(zip(sp.symbols("u v w"), (dos_u, dos_v, dos_w)))) for key in EIGENSPACES}
-    mu_star = sp.simplify(c_alpha_symbolic(alpha) * gd**alpha * (J1 - Jr))  # mu* / kappa
-    d.step("At the fixed point $\\mu = \\mu^* = \\kappa\\, c_\\alpha g^\\alpha (\\mathcal{J}_\\phi(1) - \\mathcal{J}_\\phi(\\rho))$ (Thm F.8):",
-           sp.Eq(sp.Symbol("mu^*/kappa"), mu_star))
+    r1, r2 = _laplace_derivative_factors(d)
+    dos = _dos_at_g(d)
+    mu_star = sp.simplify(c_alpha_symbolic(alpha) * g**alpha * (J1 - Jrho))  # mu* / kappa
+    d.step("At the fixed point $\\mu = \\mu^* = \\kappa\\, c_\\alpha g^\\alpha (\\mathcal{J}_\\phi(1) - "
+           "\\mathcal{J}_\\phi(\\rho))$ (Thm F.8):", sp.Eq(sp.Symbol("mu^*/kappa"), mu_star))
     scale = r1.subs(mu, 1) / mu_star  # P_1 / mu* with mu* in units of kappa
-    final = {gd: g_diag, rho_s: rho}
+    at_bsb1 = {g: (B - 1) / B, rho: -1 / (B - 1)}
 
-    def tidy(expr: sp.Expr) -> sp.Expr:
-        return sp.factor(sp.gammasimp(sp.expand_func(_tidy(expr).subs(final))))
+    def final(expr: sp.Expr) -> sp.Expr:
+        return sp.factor(sp.gammasimp(sp.expand_func(_tidy(expr).subs(at_bsb1))))
 
-    lam = {"L": tidy(scale * dos["L"]), "M": tidy(scale * dos["M"])}
+    lam = {"L": final(scale * dos["L"]), "M": final(scale * dos["M"])}
     # G direction: tr G = B - 1 and G V_phi(G) G = (mu*/kappa) G
-    lam["G"] = tidy(scale * dos["G"] - r2.subs(mu, 1) * (B - 1))
-    d.step("$\\mathbb{L}$, $\\mathbb{M}$ are traceless, so only $P_1$ and the projected DOS eigenvalues enter ($\\rho = -1/(B-1)$):",
-           sp.Tuple(sp.Eq(sp.Symbol("lambda_L"), lam["L"]), sp.Eq(sp.Symbol("lambda_M"), lam["M"])))
-    d.step("On $\\mathbb{R}G$ ($\\mathrm{tr}\\,G = B-1$, $GV_\\phi(G)G = (\\mu^*/\\kappa)G$) the two terms cancel: scale invariance",
-           sp.Eq(sp.Symbol("lambda_G"), lam["G"]))
-    d.result = lam
+    lam["G"] = final(scale * dos["G"] - r2.subs(mu, 1) * (B - 1))
+    d.step("$\\mathbb{L}$, $\\mathbb{M}$ are traceless, so only $P_1$ and the projected DOS eigenvalues enter "
+           "($\\rho = -1/(B-1)$):",
+           sp.Tuple(sp.Eq(sp.Symbol("lambda_L"), lam["L"]), sp.Eq(sp.Symbol("lambda_M"), lam["M"])), name=("L", "M"))
+    d.step("The part of $\\lambda_{\\mathbb L}$ without $\\mathcal{J}_\\phi'(\\rho)$:",
+           sp.Eq(sp.Symbol("lambda_L|J'=0"), sp.factor(lam["L"].subs(dJrho, 0))), name="L_first")
+    d.step("On $\\mathbb{R}G$ ($\\mathrm{tr}\\,G = B-1$, $GV_\\phi(G)G = (\\mu^*/\\kappa)G$) the two terms cancel: "
+           "scale invariance", sp.Eq(sp.Symbol("lambda_G"), lam["G"]), name="G")
     return d
 
 
 def derive_relu_eigenvalues() -> Derivation:
-    """Thm 6: ReLU (alpha = 1, J_phi = J_1, J_1(1) = 1) in closed form, and the printed formula read both ways."""
+    """Thm 6: ReLU (alpha = 1, J_phi = J_1, J_1(1) = 1) in closed form, and the printed formula read both ways.
+
+    Named results "L", "M" (ours), "printed_L", "printed_M" (the paper's, in its symbol v^*).
+    """
     d = Derivation("Forward eigenvalues of ReLU (Thm 6)")
-    general = derive_homogeneous_eigenvalues().result
+    general = derive_homogeneous_eigenvalues()
     j1 = arccos_kernel_symbolic(1)
-    rho = -1 / (B - 1)
-    values = {alpha: 1, J1: 1, Jr: j1.subs(c, rho), dJr: sp.diff(j1, c).subs(c, rho)}
+    rho_b = -1 / (B - 1)
+    values = {alpha: 1, J1: 1, Jrho: j1.subs(c, rho_b), dJrho: sp.diff(j1, c).subs(c, rho_b)}
     lam = {key: sp.simplify(general[key].subs(values)) for key in ("L", "M")}
-    d.step("Substituting $\\alpha = 1$ and $\\mathcal{J}_1$:", sp.Tuple(*(sp.Eq(sp.Symbol(f"lambda_{k}"), v) for k, v in lam.items())))
-    v_star = sp.Symbol("v^*", positive=True)
+    d.step("Substituting $\\alpha = 1$ and $\\mathcal{J}_1$:",
+           sp.Tuple(*(sp.Eq(sp.Symbol(f"lambda_{k}"), v) for k, v in lam.items())), name=tuple(lam))
     ratio = sp.gamma(sp.Rational(3, 2)) * sp.gamma((B + 1) / 2) / sp.gamma((B + 3) / 2)
-    printed_m = B / (2 * sp.sqrt(sp.pi) * v_star) * ratio * values[dJr]
-    printed_l = ratio / (2 * sp.sqrt(sp.pi) * v_star) * ((B - 2) * (1 - values[Jr]) + B / (B - 1) * values[dJr])
+    printed_m = B / (2 * sp.sqrt(sp.pi) * v_star) * ratio * values[dJrho]
+    printed_l = ratio / (2 * sp.sqrt(sp.pi) * v_star) * ((B - 2) * (1 - values[Jrho]) + B / (B - 1) * values[dJrho])
     d.step("The paper's Theorem 6 as printed, in terms of its $v^*$:",
-           sp.Tuple(sp.Eq(sp.Symbol("lambda_M^printed"), sp.gammasimp(printed_m)), sp.Eq(sp.Symbol("lambda_L^printed"), sp.gammasimp(printed_l))))
-    d.result = {"L": lam["L"], "M": lam["M"], "printed_L": printed_l, "printed_M": printed_m, "v*": v_star}
+           sp.Tuple(sp.Eq(sp.Symbol("lambda_M^printed"), sp.gammasimp(printed_m)),
+                    sp.Eq(sp.Symbol("lambda_L^printed"), sp.gammasimp(printed_l))),
+           name=("printed_M", "printed_L"))
     return d
 
 
 @cache
 def _closed_form_kernel():
     """(B, alpha, J_phi(1), J_phi(rho), J_phi'(rho)) -> (lambda_L, lambda_M), lambdified from the derivation."""
-    lam = derive_homogeneous_eigenvalues().result
-    return sp.lambdify((B, alpha, J1, Jr, dJr), (lam["L"], lam["M"]), modules="numpy", cse=True)
+    lam = derive_homogeneous_eigenvalues()
+    return sp.lambdify((B, alpha, J1, Jrho, dJrho), (lam["L"], lam["M"]), modules="numpy", cse=True)
 
 
 def homogeneous_eigenvalues(phi: Activation, batch_size: int | np.ndarray) -> dict[str, Estimate]:
@@ -179,9 +201,6 @@ def relu_power_eigenvalues(alpha_values: np.ndarray, batch_size: int) -> tuple[n
     dj_rho = np.array([arccos_kernel_derivative(a, rho) for a in alphas.ravel()]).reshape(alphas.shape)
     lam_l, lam_m = _closed_form_kernel()(float(batch_size), alphas, 1.0, j_rho, dj_rho)
     return np.asarray(lam_l, dtype=float), np.asarray(lam_m, dtype=float)
-
-
-S0, S2, P00, P20, P11 = sp.symbols("E[phi_1^2] E[phi_1^2*x_1^2] E[phi_1*phi_2] E[phi_1*phi_2*x_1^2] E[phi_1*phi_2*x_1*x_2]")
 
 
 def derive_class_reduction() -> Derivation:

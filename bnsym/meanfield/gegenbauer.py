@@ -36,10 +36,10 @@ from scipy.special import roots_legendre
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
-from .forward_linear import ForwardMoments, moment_weights, forward_eigenvalues_from_moments
 from ..core.quadrature import gauss_jacobi
+from ..core.symbols import B, rho, t, z
+from .forward_linear import ForwardMoments, forward_eigenvalues_from_moments, moment_weights
 
-B, t, rho = sp.symbols("B t rho", real=True)
 lam = sp.Symbol("lambda", positive=True)  # (B-3)/2 > 0 for B >= 4: the symbolic derivations run in lambda
 
 
@@ -126,10 +126,10 @@ def derive_basis(max_degree: int = 3) -> Derivation:
                  evaluate=False))
     gram = _matrix(size, lambda i, j: _expect_one(psi_symbolic(i) * psi_symbolic(j), None))
     d.step("Their Gram matrix $E[\\psi_l \\psi_m]$ from the moments, for symbolic $B$, is the identity:",
-           sp.Eq(sp.Symbol("E[psi_l psi_m]"), gram, evaluate=False))
+           sp.Eq(sp.Symbol("E[psi_l psi_m]"), gram, evaluate=False), name="gram")
     pair = _matrix(size, lambda i, j: expect_pair_polynomial(psi_symbolic(i), psi_symbolic(j)))
     d.step("Two coordinates at correlation $\\rho$ (Funk-Hecke): $E[\\psi_l(u\\cdot v)\\psi_m(w\\cdot v)]$ is diagonal,",
-           sp.Eq(sp.Symbol("E[psi_l(u.v) psi_m(w.v)]"), in_batch_size(pair), evaluate=False))
+           sp.Eq(sp.Symbol("E[psi_l(u.v) psi_m(w.v)]"), in_batch_size(pair), evaluate=False), name="pair")
     d.result = sp.Matrix([sp.factor(sp.simplify(normalized_gegenbauer_symbolic(l))) for l in range(size)])
     d.step("and its diagonal is the normalised Gegenbauer polynomial $\\hat C_l(\\rho) = C_l(\\rho)/C_l(1)$:",
            sp.Eq(sp.Symbol("hat C_l(rho)"), in_batch_size(d.result), evaluate=False))
@@ -148,12 +148,11 @@ def derive_coefficient_normalisation() -> Derivation:
     The printed prefactor carries (B-1)^(+(B-3)/2); the mass of the weight fixes the exponent to -(B-3)/2.
     """
     d = Derivation("The normalisation of eq. (26)")
-    zz = sp.Symbol("z", real=True)
     n = 2 * lam + 2  # B - 1
-    weight = (n - zz**2) ** (lam - sp.Rational(1, 2))
-    mass = sp.gammasimp(sp.integrate(weight, (zz, -sp.sqrt(n), sp.sqrt(n)), conds="none"))
+    weight = (n - z**2) ** (lam - sp.Rational(1, 2))
+    mass = sp.gammasimp(sp.integrate(weight, (z, -sp.sqrt(n), sp.sqrt(n)), conds="none"))
     d.step("The weight of one BN coordinate, $((B-1) - z^2)^{(B-4)/2}$ on $|z| < \\sqrt{B-1}$, has mass",
-           sp.Eq(sp.Integral(in_batch_size(weight), (zz, -sp.sqrt(B - 1), sp.sqrt(B - 1))), in_batch_size(mass)))
+           sp.Eq(sp.Integral(in_batch_size(weight), (z, -sp.sqrt(B - 1), sp.sqrt(B - 1))), in_batch_size(mass)))
     d.result = sp.simplify(in_batch_size(1 / mass))
     d.step("so the prefactor that makes the left side of eq. (26) an expectation is", sp.Eq(sp.Symbol("prefactor"), d.result))
     return d
@@ -165,12 +164,11 @@ def derive_dirichlet_identity(degree: int = 3) -> Derivation:
     E_{p_2}[(B-1-x_1^2) phi'(x_1)^2 + (1 + x_1 x_2) phi'(x_1) phi'(x_2)] = sum_k k (k+B-3) c_k a_k^2.
     """
     d = Derivation("The Dirichlet-form identity (Thm E.47)")
-    zz = sp.Symbol("z", real=True)
     b = sp.symbols(f"b_1:{degree + 1}", real=True)
-    phi = sum(bj * zz ** (j + 1) for j, bj in enumerate(b))
-    d.step("Take a generic polynomial", sp.Eq(sp.Function("phi")(zz), phi))
+    phi = sum(bj * z ** (j + 1) for j, bj in enumerate(b))
+    d.step("Take a generic polynomial", sp.Eq(sp.Function("phi")(z), phi))
     root = sp.sqrt(2 * lam + 2)  # sqrt(B - 1): x = sqrt(B-1) t
-    slope = sp.diff(phi, zz).subs(zz, root * t)
+    slope = sp.diff(phi, z).subs(z, root * t)
     single = _expect_one((2 * lam + 2) * (1 - t**2) * slope**2, None)
     corr = -1 / (2 * lam + 2)
     pair = (expect_pair_polynomial(slope, slope, None, corr)
@@ -178,7 +176,7 @@ def derive_dirichlet_identity(degree: int = 3) -> Derivation:
     left = sp.factor(sp.simplify(single + pair))
     d.step("The left side of Thm E.47, by the exact moments of one and two coordinates, is",
            sp.Eq(sp.Symbol("D(phi)"), in_batch_size(left)))
-    a = coefficients_symbolic(phi, zz, degree, None)
+    a = coefficients_symbolic(phi, z, degree, None)
     right = sum(k * (k + 2 * lam) * (1 - normalized_gegenbauer_symbolic(k, corr, None)) * a[k] ** 2
                 for k in range(1, degree + 1))
     d.step("The right side, from the exact Gegenbauer coefficients $a_k$ and $c_k = 1 - \\hat C_k(-1/(B-1))$, is",
@@ -199,7 +197,7 @@ def derive_rate_minimum() -> Derivation:
     d.result = gap
     d.step("which is $\\ge 0$ for $k \\ge 1$, zero only at $k = 1$; with $c_k > 0$ (since $|\\hat C_k(\\rho)| < 1$ for $|\\rho| < 1$), "
            "$\\lambda_G \\ge (B-2)/(B-3)$ with equality iff $a_k = 0$ for all $k \\ge 2$, i.e. phi is linear.",
-           sp.Eq(sp.Symbol("w_1"), weight.subs(k, 1)))
+           sp.Eq(sp.Symbol("w_1"), weight.subs(k, 1)), name="linear")
     return d
 
 

@@ -29,9 +29,8 @@ from scipy.special import gammaln, hyp2f1, roots_hermitenorm
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
+from ..core.symbols import c, t
 
-c = sp.Symbol("c", real=True)
-_t = sp.Symbol("t", real=True)
 Function = Callable[[np.ndarray], np.ndarray]
 
 
@@ -45,12 +44,12 @@ def derive_arccos_kernel(order: int) -> Derivation:
     if order < 0:
         raise ValueError(f"order must be >= 0, got {order}")
     d = Derivation(f"Arccosine kernel J_{order} from Price's theorem")
-    density_at_origin = 1 / (2 * sp.pi * sp.sqrt(1 - _t**2))
-    moment = sp.Rational(1, 4) + sp.integrate(density_at_origin, (_t, 0, c))
+    density_at_origin = 1 / (2 * sp.pi * sp.sqrt(1 - t**2))
+    moment = sp.Rational(1, 4) + sp.integrate(density_at_origin, (t, 0, c))
     d.step("Sheppard's orthant probability, from $\\partial_c P = p_{u,v}(0,0)$ and $P|_{c=0}=1/4$:",
            sp.Eq(sp.Symbol("E[rho_0(u) rho_0(v)]"), moment))
     for n in range(1, order + 1):
-        moment = n**2 * sp.integrate(moment.subs(c, _t), (_t, -1, c))
+        moment = n**2 * sp.integrate(moment.subs(c, t), (t, -1, c))
         moment = sp.simplify(moment)
         d.step(f"Price's ladder, $\\partial_c E[\\rho_{n}\\rho_{n}] = {n**2} E[\\rho_{n - 1}\\rho_{n - 1}]$, "
                f"zero at $c=-1$:", sp.Eq(sp.Symbol(f"E[rho_{n}(u) rho_{n}(v)]"), moment))

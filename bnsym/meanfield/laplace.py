@@ -11,6 +11,8 @@ normalisation into a Gaussian integral:
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import sympy as sp
 from scipy.special import gammaln
@@ -19,10 +21,22 @@ from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring
-from .kernels import gaussian_kernel
 from ..core.quadrature import gauss_jacobi
+from ..core.symbols import B, alpha, mu, s, u
+from .kernels import gaussian_kernel
 
-B, alpha, s, mu, u = sp.symbols("B alpha s mu u", positive=True)
+
+@cache
+def _euler_beta_ab() -> sp.Equality:
+    a_, b_ = sp.symbols("a b", positive=True)
+    integrand = u ** (a_ - 1) * (1 + u) ** (-a_ - b_)
+    return sp.Eq(sp.Integral(integrand, (u, 0, sp.oo)), sp.integrate(integrand, (u, 0, sp.oo), conds="none"))
+
+
+def euler_beta(a: sp.Expr, b: sp.Expr) -> sp.Equality:
+    """Euler's Beta integral int_0^oo u^(a-1) (1 + u)^(-a-b) du = Gamma(a) Gamma(b) / Gamma(a + b), by SymPy."""
+    a_, b_ = sp.symbols("a b", positive=True)
+    return _euler_beta_ab().subs({a_: a, b_: b})
 
 
 def derive_bsb1_scale() -> Derivation:
@@ -38,12 +52,11 @@ def derive_bsb1_scale() -> Derivation:
            sp.Eq(sp.Symbol("I"), sp.Integral(integrand, (s, 0, sp.oo))))
     substituted = sp.powsimp(sp.expand_power_base(integrand.subs(s, u / (2 * mu)) / (2 * mu), force=True), force=True)
     d.step("Substitute $s = u / (2\\mu)$: $\\mu$ drops out.", sp.Eq(sp.Symbol("I"), sp.Integral(substituted, (u, 0, sp.oo))))
-    a_, b_ = sp.symbols("a b", positive=True)
-    beta_integral = sp.integrate(u ** (a_ - 1) * (1 + u) ** (-a_ - b_), (u, 0, sp.oo), conds="none")
-    d.step("Euler's Beta integral:", sp.Eq(sp.Integral(u ** (a_ - 1) * (1 + u) ** (-a_ - b_), (u, 0, sp.oo)), beta_integral))
+    d.step("Euler's Beta integral:", euler_beta(*sp.symbols("a b", positive=True)))
     prefactor = sp.simplify(substituted / (u ** (alpha - 1) * (1 + u) ** (-alpha - (B - 1) / 2)))
-    assert not prefactor.has(u), "substituted integrand is not of Beta form"
-    scale = sp.gammasimp(prefactor * beta_integral.subs({a_: alpha, b_: (B - 1) / 2}))
+    if prefactor.has(u):
+        raise RuntimeError(f"the substituted integrand is not of Beta form: prefactor {prefactor}")
+    scale = sp.gammasimp(prefactor * euler_beta(alpha, (B - 1) / 2).rhs)
     d.result = scale
     d.step("With $a = \\alpha$, $b = (B-1)/2$:", sp.Eq(sp.Symbol("I"), scale))
     return d

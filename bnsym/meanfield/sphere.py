@@ -26,8 +26,7 @@ from scipy.special import roots_legendre
 
 from ..core.derivation import Derivation
 from ..core.quadrature import gauss_jacobi
-
-B, t, R = sp.symbols("B t R", positive=True)
+from ..core.symbols import B, R, t
 
 
 def derive_marginals() -> Derivation:
@@ -40,13 +39,13 @@ def derive_marginals() -> Derivation:
            sp.Eq(sp.Integral(one, (t, -1, 1)), z1))
     second = sp.gammasimp(sp.hyperexpand(sp.integrate(t**2 * one, (t, -1, 1), conds="none")) / z1)
     second = sp.simplify(sp.expand_func(second))
-    d.step("so $E[t^2]$ is", sp.Eq(sp.Symbol("E[t^2]"), second))
+    d.step("so $E[t^2]$ is", sp.Eq(sp.Symbol("E[t^2]"), second), name="E[t^2]")
     d.step("and each BN coordinate $x_a = \\sqrt{B-1}\\,t$ has unit second moment:",
-           sp.Eq(sp.Symbol("E[x_a^2]"), sp.simplify((B - 1) * second)))
+           sp.Eq(sp.Symbol("E[x_a^2]"), sp.simplify((B - 1) * second)), name="E[x_a^2]")
     m = sp.Symbol("m")
     off = sp.solve(sp.Eq(1 + (B - 1) * m, 0), m)[0]
     d.step("Since $\\sum_b x_b = 0$, $0 = E[x_a \\sum_b x_b] = E[x_a^2] + (B-1) E[x_a x_b]$, so",
-           sp.Eq(sp.Symbol("E[x_a x_b]"), off))
+           sp.Eq(sp.Symbol("E[x_a x_b]"), off), name="E[x_a x_b]")
     two = 2 * sp.pi * R * (1 - R**2) ** ((n - 4) / 2)
     z2 = sp.simplify(sp.integrate(two, (R, 0, 1), conds="none"))
     d.step("Two coordinates: the projection onto a 2-plane has density $\\propto (1-|p|^2)^{(B-5)/2}$ on the unit disk, mass",

@@ -25,8 +25,7 @@ from typing import Callable, Mapping
 import sympy as sp
 
 from ..core.derivation import Derivation
-
-B = sp.Symbol("B", positive=True, integer=True)
+from ..core.symbols import B
 CLASSES = ("11|11", "11|12", "11|22", "11|23", "12|11", "12|12", "12|21", "12|13", "12|23", "12|33", "12|34")
 T = {name: sp.Symbol(f"T_{{{name}}}") for name in CLASSES}
 
@@ -112,12 +111,13 @@ def _entry_patterns(special: int) -> list[tuple[int, int]]:
 
 def _decompose(image: Structured, basis: list[tuple[Structured, int]], special: int) -> list[sp.Expr]:
     """Coefficients c with image = sum_b c_b basis_b, checked on *every* entry pattern (so valid for all B)."""
-    coefficients = sp.symbols(f"x0:{len(basis)}")
+    coefficients = [sp.Dummy(f"x{n}") for n in range(len(basis))]  # never clash with symbols in the values
     equations = [sp.expand(image(i, j) - sum(c * b(i, j) for c, (b, _) in zip(coefficients, basis)))
                  for i, j in _entry_patterns(special)]
     solution = sp.solve(equations, coefficients, dict=True)
     if len(solution) != 1 or set(solution[0]) != set(coefficients):
-        raise AssertionError("T{Lam} is not in the span of the basis: the operator is not ultrasymmetric")
+        raise ValueError("T{Lam} is not in the span of the basis: the operator is not ultrasymmetric "
+                         "(its values are not constant on the 11 index-pattern classes)")
     return [sp.factor(solution[0][c]) for c in coefficients]
 
 
@@ -152,7 +152,7 @@ def block_matrices(values: Mapping[str, sp.Expr] = T) -> dict[str, sp.Matrix]:
 def derive_eigenvalues(values: Mapping[str, sp.Expr] = T) -> Derivation:
     """Thm 1 / E.61 (raw operator) and Thm 3.6 / E.62 (projected G T G), symbolic in B.
 
-    ``result`` is a dict with the projected eigenvalues "G", "L", "M" and the raw blocks.
+    Named results: the projected eigenvalues "G", "L", "M" and the raw blocks "trivial", "standard".
     Projection: G (I) G = G, G (11^T) G = 0, G D G = D - S/B, G S G = 0, G Lam_M G = Lam_M. So on
     H^G = span(G) + L + M, lambda_G is the I-coefficient of T{G} = T{I} - T{11^T}/B, lambda_L the
     D-coefficient of T{D - S/B}, lambda_M the M scalar.
@@ -163,9 +163,9 @@ def derive_eigenvalues(values: Mapping[str, sp.Expr] = T) -> Derivation:
     blocks = block_matrices(values)
     tri, std, m = blocks["trivial"], blocks["standard"], blocks["M"][0, 0]
     d.step("On BSB1 matrices $aI + b\\mathbf{1}\\mathbf{1}^T$ it acts on $(a, b)$ by the matrix (columns: images of $I$, $\\mathbf{1}\\mathbf{1}^T$)",
-           sp.Eq(sp.Symbol("A_BSB1"), tri))
+           sp.Eq(sp.Symbol("A_BSB1"), tri, evaluate=False), name="trivial")
     d.step("On $a\\,\\mathrm{diag}(v) + b\\,(v\\mathbf{1}^T + \\mathbf{1}v^T)$, $v \\perp \\mathbf{1}$ (each $v$: a copy, so multiplicity $B-1$)",
-           sp.Eq(sp.Symbol("A_L"), std))
+           sp.Eq(sp.Symbol("A_L"), std, evaluate=False), name="standard")
     d.step("On $\\mathbb{M}$ (zero diagonal, zero row sums; dimension $B(B-3)/2$) it is a scalar", sp.Eq(sp.Symbol("lambda_M"), m))
     x = sp.Symbol("x")
     d.step("Raw eigenvalues: roots of the characteristic polynomials of the two blocks (BSB1: multiplicity 1 each, L-shaped: $B-1$ each)",
@@ -174,19 +174,19 @@ def derive_eigenvalues(values: Mapping[str, sp.Expr] = T) -> Derivation:
     lam_g = sp.factor(tri[0, 0] - tri[0, 1] / B)
     lam_l = sp.factor(std[0, 0] - std[0, 1] / B)
     d.step("Projected operator $G^{\\otimes 2} T G^{\\otimes 2}$ on $\\mathbb{R}G$: the $I$-coefficient of $T\\{I - \\mathbf{1}\\mathbf{1}^T/B\\}$",
-           sp.Eq(sp.Symbol("lambda_G"), lam_g))
-    d.step("on $\\mathbb{L} = \\{GDG\\}$: the $D$-coefficient of $T\\{D - S/B\\}$ (multiplicity $B-1$)", sp.Eq(sp.Symbol("lambda_L"), lam_l))
+           sp.Eq(sp.Symbol("lambda_G"), lam_g), name="G")
+    d.step("on $\\mathbb{L} = \\{GDG\\}$: the $D$-coefficient of $T\\{D - S/B\\}$ (multiplicity $B-1$)",
+           sp.Eq(sp.Symbol("lambda_L"), lam_l), name="L")
     d.step("and on $\\mathbb{M}$ the same scalar (multiplicity $B(B-3)/2$); the kernel $\\{\\Sigma: G\\Sigma G = 0\\}$ has dimension $B$",
-           sp.Eq(sp.Symbol("lambda_M"), m))
-    d.result = {"G": lam_g, "L": lam_l, "M": sp.factor(m), "trivial": tri, "standard": std}
+           sp.Eq(sp.Symbol("lambda_M"), sp.factor(m)), name="M")
     return d
 
 
 @cache
 def projected_eigenvalue_formulas() -> dict[str, sp.Expr]:
     """lambda_G, lambda_L, lambda_M of the projected operator as expressions in B and the 11 classes."""
-    result = derive_eigenvalues().result
-    return {key: sp.expand(result[key]) for key in ("G", "L", "M")}
+    derivation = derive_eigenvalues()
+    return {key: sp.expand(derivation[key]) for key in ("G", "L", "M")}
 
 
 @cache

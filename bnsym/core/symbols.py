@@ -1,0 +1,43 @@
+"""Every SymPy symbol of the theory, declared once with its assumptions (in the manner of ``sympy.abc``).
+
+Derivations, tests and notebooks import these, so an expression built in one module can be substituted,
+compared or lambdified in another. A scratch symbol that never leaves one derivation may stay local.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+# Yang et al. 2019 ------------------------------------------------------------------------------------------
+
+B = sp.Symbol("B", integer=True, positive=True)  # batch size; every derivation is for B >= 4
+alpha = sp.Symbol("alpha", positive=True)  # degree of positive homogeneity, phi(r z) = r^alpha phi(z)
+z = sp.Symbol("z", real=True)  # the argument of phi
+c = sp.Symbol("c", real=True)  # the correlation argument of a kernel J_phi(c)
+rho = sp.Symbol("rho", real=True)  # a correlation; at the BSB1 point rho = -1/(B-1), two coordinates of G
+t = sp.Symbol("t", real=True)  # one coordinate of v uniform on the unit sphere S^(B-2); a path parameter
+R = sp.Symbol("R", positive=True)  # the length of the projection of v onto a 2-plane
+x1, x2 = sp.symbols("x_1 x_2", real=True)  # two coordinates of the batch-norm output x = sqrt(B) v
+s = sp.Symbol("s", positive=True)  # Schwinger's parameter, |y|^(-2 alpha) = int s^(alpha-1) e^(-s|y|^2) ds / Gamma
+u = sp.Symbol("u", positive=True)  # s rescaled, u = 2 mu s (Euler's Beta integral)
+mu = sp.Symbol("mu", positive=True)  # Sigma^G = mu G for a BSB1 Sigma
+mu_star = sp.Symbol("mu^*", positive=True)  # mu at the fixed point Sigma*
+ell = sp.Symbol("ell", positive=True)  # an eigenvalue of a perturbation Lam of Sigma^G
+g = sp.Symbol("g", positive=True)  # the diagonal (B-1)/B of G
+v_star = sp.Symbol("v^*", positive=True)  # the coefficient that Thm 6 divides by, as printed
+
+# J_phi(1), J_phi(rho) and J_phi'(rho), with J_phi(c) the normalised kernel of phi (Prop E.10)
+J1, Jrho, dJrho = sp.symbols("J_phi(1) J_phi(rho) J_phi'(rho)", real=True)
+
+# moments of two BN coordinates that fix the forward Jacobian at the BSB1 point (R7)
+S0, S2, P00, P20, P11 = sp.symbols("E[phi_1^2] E[phi_1^2*x_1^2] E[phi_1*phi_2] E[phi_1*phi_2*x_1^2] "
+                                   "E[phi_1*phi_2*x_1*x_2]")
+# ... and the backward one (Thm 7)
+M11, M12, N11, N12 = sp.symbols("E[phi'_1^2] E[phi'_1*phi'_2] E[x_1^2*phi'_1^2] E[x_1*x_2*phi'_1*phi'_2]")
+
+# Philipp 2021 (gradient scale coefficient, dilution) -------------------------------------------------------
+
+r, k, r_d = sp.symbols("r k r_d", positive=True)  # GSC rate, dilution ratio, diluted rate
+P_n = sp.Symbol("P_n", positive=True)  # prod_{b <= n} (1 + k_b^-2) over n composed blocks (Proposition 7)
+E_phi = sp.Symbol(r"E[\phi]", real=True)  # Gaussian moments of phi, z ~ N(0, 1)
+E_phi2, E_dphi2 = sp.symbols(r"E[\phi^2] E[\phi'^2]", positive=True)
