@@ -7,9 +7,17 @@ Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`,
 """
 
 from . import dilution
+from .api import (
+                  alpha_transition,
+                  backward_eigenvalues,
+                  bn_kernel,
+                  depth_scale,
+                  fixed_point,
+                  forward_depth_scales,
+                  forward_eigenvalues,
+                  gradient_rate,
+)
 from .core.activations import Activation, parse_activation
-from .api import (alpha_transition, backward_eigenvalues, bn_kernel, depth_scale, fixed_point, forward_depth_scales,
-                  forward_eigenvalues, gradient_rate)
 from .core.estimate import Estimate
 from .meanfield.forward import FixedPoint
 

@@ -20,8 +20,12 @@ from .core.validation import check_batch_size, check_covariance, check_eps
 from .meanfield.backward import depth_scale as _depth_scale
 from .meanfield.backward import operator_eigenvalues, rate_closed_form, rate_spherical
 from .meanfield.forward import FixedPoint, bn_kernel_spherical, fixed_point_closed_form, fixed_point_spherical
-from .meanfield.forward_linear import (alpha_transition_value, depth_scales, homogeneous_eigenvalues,
-                                       spherical_eigenvalues)
+from .meanfield.forward_linear import (
+    alpha_transition_value,
+    depth_scales,
+    homogeneous_eigenvalues,
+    spherical_eigenvalues,
+)
 from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from .meanfield.laplace import bn_kernel_laplace
 from .meanfield.qmc import bn_kernel_qmc

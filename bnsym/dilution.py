@@ -41,7 +41,6 @@ from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
 from .core.symbols import E_dphi2, E_phi, E_phi2, P_n, k, r, r_d, z
 
-
 # --------------------------------------------------------------------------------------------
 # definitions
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import sympy as sp
 import torch
-
-from bnsym.core.activations import Activation, KNOWN_ACTIVATIONS, parse_activation
-from bnsym.core.symbols import z
 from conftest import homogeneous
+
+from bnsym.core.activations import KNOWN_ACTIVATIONS, Activation, parse_activation
+from bnsym.core.symbols import z
 
 DOCUMENTED = ["relu", "relu^1.5", "relu(beta=2)", "relu(beta=0.5)^2", "leaky_relu(0.2)", "identity", "tanh",
               "tanh(gamma=0.5)", "erf", "erf(gamma=2)", "sin", "sin(gamma=2)", "sin(gamma=0.5)"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import bn_monte_carlo, bsb1, random_psd
 
 import bnsym
 from bnsym.core.activations import parse_activation
 from bnsym.meanfield.forward import bsb1_image
 from bnsym.meanfield.qmc import bn_kernel_qmc
 from bnsym.sim import inputs_with_gram, simulate_forward
-from conftest import bn_monte_carlo, bsb1, random_psd
 
 K_SE = 5  # QMC: SE = std over 16 scramblings / 4 (t with 15 dof); plain Monte Carlo: std over samples / sqrt(n)
 K_NETWORKS = 4.5  # networks: SE = std over M = 64 networks / 8

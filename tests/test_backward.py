@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy as sp
+from conftest import centring, homogeneous, sphere_fixed_point, sphere_pair, sphere_single
 
 import bnsym
 from bnsym.core.activations import parse_activation
@@ -25,7 +26,6 @@ from bnsym.meanfield.backward import (
     weight_gradient_ratio,
 )
 from bnsym.meanfield.ultrasymmetric import CLASSES, pattern_class, projected_eigenvalues
-from conftest import centring, homogeneous, sphere_fixed_point, sphere_pair, sphere_single
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 64, 256, 1024]
 ACCEPTANCE_PHIS = {

@@ -16,8 +16,12 @@ from bnsym.core.estimate import Estimate
 from bnsym.core.geometry import bsb1_matrix
 from bnsym.meanfield.backward import derive_relu_rate, operator_eigenvalues, rate_closed_form, rate_spherical
 from bnsym.meanfield.forward import bn_kernel_spherical, bsb1_image, derive_homogeneous_fixed_point
-from bnsym.meanfield.forward_linear import (derive_relu_eigenvalues, finite_difference_eigenvalues,
-                                            homogeneous_eigenvalues, spherical_eigenvalues)
+from bnsym.meanfield.forward_linear import (
+    derive_relu_eigenvalues,
+    finite_difference_eigenvalues,
+    homogeneous_eigenvalues,
+    spherical_eigenvalues,
+)
 from bnsym.meanfield.gegenbauer import forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from bnsym.meanfield.laplace import bn_kernel_laplace
 from bnsym.meanfield.qmc import bn_kernel_qmc

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, centring, relu, sphere_fixed_point
 
 import bnsym
 from bnsym.core.activations import parse_activation
-from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point, fixed_point_spherical
 from bnsym.core.symbols import B
-from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, centring, relu, sphere_fixed_point
+from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point, fixed_point_spherical
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 32, 64]
 ACCEPTANCE_PHIS = {"relu": (relu, (0.0,)), "tanh": (np.tanh, ()), "identity": (lambda x: x, ())}

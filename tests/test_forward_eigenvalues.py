@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 import bnsym
-from bnsym.meanfield import forward_linear as fl
 from bnsym.core.geometry import eigen_directions
 from bnsym.core.symbols import P00, P11, P20, S0, S2, B
+from bnsym.meanfield import forward_linear as fl
 from bnsym.meanfield.forward_linear import depth_scales, finite_difference_eigenvalues, spherical_eigenvalues
-from bnsym.sim import mean_and_se, simulated_decay
 from bnsym.meanfield.ultrasymmetric import CLASSES
+from bnsym.sim import mean_and_se, simulated_decay
 
 HOMOGENEOUS = ["relu", "identity", "relu^1.5", "leaky_relu(0.2)"]
 K_SE = 5  # tolerance in standard errors (QMC scramblings or independent networks)

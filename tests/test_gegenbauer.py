@@ -10,14 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy as sp
+from conftest import sphere_pair, sphere_single
 from scipy.special import eval_gegenbauer, hyp2f1
 
 import bnsym
-from bnsym.meanfield import gegenbauer as geg
 from bnsym.core.activations import parse_activation
 from bnsym.core.symbols import B, rho
-
-from conftest import sphere_pair, sphere_single
+from bnsym.meanfield import gegenbauer as geg
 
 BATCHES = (4, 5, 6, 8, 16, 33, 64)
 

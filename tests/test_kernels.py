@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy as sp
+from conftest import HOMOGENEOUS, gaussian_pair_moment, homogeneous, random_psd, rho_second_moment
 from scipy.special import gamma
 
 from bnsym.core.activations import parse_activation
@@ -29,7 +30,6 @@ from bnsym.meanfield.kernels import (
     phi_kernel,
     phi_kernel_derivative,
 )
-from conftest import HOMOGENEOUS, gaussian_pair_moment, homogeneous, random_psd, rho_second_moment
 
 CORRELATIONS = [-0.999999, -0.9, -0.5, -0.1, 0.0, 0.3, 0.7, 0.95, 0.999999]
 

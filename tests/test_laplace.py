@@ -12,15 +12,15 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
+from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, gaussian_pair_moment, homogeneous, random_psd, rho_second_moment
 from scipy import integrate
 
 from bnsym.core.activations import parse_activation
-from bnsym.meanfield.forward import bsb1_constant
 from bnsym.core.geometry import centring
 from bnsym.core.symbols import B, alpha, mu
+from bnsym.meanfield.forward import bsb1_constant
 from bnsym.meanfield.laplace import bn_kernel_laplace, derive_bsb1_scale
 from bnsym.meanfield.qmc import bn_kernel_qmc
-from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, gaussian_pair_moment, homogeneous, random_psd, rho_second_moment
 
 K_SE = 5  # Monte Carlo / QMC tolerance in standard errors (QMC: t-distribution with 15 dof, P(|t| > 5) ~ 2e-4)
 

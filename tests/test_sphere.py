@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy as sp
+from conftest import homogeneous, relu, sphere_pair, sphere_single
 
 from bnsym.core.symbols import B
 from bnsym.meanfield.sphere import derive_marginals, expect_pair, expect_pair_with_error, pair_angle
-from conftest import homogeneous, relu, sphere_pair, sphere_single
 
 BATCH_SIZES = [4, 5, 8, 64]
 

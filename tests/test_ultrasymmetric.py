@@ -17,8 +17,17 @@ from sympy.polys.matrices import DomainMatrix
 
 from bnsym.core.geometry import eigen_directions
 from bnsym.core.symbols import B
-from bnsym.meanfield.ultrasymmetric import (CLASSES, T, centring_operator, derive_eigenvalues, dos_classes,
-                                  operator_matrix, pattern_class, projected_eigenvalues, symmetric_restriction)
+from bnsym.meanfield.ultrasymmetric import (
+    CLASSES,
+    T,
+    centring_operator,
+    derive_eigenvalues,
+    dos_classes,
+    operator_matrix,
+    pattern_class,
+    projected_eigenvalues,
+    symmetric_restriction,
+)
 
 x = sp.Symbol("x")
 

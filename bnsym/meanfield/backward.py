@@ -28,13 +28,18 @@ import sympy as sp
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
-from ..core.symbols import M11, M12, N11, N12, B, J1, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
+from ..core.symbols import J1, M11, M12, N11, N12, B, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
 from .forward import default_fixed_point, derive_bsb1_constant
 from .gegenbauer import expect_pair_polynomial
 from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
 from .sphere import expect_pair_with_error
-from .ultrasymmetric import (CLASSES, class_indices, derive_eigenvalues, projected_eigenvalue_errors,
-                             projected_eigenvalues)
+from .ultrasymmetric import (
+    CLASSES,
+    class_indices,
+    derive_eigenvalues,
+    projected_eigenvalue_errors,
+    projected_eigenvalues,
+)
 
 MAX_TRAINABLE_DEPTH_FACTOR = 16  # the paper's prediction of the deepest trainable network: 16 xi (Sec. 4, Fig 3)
 

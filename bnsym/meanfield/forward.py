@@ -26,7 +26,7 @@ from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_matrix, bsb1_mu
-from ..core.symbols import B, J1, Jrho, alpha, c
+from ..core.symbols import J1, B, Jrho, alpha, c
 from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel
 from .laplace import derive_bsb1_scale
 from .sphere import expect_pair_with_error

@@ -30,11 +30,16 @@ from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring, eigen_directions
-from ..core.symbols import (P00, P11, P20, S0, S2, B, J1, Jrho, alpha, c, dJrho, ell, g, mu, rho, s, t,
-                            v_star)
+from ..core.symbols import J1, P00, P11, P20, S0, S2, B, Jrho, alpha, c, dJrho, ell, g, mu, rho, s, t, v_star
 from .forward import default_fixed_point
-from .kernels import (arccos_kernel, arccos_kernel_derivative, arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel,
-                      phi_kernel_derivative)
+from .kernels import (
+    arccos_kernel,
+    arccos_kernel_derivative,
+    arccos_kernel_symbolic,
+    c_alpha_symbolic,
+    phi_kernel,
+    phi_kernel_derivative,
+)
 from .laplace import bn_kernel_laplace, euler_beta
 from .sphere import expect_pair_with_error
 from .ultrasymmetric import CLASSES, T, derive_eigenvalues, dos_classes, projected_eigenvalues

@@ -26,6 +26,7 @@ import sympy as sp
 
 from ..core.derivation import Derivation
 from ..core.symbols import B
+
 CLASSES = ("11|11", "11|12", "11|22", "11|23", "12|11", "12|12", "12|21", "12|13", "12|23", "12|33", "12|34")
 T = {name: sp.Symbol(f"T_{{{name}}}") for name in CLASSES}
 

@@ -5,6 +5,7 @@ from the caller, and never import :mod:`bnsym.meanfield`.
 """
 
 from .device import configure_torch, default_device, generator
+from .gradients import GradientRun, per_layer_growth, simulate_gradients
 from .networks import (
     SAMPLERS,
     batch_norm,
@@ -14,7 +15,6 @@ from .networks import (
     mean_off_diagonal,
     simulate_forward,
 )
-from .gradients import GradientRun, per_layer_growth, simulate_gradients
 from .probes import backward_rayleigh, simulated_decay
 from .statistics import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 
