@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"forward only ratio {row['ratio_forward']:.1f}x")
     result = {
         "config": {"width": args.width, "batch": args.batch, "networks": args.networks, "depth": args.depth,
-                   "phi": args.phi, "dtype": "float64", "repeats": args.repeats, "timing": "best of repeats, wall clock"},
+                   "phi": args.phi, "dtype": "float64", "repeats": args.repeats,
+                   "timing": "best of repeats, wall clock"},
         "machine": _machine(),
         "timings": timings,
     }

@@ -23,7 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bnsym", description="Mean field predictions for batch-normalized networks.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     predict = commands.add_parser("predict", help="theory predictions for one activation and batch size")
-    predict.add_argument("--phi", required=True, help="activation, e.g. relu, tanh, selu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
+    predict.add_argument("--phi", required=True,
+                         help="activation, e.g. relu, tanh, selu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
     predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
     predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
     predict.add_argument("--method", default=None,
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             print("forward eigenvalues: " + ", ".join(f"lambda_{k} = {lam[k]:.10g} (depth scale {xi[k]})" for k in lam))
         if result["gradient_rate"] is not None:
             eig = result["backward_eigenvalues"]
-            print(f"gradient explosion rate lambda_G = {result['gradient_rate']:.10g} per layer, depth scale xi = {result['depth_scale']:.6g}; "
+            print(f"gradient explosion rate lambda_G = {result['gradient_rate']:.10g} per layer, "
+                  f"depth scale xi = {result['depth_scale']:.6g}; "
                   f"backward eigenvalues L = {eig['L']:.6g}, M = {eig['M']:.6g}")
     return 0
 

@@ -114,11 +114,13 @@ def residual_tail_bound(depth: int, p: float, lam: int) -> float:
     if not 0 <= p:
         raise ValueError(f"p bounds operator norms, so p >= 0; got {p}")
     ls = np.arange(lam, depth + 1)
-    return float(np.sum(np.exp(gammaln(depth + 1) - gammaln(ls + 1) - gammaln(depth - ls + 1) + ls * np.log(p)))) if p > 0 else float(lam == 0)
+    return float(np.sum(np.exp(gammaln(depth + 1) - gammaln(ls + 1) - gammaln(depth - ls + 1)
+                               + ls * np.log(p)))) if p > 0 else float(lam == 0)
 
 
 def effective_depth(depth: int, p: float, threshold: float) -> int:
-    """The largest lambda whose lambda-residual terms are not negligible: residual_tail_bound >= threshold (Veit et al.)."""
+    """The largest lambda whose lambda-residual terms are not negligible: residual_tail_bound >= threshold
+    (Veit et al.)."""
     if threshold <= 0:
         raise ValueError(f"the threshold h must be > 0, got {threshold}")
     return max((lam for lam in range(depth + 1) if residual_tail_bound(depth, p, lam) >= threshold), default=0)
@@ -136,7 +138,8 @@ def derive_diluted_rate() -> Derivation:
         r"Q\|u\| Q\|g\| Q\|\rho(u)\| Q\|Su\| Q\|gR\| Q\|gS\|", positive=True
     )
     dil = d.step("k-dilution (Definition 4):", sp.Eq(k, q_s / q_rho))
-    rate = d.step("undiluted rate of rho (R = Jacobian of rho, g the incoming gradient):", sp.Eq(r, q_grho * q_u / (q_rho * q_g)))
+    rate = d.step("undiluted rate of rho (R = Jacobian of rho, g the incoming gradient):",
+                  sp.Eq(r, q_grho * q_u / (q_rho * q_g)))
     unit = d.step("S alone preserves the GSC (third assumption):", sp.Eq(1, q_gs * q_u / (q_s * q_g)))
     solved = sp.solve([dil, rate, unit], [q_s, q_grho, q_gs], dict=True)[0]
     forward_sq = q_rho**2 + q_s**2
@@ -244,15 +247,18 @@ def derive_composed_dilution() -> Derivation:
     two = two_block_dilution(k1, k2)
     d.step("two blocks (squared norms of S_1 rho_2(u) and rho_1(f_2(u)) add):", sp.Eq(sp.Symbol("k_{12}"), two))
     law = (sp.Mul(1 + k1**-2, 1 + k2**-2, evaluate=False) - 1) ** sp.Rational(-1, 2)
-    d.step("minus the claimed law for B = 2, inverse squares:", sp.Eq(sp.Symbol("k_{12}^{-2} - law^{-2}"), sp.simplify(two**-2 - law**-2)))
+    d.step("minus the claimed law for B = 2, inverse squares:",
+           sp.Eq(sp.Symbol("k_{12}^{-2} - law^{-2}"), sp.simplify(two**-2 - law**-2)))
     three = two_block_dilution(two_block_dilution(k1, k2), k3)
     three_law = ((1 + k1**-2) * (1 + k2**-2) * (1 + k3**-2) - 1) ** sp.Rational(-1, 2)
-    d.step("three blocks by nesting, minus the 3-fold law:", sp.Eq(sp.Symbol("k_{123}^{-2} - law^{-2}"), sp.simplify(three**-2 - three_law**-2)))
+    d.step("three blocks by nesting, minus the 3-fold law:",
+           sp.Eq(sp.Symbol("k_{123}^{-2} - law^{-2}"), sp.simplify(three**-2 - three_law**-2)))
     hypothesis = (P_n - 1) ** sp.Rational(-1, 2)
     d.step("induction hypothesis, P_n = prod_{b<=n} (1 + k_b^-2):", sp.Eq(sp.Symbol("k_{1..n}"), hypothesis))
     step = two_block_dilution(hypothesis, kn)
     target = (P_n * (1 + kn**-2) - 1) ** sp.Rational(-1, 2)
-    d.step("inductive step: one more block, minus the law for n + 1:", sp.Eq(sp.Symbol("k_{1..n+1}^{-2} - law^{-2}"), sp.simplify(step**-2 - target**-2)))
+    d.step("inductive step: one more block, minus the law for n + 1:",
+           sp.Eq(sp.Symbol("k_{1..n+1}^{-2} - law^{-2}"), sp.simplify(step**-2 - target**-2)))
     d.result = hypothesis
     return d
 
@@ -320,7 +326,8 @@ def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
     weight = lambda t: math.exp(-t * t / 2) / math.sqrt(2 * math.pi)  # noqa: E731
 
     def expect(f) -> float:
-        return sum(integrate.quad(lambda t: float(f(t)) * weight(t), lo, hi, epsabs=1e-13, epsrel=1e-12)[0] for lo, hi in zip(edges, edges[1:]))
+        return sum(integrate.quad(lambda t: float(f(t)) * weight(t), lo, hi, epsabs=1e-13, epsrel=1e-12)[0]
+                   for lo, hi in zip(edges, edges[1:]))
 
     return (
         expect(phi.numpy),

@@ -90,7 +90,8 @@ def test_parameters_reach_the_expression():
     assert parse_activation("relu(beta=2)").kinks == (-2.0,)
     # spelling variants: positional / keyword parameter, case, spaces, aliases
     for a, b in [("relu(0.5)", "relu(beta=0.5)"), ("leaky_relu(slope=0.3)", "leaky_relu(0.3)"), ("ReLU", "relu"),
-                 (" relu ^ 2 ", "relu^2"), ("tanh(0.5)", "tanh(gamma=0.5)"), ("id", "identity"), ("linear", "identity")]:
+                 (" relu ^ 2 ", "relu^2"), ("tanh(0.5)", "tanh(gamma=0.5)"), ("id", "identity"),
+                 ("linear", "identity")]:
         assert parse_activation(a).name == parse_activation(b).name
     phi = parse_activation("tanh")
     assert parse_activation(phi) is phi

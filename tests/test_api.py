@@ -66,7 +66,8 @@ def test_bn_kernel_output_is_a_covariance(generic_sigma):
 
 
 def test_bn_kernel_accepts_lists_and_eps(generic_sigma):
-    np.testing.assert_array_equal(bnsym.bn_kernel("relu", generic_sigma.tolist()), bnsym.bn_kernel("relu", generic_sigma))
+    np.testing.assert_array_equal(bnsym.bn_kernel("relu", generic_sigma.tolist()),
+                                  bnsym.bn_kernel("relu", generic_sigma))
     smaller = bnsym.bn_kernel("relu", generic_sigma, eps=0.5)  # eps shrinks every BN output
     assert np.all(np.diag(smaller) < np.diag(bnsym.bn_kernel("relu", generic_sigma)))
 
@@ -85,7 +86,8 @@ def test_with_error_qmc_is_plausible(generic_sigma):
 
 def test_with_error_laplace_is_plausible(generic_sigma):
     value, error = bnsym.bn_kernel("relu", generic_sigma, with_error=True)
-    fine, _ = bnsym.meanfield.laplace.bn_kernel_laplace(parse_activation("relu"), generic_sigma, rtol=1e-15, max_nodes=2048)
+    fine, _ = bnsym.meanfield.laplace.bn_kernel_laplace(parse_activation("relu"), generic_sigma, rtol=1e-15,
+                                                        max_nodes=2048)
     assert error.shape == (6, 6)
     assert np.all(np.abs(value - fine) <= 5 * error + 1e-14)
 

@@ -144,7 +144,8 @@ def test_class_formulas_by_exact_linear_algebra(batch):
 
 @pytest.mark.parametrize("batch", [4, 6, 10, 32])
 def test_linear_backward_eigenvalues(batch):
-    """phi = identity: lambda_L = lambda_M = ((B-1)^2 - 2)/((B-1)^2 - 4) (catalogue R14, checked there by Monte Carlo)."""
+    """phi = identity: lambda_L = lambda_M = ((B-1)^2 - 2)/((B-1)^2 - 4)
+    (catalogue R14, checked there by Monte Carlo)."""
     eig = bnsym.backward_eigenvalues("identity", batch)
     assert set(eig) == {"G", "L", "M"} and all(isinstance(v, float) for v in eig.values())
     expected = ((batch - 1) ** 2 - 2) / ((batch - 1) ** 2 - 4)
@@ -153,7 +154,8 @@ def test_linear_backward_eigenvalues(batch):
 
 
 def _mean_field_rayleigh(f, df, batch: int, sigma: np.ndarray, n: int, seed: int) -> dict[str, tuple[float, float]]:
-    """Plain Monte Carlo of <Lambda, J^T Lambda J>/|Lambda|^2 with J = d phi(BN(h))/dh built by hand, h ~ N(0, Sigma)."""
+    """Plain Monte Carlo of <Lambda, J^T Lambda J>/|Lambda|^2 with J = d phi(BN(h))/dh built by hand,
+    h ~ N(0, Sigma)."""
     rng = np.random.default_rng(seed)
     h = rng.standard_normal((n, batch)) @ np.linalg.cholesky(sigma).T
     g = centring(batch)

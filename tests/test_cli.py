@@ -52,7 +52,8 @@ def test_predict_json_equals_the_api(capsys, spec, batch):
 
 
 def test_predict_options(capsys):
-    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "-B", "8.0", "--eps", "0.5", "--method", "spherical", "--json"])
+    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "-B", "8.0", "--eps", "0.5", "--method", "spherical",
+                                   "--json"])
     assert status == 0
     result = json.loads(out)
     point = bnsym.fixed_point("tanh", 8, eps=0.5, method="spherical")

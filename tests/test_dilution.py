@@ -64,7 +64,8 @@ def test_gsc_is_relative_sensitivity_unsquared():
     u = torch.randn(20_000, 20, dtype=torch.float64)
     u /= u.norm(dim=1, keepdim=True)
     ratios = ((f(x + eps * u) - fx).norm(dim=1) / fx.norm()) / (eps / x.norm())
-    estimate, se = ratios.square().mean().sqrt().item(), (ratios.square().std() / ratios.square().mean() / 2 / 20_000**0.5).item()
+    estimate = ratios.square().mean().sqrt().item()
+    se = (ratios.square().std() / ratios.square().mean() / 2 / 20_000**0.5).item()
     unsquared = gsc(jac, x.numpy(), fx.detach().numpy())
     assert abs(estimate - unsquared) < K_SE * se * estimate + 1e-5
     assert abs(estimate - unsquared**2) > 50 * se * estimate  # the printed squared form is another number
@@ -117,7 +118,8 @@ def test_undiluted_rate_inverts():
 
 
 @pytest.mark.parametrize("fn", [diluted_rate, first_order_diluted_rate])
-@pytest.mark.parametrize(("r", "k", "which"), [(0.0, 1.0, "r must"), (-1.0, 1.0, "r must"), (2.0, 0.0, "k must"), (2.0, -3.0, "k must"), (2.0, np.nan, "k must")])
+@pytest.mark.parametrize(("r", "k", "which"), [(0.0, 1.0, "r must"), (-1.0, 1.0, "r must"), (2.0, 0.0, "k must"),
+                                               (2.0, -3.0, "k must"), (2.0, np.nan, "k must")])
 def test_rate_rejects_bad_input(fn, r, k, which):
     with pytest.raises(ValueError, match=which):
         fn(r, k)
@@ -139,7 +141,8 @@ def test_composed_dilution_equal_k_gloss_only_for_few_blocks():
     assert composed_dilution([5.0] * 25) < 0.8 * (5 / 5)
 
 
-@pytest.mark.parametrize(("ks", "message"), [([], "empty"), ([1.0, 0.0], "k_b"), ([1.0, -2.0], "k_b"), ([np.inf], "k_b")])
+@pytest.mark.parametrize(("ks", "message"), [([], "empty"), ([1.0, 0.0], "k_b"), ([1.0, -2.0], "k_b"),
+                                             ([np.inf], "k_b")])
 def test_composed_dilution_rejects_bad_input(ks, message):
     with pytest.raises(ValueError, match=message):
         composed_dilution(ks)

@@ -120,7 +120,8 @@ def test_matrix_property(spec):
     g = centring(7)
     np.testing.assert_allclose(g @ matrix @ g, point.mu * g, atol=1e-14)
     eigenvalues = np.linalg.eigvalsh(matrix)
-    np.testing.assert_allclose(np.sort(eigenvalues), np.sort([point.mu] * 6 + [point.q * (1 + 6 * point.c)]), atol=1e-13)
+    np.testing.assert_allclose(np.sort(eigenvalues), np.sort([point.mu] * 6 + [point.q * (1 + 6 * point.c)]),
+                               atol=1e-13)
 
 
 def test_bsb1_image_does_not_depend_on_mu():

@@ -54,13 +54,15 @@ def test_acceptance_tanh_matches_finite_differences(batch):
     assert abs(fd["G"].value) < K_SE * fd["G"].error
 
 
-@pytest.mark.parametrize("spec, batch, key", [("relu", 4, "L"), ("tanh", 16, "M"), ("identity", 8, "L"), ("relu^1.5", 64, "M")])
+@pytest.mark.parametrize("spec, batch, key", [("relu", 4, "L"), ("tanh", 16, "M"), ("identity", 8, "L"),
+                                              ("relu^1.5", 64, "M")])
 def test_acceptance_network_layer_one_response(spec, batch, key):
-    """d_1 = <G^1(+) - G^1(-), Lam>/(2 delta) is unbiased at finite width; its mean must be lambda (5 SE across networks)."""
+    """d_1 = <G^1(+) - G^1(-), Lam>/(2 delta) is unbiased at finite width; its mean must be lambda
+    (5 SE across networks)."""
     lam = bnsym.forward_eigenvalues(spec, batch)[key]
     point = bnsym.fixed_point(spec, batch)
-    d = simulated_decay(spec, point.matrix, eigen_directions(batch)[key], 0.1 * point.mu, width=256, n_networks=8, depth=1,
-                        seed=3)
+    d = simulated_decay(spec, point.matrix, eigen_directions(batch)[key], 0.1 * point.mu, width=256, n_networks=8,
+                        depth=1, seed=3)
     mean, se = mean_and_se(d[:, 1])
     assert np.allclose(d[:, 0], 1.0)
     assert abs(mean - lam) < K_SE * se

@@ -151,12 +151,14 @@ def test_rate_minimum_gap_factors():
 
 @pytest.mark.parametrize("batch", (5, 8, 13))
 def test_eq26_prefactor_makes_an_expectation(batch):
-    """The derived prefactor turns int phi^2 ((B-1)-z^2)^((B-4)/2) dz into E[phi^2]; the printed (B-1)^(+(B-3)/2) does not."""
+    """The derived prefactor turns int phi^2 ((B-1)-z^2)^((B-4)/2) dz into E[phi^2];
+    the printed (B-1)^(+(B-3)/2) does not."""
     from scipy.integrate import quad
 
     prefactor = float(geg.derive_coefficient_normalisation().result.subs(B, batch))
     root = np.sqrt(batch - 1)
-    integral = quad(lambda z: np.maximum(z, 0) ** 2 * (batch - 1 - z * z) ** ((batch - 4) / 2), -root, root, points=[0])[0]
+    integral = quad(lambda z: np.maximum(z, 0) ** 2 * (batch - 1 - z * z) ** ((batch - 4) / 2), -root, root,
+                    points=[0])[0]
     relu = parse_activation("relu")
     assert prefactor * integral == pytest.approx(sphere_single(lambda x: relu.numpy(x) ** 2, batch, (0.0,)), rel=1e-10)
     printed = prefactor * (batch - 1) ** (batch - 3)  # (B-1)^(+(B-3)/2) instead of (B-1)^(-(B-3)/2)

@@ -133,7 +133,8 @@ def test_scale_invariance_of_batch_relu_gsc():
 
 
 def test_table1_small_run_shapes_and_lli():
-    res = simulate_architecture(Architecture("relu", "none", "looks-linear"), n_points=200, seeds=[0, 1], depth=10, device=CPU)
+    res = simulate_architecture(Architecture("relu", "none", "looks-linear"), n_points=200, seeds=[0, 1], depth=10,
+                                device=CPU)
     assert res.gsc.shape == (2,) and res.curves.shape[0] == 2
     assert np.allclose(res.std, 1.0, atol=0.2) and np.allclose(res.sign_diversity, 0.5, atol=0.05)
     assert np.all(np.abs(res.gsc - 1) < 0.1)

@@ -181,7 +181,8 @@ def test_gaussian_kernel_broadcasts():
 def test_gaussian_kernel_degenerate_inputs(spec):
     """Rank one (c = +-1) and zero variance: exact values, no NaN.
 
-    For Sigma = v v^T, h = v g with one g ~ N(0, 1), so E[phi(v_i g) phi(v_j g)] = (phi(v_i) phi(v_j) + phi(-v_i) phi(-v_j)) / 2 * E|g|^(2 alpha)
+    For Sigma = v v^T, h = v g with one g ~ N(0, 1), so
+    E[phi(v_i g) phi(v_j g)] = (phi(v_i) phi(v_j) + phi(-v_i) phi(-v_j)) / 2 * E|g|^(2 alpha)
     by homogeneity, with E|g|^(2 alpha) = 2 c_alpha.
     """
     alpha, a, b = HOMOGENEOUS[spec]

@@ -96,7 +96,8 @@ def test_bsb1_scale_derivation_is_exact_for_relu():
 
 @pytest.mark.parametrize("a", [0.75, 1.0, 1.5, 2.0])
 def test_bsb1_constant(a):
-    """K_{alpha,B} = c_alpha ((B-1)/2)^alpha Gamma((B-1)/2) / Gamma((B-1)/2 + alpha) (catalogue Sec. 2.7), c_alpha by quadrature."""
+    """K_{alpha,B} = c_alpha ((B-1)/2)^alpha Gamma((B-1)/2) / Gamma((B-1)/2 + alpha) (catalogue Sec. 2.7),
+    c_alpha by quadrature."""
     phi = parse_activation(f"relu^{a}")
     batch = np.array([4, 5, 8, 16, 64, 1000])
     expected = [rho_second_moment(a) * math.exp(a * math.log((b - 1) / 2) + math.lgamma((b - 1) / 2)

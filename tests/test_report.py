@@ -21,7 +21,8 @@ def test_table_rejects_unknown_format_column():
 
 @pytest.mark.parametrize("n_draws, n_comparisons", [(8, 1), (8, 5), (32, 3)])
 def test_mc_tolerance_has_its_false_alarm_rate(n_draws, n_comparisons):
-    """Simulate families of t statistics of normal draws: P(any |t| > k) must be false_alarm = 0.05 (Bonferroni: at most)."""
+    """Simulate families of t statistics of normal draws: P(any |t| > k) must be false_alarm = 0.05
+    (Bonferroni: at most)."""
     rng = np.random.default_rng(n_draws + n_comparisons)
     families = 40_000
     draws = rng.standard_normal((families, n_comparisons, n_draws))

@@ -33,7 +33,8 @@ def test_pair_angle(batch):
 
 @pytest.mark.parametrize("batch", BATCH_SIZES)
 def test_moments(batch):
-    """E 1 = 1, E x_a = 0, E x_a^2 = 1, E x_a x_b = -1/(B-1); E x_a^4 and E x_a^2 x_b^2 against independent quadratures."""
+    """E 1 = 1, E x_a = 0, E x_a^2 = 1, E x_a x_b = -1/(B-1); E x_a^4 and E x_a^2 x_b^2 against independent
+    quadratures."""
     def moment(f):
         return expect_pair(f, batch)
 
@@ -44,7 +45,8 @@ def test_moments(batch):
     assert moment(lambda u, v: v * v) == pytest.approx(1, abs=1e-13)
     assert moment(lambda u, v: u * v) == pytest.approx(-1 / (batch - 1), abs=1e-13)
     assert moment(lambda u, v: u**4) == pytest.approx(sphere_single(lambda x: x**4, batch), rel=1e-12)
-    assert moment(lambda u, v: u * u * v * v) == pytest.approx(sphere_pair(lambda u, v: u * u * v * v, batch), rel=1e-12)
+    assert moment(lambda u, v: u * u * v * v) == pytest.approx(sphere_pair(lambda u, v: u * u * v * v, batch),
+                                                               rel=1e-12)
 
 
 def test_fourth_moment_reference_is_right():

@@ -1,4 +1,5 @@
-"""Ultrasymmetric operators (bnsym.meanfield.ultrasymmetric): the symbolic eigen-decomposition against explicit matrices.
+"""Ultrasymmetric operators (bnsym.meanfield.ultrasymmetric): the symbolic eigen-decomposition against explicit
+matrices.
 
 References are independent of the symbolic pattern counting: explicit B^2-indexed matrices built entry by
 entry from the class of each index quadruple, their exact characteristic polynomials over Q (B = 4..7), and
@@ -62,7 +63,8 @@ def test_characteristic_polynomials_exact(batch):
     lam = {key: result[key].subs(at) for key in ("G", "L", "M")}
     n_m = batch * (batch - 3) // 2
     assert raw == sp.Poly(p_bsb1 * p_l ** (batch - 1) * (x - lam["M"]) ** n_m, x, domain=sp.QQ)
-    assert projected == sp.Poly(x**batch * (x - lam["G"]) * (x - lam["L"]) ** (batch - 1) * (x - lam["M"]) ** n_m, x, domain=sp.QQ)
+    assert projected == sp.Poly(x**batch * (x - lam["G"]) * (x - lam["L"]) ** (batch - 1) * (x - lam["M"]) ** n_m, x,
+                                domain=sp.QQ)
 
 
 def test_symmetric_restriction_agrees_with_full_operator():
@@ -91,7 +93,8 @@ def test_numeric_eigenvalues_and_directions(batch):
         assert np.allclose(g @ direction @ g, direction, atol=1e-14) and np.isclose(np.linalg.norm(direction), 1)
         image = (project @ full @ direction.ravel()).reshape(batch, batch)
         assert np.allclose(image, lam[key] * direction, atol=1e-10), key
-    assert abs(np.sum(directions["L"] * directions["M"])) < 1e-14 and abs(np.sum(directions["G"] * directions["L"])) < 1e-14
+    assert (abs(np.sum(directions["L"] * directions["M"])) < 1e-14
+            and abs(np.sum(directions["G"] * directions["L"])) < 1e-14)
 
 
 def test_dos_reduces_to_two_eigenvalues():

@@ -239,7 +239,8 @@ def _one_parameter(spec: str, positional: list[float], keywords: dict[str, float
     """The single parameter `key` of an activation, given by position or by name."""
     unknown = set(keywords) - {key}
     if unknown or len(positional) + len(keywords) > 1:
-        raise ValueError(f"activation {spec!r}: expected at most one parameter {key!r}, got {positional or ''}{keywords or ''}")
+        raise ValueError(f"activation {spec!r}: expected at most one parameter {key!r}, "
+                         f"got {positional or ''}{keywords or ''}")
     return positional[0] if positional else keywords.get(key, default)
 
 
@@ -282,6 +283,7 @@ def parse_activation(spec: str | Activation) -> Activation:
     if base in ("tanh", "erf", "sin"):
         gamma = _one_parameter(spec, positional, keywords, "gamma", 1.0)
         if gamma == 0:
-            raise ValueError(f"activation {spec!r}: gamma = 0 makes phi constant, and batch norm of a constant is undefined")
+            raise ValueError(f"activation {spec!r}: gamma = 0 makes phi constant, "
+                             "and batch norm of a constant is undefined")
         return _scaled_smooth(base, gamma)
     raise ValueError(f"unknown activation {spec!r}{known}")

@@ -10,7 +10,8 @@ import numpy as np
 MIN_BATCH_SIZE = 4
 WHY_MIN_BATCH = (
     "the mean field theory of this book needs B >= 4: for B = 2 batch norm outputs are +-(1, -1) and "
-    "all gradients vanish, and for B = 3 the gradient moments diverge (E[1/r^2] is infinite for r^2 ~ chi^2 with 2 degrees of freedom)"
+    "all gradients vanish, and for B = 3 the gradient moments diverge (E[1/r^2] is infinite for r^2 ~ chi^2 "
+    "with 2 degrees of freedom)"
 )
 
 
@@ -66,9 +67,11 @@ def check_covariance(sigma: object) -> np.ndarray:
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
     eigenvalues = np.linalg.eigvalsh((matrix + matrix.T) / 2)
     if eigenvalues.min() < -1e-10 * scale:
-        raise ValueError(f"Sigma must be positive semi-definite (a covariance matrix); its smallest eigenvalue is {eigenvalues.min():.3g}")
+        raise ValueError(f"Sigma must be positive semi-definite (a covariance matrix); "
+                         f"its smallest eigenvalue is {eigenvalues.min():.3g}")
     batch = matrix.shape[0]
     g = np.eye(batch) - 1.0 / batch
     if np.abs(g @ matrix @ g).max() <= 1e-12 * scale:
-        raise ValueError("G Sigma G = 0: every input of the batch has the same pre-activation, so the batch variance is 0 and batch norm divides by zero")
+        raise ValueError("G Sigma G = 0: every input of the batch has the same pre-activation, "
+                         "so the batch variance is 0 and batch norm divides by zero")
     return (matrix + matrix.T) / 2

@@ -62,7 +62,8 @@ def derive_bn_jacobian(batch_size: int = 4) -> Derivation:
     dphi = sp.diag(*[sp.Subs(sp.Derivative(f(sp.Symbol("u")), sp.Symbol("u")), sp.Symbol("u"), xi) for xi in x])
     claimed = sp.sqrt(batch_size) / r * dphi * (g - v * v.T)
     residual = sp.simplify((jac - claimed).doit())
-    d.step(f"Chain rule through $n(y) = \\sqrt{{B}}\\,y/|y|$, $y = Gh$: $\\partial n/\\partial y = (\\sqrt B/r)(I - vv^T)$, hence "
+    d.step(f"Chain rule through $n(y) = \\sqrt{{B}}\\,y/|y|$, $y = Gh$: "
+           f"$\\partial n/\\partial y = (\\sqrt B/r)(I - vv^T)$, hence "
            f"(checked entrywise at $B = {batch_size}$, residual $J_h - \\sqrt B r^{{-1}} D(G - vv^T)$):",
            sp.Eq(sp.Symbol("residual"), residual))
     d.result = residual
@@ -80,7 +81,8 @@ def derive_trace_identity() -> Derivation:
     trace_dgdg = B * ((B - 1) / B) ** 2 * M11 + B * (B - 1) / B**2 * M12
     quadratic = N11 - (B * N11 + B * (B - 1) * N12) / B**2  # E[v^T D^2 v] - E[(v^T D 1)^2] / B
     expected_trace = sp.factor(sp.expand(trace_dgdg - quadratic))
-    d.step("Averaging over the exchangeable coordinates of $x = \\sqrt B v$ ($B$ equal diagonal, $B(B-1)$ equal off-diagonal terms):",
+    d.step("Averaging over the exchangeable coordinates of $x = \\sqrt B v$ "
+           "($B$ equal diagonal, $B(B-1)$ equal off-diagonal terms):",
            sp.Eq(sp.Symbol("E_v tr(P D G D P)"), expected_trace))
     inverse_r2 = 1 / (mu_star * (B - 3))
     d.step("$r^2 = |Gh|^2 \\sim \\mu^* \\chi^2_{B-1}$ independent of $v$, so (finite only for $B \\geq 4$)",
@@ -106,7 +108,8 @@ def _cancel_gammas(expr: sp.Expr) -> sp.Expr:
 
 def _sphere_moment(gaussian_moment: sp.Expr, degree: sp.Expr) -> sp.Expr:
     """E[f(x)] on the BN sphere for f homogeneous of the given degree: B^(k/2) E[f(y)] / E|y|^k, y ~ N(0, G)."""
-    norm_moment = 2 ** (degree / 2) * sp.gamma((B - 1 + degree) / 2) / sp.gamma((B - 1) / 2)  # E|y|^k, |y|^2 ~ chi^2_{B-1}
+    # E|y|^k, |y|^2 ~ chi^2_{B-1}
+    norm_moment = 2 ** (degree / 2) * sp.gamma((B - 1 + degree) / 2) / sp.gamma((B - 1) / 2)
     return B ** (degree / 2) * gaussian_moment / norm_moment
 
 
@@ -122,14 +125,17 @@ def derive_homogeneous_rate() -> Derivation:
     d = Derivation("Thm 8: the rate for a degree-alpha positive-homogeneous phi")
     cst = c_alpha_symbolic(alpha)
     g = (B - 1) / B  # the diagonal of G; its off-diagonal correlation is rho = -1/(B-1)
-    d.step("On the sphere $x = \\sqrt B\\,y/|y|$ with $y \\sim \\mathcal N(0, G)$ independent of $|y|$, so for $f$ homogeneous of degree $k$:",
+    d.step("On the sphere $x = \\sqrt B\\,y/|y|$ with $y \\sim \\mathcal N(0, G)$ independent of $|y|$, "
+           "so for $f$ homogeneous of degree $k$:",
            sp.Eq(sp.Symbol("E_sphere f"), _sphere_moment(sp.Symbol("E_N f(y)"), sp.Symbol("k"))))
     u1, u2 = sp.symbols("Sigma_11 Sigma_12", positive=True)
     kernel = cst * u1**alpha * sp.Function("J_phi")(u2 / u1)
     price = sp.simplify(sp.diff(kernel, u2))
-    d.step("Price's theorem $E[\\phi'(y_1)\\phi'(y_2)] = \\partial V_\\phi/\\partial\\Sigma_{12}$ with $V_\\phi = c_\\alpha\\Sigma_{11}^\\alpha\\mathcal J_\\phi(\\Sigma_{12}/\\Sigma_{11})$:",
+    d.step("Price's theorem $E[\\phi'(y_1)\\phi'(y_2)] = \\partial V_\\phi/\\partial\\Sigma_{12}$ "
+           "with $V_\\phi = c_\\alpha\\Sigma_{11}^\\alpha\\mathcal J_\\phi(\\Sigma_{12}/\\Sigma_{11})$:",
            sp.Eq(sp.Symbol("E[phi'(y_1) phi'(y_2)]"), price))
-    d.step("Euler's identity $y\\phi'(y) = \\alpha\\phi(y)$ turns the degree-$2\\alpha$ terms into $V_\\phi$, and the ladder "
+    d.step("Euler's identity $y\\phi'(y) = \\alpha\\phi(y)$ turns the degree-$2\\alpha$ terms into $V_\\phi$, "
+           "and the ladder "
            "$(2\\alpha-1)\\mathcal J_\\alpha' = \\alpha^2\\mathcal J_{\\alpha-1}$ gives at $c = 1$:",
            sp.Eq(sp.Symbol("J'_phi(1)"), alpha**2 / (2 * alpha - 1) * J1))
     m11 = _sphere_moment(cst * g ** (alpha - 1) * alpha**2 / (2 * alpha - 1) * J1, 2 * alpha - 2)
@@ -137,11 +143,13 @@ def derive_homogeneous_rate() -> Derivation:
     n11 = _sphere_moment(alpha**2 * cst * g**alpha * J1, 2 * alpha)
     n12 = _sphere_moment(alpha**2 * cst * g**alpha * Jrho, 2 * alpha)
     mu = derive_bsb1_constant().result * (J1 - Jrho)
-    d.step("The fixed point's $\\mu^* = K_{\\alpha,B}(\\mathcal J_\\phi(1) - \\mathcal J_\\phi(\\rho))$ (chapter 1):", sp.Eq(sp.Symbol("mu^*"), mu))
+    d.step("The fixed point's $\\mu^* = K_{\\alpha,B}(\\mathcal J_\\phi(1) - \\mathcal J_\\phi(\\rho))$ (chapter 1):",
+           sp.Eq(sp.Symbol("mu^*"), mu))
     trace = derive_trace_identity()
     rate = trace.result.subs({M11: m11, M12: m12, N11: n11, N12: n12, mu_star: mu})
     rate = _cancel_gammas(rate)
-    d.step("Substituting into Thm 7, the Gamma functions cancel to a rational function:", sp.Eq(sp.Symbol("lambda_G"), rate))
+    d.step("Substituting into Thm 7, the Gamma functions cancel to a rational function:",
+           sp.Eq(sp.Symbol("lambda_G"), rate))
     gap = sp.simplify(rate - paper_homogeneous_rate())
     d.step("Minus the paper's eq. (25):", sp.Eq(sp.Symbol("lambda_G - lambda_G^paper"), gap), name="minus_paper")
     d.result = rate
@@ -180,7 +188,8 @@ def derive_relu_rate() -> Derivation:
     j_rho, j_prime = _relu_pieces()
     relu = _for_b_above_three(derive_homogeneous_rate().result.subs({alpha: 1, J1: 1, Jrho: j_rho, dJrho: j_prime}))
     relu = _collect_terms(relu, [sp.acos(1 / (B - 1)), sp.sqrt(B) * sp.sqrt(B - 2)])
-    d.step("ReLU: $\\alpha = 1$, $\\mathcal J_\\phi = \\mathcal J_1$, $\\rho = -1/(B-1)$:", sp.Eq(sp.Symbol("lambda_G^relu"), relu))
+    d.step("ReLU: $\\alpha = 1$, $\\mathcal J_\\phi = \\mathcal J_1$, $\\rho = -1/(B-1)$:",
+           sp.Eq(sp.Symbol("lambda_G^relu"), relu))
     d.step("As $B \\to \\infty$:", sp.Eq(sp.Limit(sp.Symbol("lambda_G^relu"), B, sp.oo), sp.limit(relu, B, sp.oo)),
            name="limit")
     d.result = relu
@@ -193,7 +202,8 @@ def derive_linear_rate() -> Derivation:
     d = Derivation("The linear network")
     kernel = arccos_kernel_symbolic(1)
     j_identity = sp.simplify((2 * kernel - 2 * kernel.subs(c, -c)).subs(sp.acos(-c), sp.pi - sp.acos(c)))
-    d.step("Identity: $\\phi = \\rho_1(z) - \\rho_1(-z)$, so $\\mathcal J_{id}(c) = 2\\mathcal J_1(c) - 2\\mathcal J_1(-c)$ =",
+    d.step("Identity: $\\phi = \\rho_1(z) - \\rho_1(-z)$, "
+           "so $\\mathcal J_{id}(c) = 2\\mathcal J_1(c) - 2\\mathcal J_1(-c)$ =",
            sp.Eq(sp.Symbol("J_id(c)"), j_identity))
     rho = -1 / (B - 1)
     linear = sp.factor(_for_b_above_three(derive_homogeneous_rate().result.subs(
@@ -222,7 +232,8 @@ def rate_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
     rounding remains (a few ulp, checked against the exact SymPy value in the tests).
     """
     if not phi.is_homogeneous:
-        raise ValueError(f"the closed form (Thm 8) needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity); {phi} is not")
+        raise ValueError(f"the closed form (Thm 8) needs a positive-homogeneous phi "
+                         f"(relu, relu^alpha, leaky_relu, identity); {phi} is not")
     check_finite_rate(phi)
     batch = np.asarray(batch_size, dtype=float)
     rho = -1.0 / (batch - 1)
@@ -234,7 +245,8 @@ def rate_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
 def check_finite_rate(phi: Activation) -> None:
     """A positive-homogeneous phi of degree alpha <= 1/2 has E[phi'(x)^2] = infinity: no finite rate."""
     if phi.is_homogeneous and not phi.degree > 0.5:
-        raise ValueError(f"the gradient rate is infinite for degree alpha <= 1/2 (E[phi'^2] diverges at 0); {phi} has alpha = {phi.degree:g}")
+        raise ValueError(f"the gradient rate is infinite for degree alpha <= 1/2 (E[phi'^2] diverges at 0); "
+                         f"{phi} has alpha = {phi.degree:g}")
 
 
 def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> Estimate:

@@ -154,14 +154,15 @@ def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n:
 
     lo, hi = -30.0, 10.0
     if not (excess(lo) > 0 > excess(hi)):
-        raise ValueError(f"no BSB1 fixed point with mu > 0 for {phi} at eps = {eps}: the map mu -> q(mu) - q c(mu) stays "
-                         "below the identity, so the centred covariance shrinks to 0 layer by layer (mu* = 0)")
+        raise ValueError(f"no BSB1 fixed point with mu > 0 for {phi} at eps = {eps}: the map mu -> q(mu) - q c(mu) "
+                         "stays below the identity, so the centred covariance shrinks to 0 layer by layer (mu* = 0)")
     mu = float(np.exp(brentq(excess, lo, hi, xtol=1e-13)))
     return _from_image(bsb1_image(phi, batch_size, mu, eps, n=n), batch_size, eps)
 
 
 def default_fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
-    """Sigma* at eps = 0 by the most accurate route: closed form (Laplace) for positive-homogeneous phi, else spherical."""
+    """Sigma* at eps = 0 by the most accurate route: closed form (Laplace) for positive-homogeneous phi,
+    else spherical."""
     return fixed_point_closed_form(phi, batch_size) if phi.is_homogeneous else fixed_point_spherical(phi, batch_size)
 
 
@@ -169,11 +170,13 @@ def derive_bsb1_constant() -> Derivation:
     """K_{alpha,B} = c_alpha ((B-1)/B)^alpha times the Laplace factor of :func:`derive_bsb1_scale`.
 
     V_phi(G) has diagonal c_alpha g^alpha J_phi(1) and off-diagonal c_alpha g^alpha J_phi(-1/(B-1)),
-    g = (B-1)/B the diagonal of G; the Laplace integral multiplies it by (B/2)^alpha Gamma((B-1)/2)/Gamma((B-1)/2+alpha).
+    g = (B-1)/B the diagonal of G; the Laplace integral multiplies it by
+    (B/2)^alpha Gamma((B-1)/2)/Gamma((B-1)/2+alpha).
     """
     d = Derivation("The constant of the BSB1 image")
     constant = sp.simplify(c_alpha_symbolic(alpha) * ((B - 1) / B) ** alpha * derive_bsb1_scale().result)
-    d.step("$K_{\\alpha,B} = c_\\alpha\\,((B-1)/B)^\\alpha \\times$ the Laplace factor:", sp.Eq(sp.Symbol("K_{alpha,B}"), constant))
+    d.step("$K_{\\alpha,B} = c_\\alpha\\,((B-1)/B)^\\alpha \\times$ the Laplace factor:",
+           sp.Eq(sp.Symbol("K_{alpha,B}"), constant))
     d.result = constant
     return d
 
@@ -188,7 +191,8 @@ def derive_homogeneous_fixed_point() -> Derivation:
     d.step("Off-diagonal, with $\\rho = -1/(B-1)$ the correlation of two entries of $G$:",
            sp.Eq(sp.Symbol("q^* c^*"), constant * Jrho))
     relu_constant = sp.simplify(constant.subs(alpha, 1))
-    d.step("ReLU ($\\alpha = 1$, $\\mathcal{J}_\\phi = \\mathcal{J}_1$, $\\mathcal{J}_1(1) = 1$): $K_{1,B}$ is the same for every $B$,",
+    d.step("ReLU ($\\alpha = 1$, $\\mathcal{J}_\\phi = \\mathcal{J}_1$, $\\mathcal{J}_1(1) = 1$): "
+           "$K_{1,B}$ is the same for every $B$,",
            sp.Eq(sp.Symbol("q^*_relu"), relu_constant))
     c_relu = sp.simplify(arccos_kernel_symbolic(1).subs(c, -1 / (B - 1)))
     d.step("and $c^* = \\mathcal{J}_1(-1/(B-1))$:", sp.Eq(sp.Symbol("c^*_relu"), c_relu))

@@ -188,12 +188,15 @@ def homogeneous_eigenvalues(phi: Activation, batch_size: int | np.ndarray) -> di
     formulas are derived exactly, so the errors are 0: only float64 rounding remains.
     """
     if not phi.is_homogeneous:
-        raise ValueError(f"the closed form (Thm F.33) needs a positive-homogeneous phi; {phi} is not: use method='spherical'")
+        raise ValueError(f"the closed form (Thm F.33) needs a positive-homogeneous phi; "
+                         f"{phi} is not: use method='spherical'")
     if not phi.degree > 0.5:
-        raise ValueError(f"the closed form needs degree alpha > 1/2 (J_alpha' is singular otherwise), got {phi.degree}: use method='spherical'")
+        raise ValueError(f"the closed form needs degree alpha > 1/2 (J_alpha' is singular otherwise), "
+                         f"got {phi.degree}: use method='spherical'")
     batch = np.asarray(batch_size, dtype=float)
     rho = -1.0 / (batch - 1)
-    lam_l, lam_m = _closed_form_kernel()(batch, phi.degree, phi_kernel(phi, 1.0), phi_kernel(phi, rho), phi_kernel_derivative(phi, rho))
+    lam_l, lam_m = _closed_form_kernel()(batch, phi.degree, phi_kernel(phi, 1.0), phi_kernel(phi, rho),
+                                         phi_kernel_derivative(phi, rho))
     values = {"G": np.zeros_like(batch), "L": lam_l, "M": lam_m}
     return {key: Estimate(value, 0.0, "closed_form") for key, value in values.items()}
 
@@ -222,7 +225,8 @@ def derive_class_reduction() -> Derivation:
     equations = [
         ("$E[\\phi_1^2 x_1 \\sum_c x_c] = 0$", sp.Eq(S2 + (B - 1) * T["11|12"], 0)),
         ("$E[\\phi_1^2 |x|^2] = B\\,E[\\phi_1^2]$", sp.Eq(S2 + (B - 1) * T["11|22"], B * S0)),
-        ("$E[\\phi_1^2 (\\sum_c x_c)^2] = 0$", sp.Eq(B * S0 + 2 * (B - 1) * T["11|12"] + (B - 1) * (B - 2) * T["11|23"], 0)),
+        ("$E[\\phi_1^2 (\\sum_c x_c)^2] = 0$",
+         sp.Eq(B * S0 + 2 * (B - 1) * T["11|12"] + (B - 1) * (B - 2) * T["11|23"], 0)),
         ("$E[\\phi_1\\phi_2 x_1 \\sum_c x_c] = 0$", sp.Eq(P20 + P11 + (B - 2) * T["12|13"], 0)),
         ("$E[\\phi_1\\phi_2 |x|^2] = B\\,E[\\phi_1\\phi_2]$", sp.Eq(2 * P20 + (B - 2) * T["12|33"], B * P00)),
         ("$E[\\phi_1\\phi_2 (\\sum_c x_c)^2] = 0$",
@@ -284,7 +288,8 @@ def moment_weights(batch_size: int) -> dict[str, np.ndarray]:
     return weights
 
 
-def forward_eigenvalues_from_moments(moments: ForwardMoments, batch_size: int) -> tuple[dict[str, float], dict[str, float]]:
+def forward_eigenvalues_from_moments(moments: ForwardMoments,
+                                     batch_size: int) -> tuple[dict[str, float], dict[str, float]]:
     """lambda_G, lambda_L, lambda_M = (B-1)/(2 B mu*) x (projected eigenvalues of T) (R7), and error bounds.
 
     lambda_G carries the extra term -(B-1)/2 of tr(Lam) Sigma*; theory says it is 0, so its computed value

@@ -87,10 +87,12 @@ def _pair_moment(i: int, j: int, batch_size: int | None) -> sp.Expr:
     """E[v_1^i v_2^j], v uniform on S^(B-2): (1/2)_(i/2) (1/2)_(j/2) / (lambda+1)_((i+j)/2) for even i, j, else 0."""
     if i % 2 or j % 2:
         return sp.Integer(0)
-    return sp.rf(sp.Rational(1, 2), i // 2) * sp.rf(sp.Rational(1, 2), j // 2) / sp.rf(_lam(batch_size) + 1, (i + j) // 2)
+    return (sp.rf(sp.Rational(1, 2), i // 2) * sp.rf(sp.Rational(1, 2), j // 2)
+            / sp.rf(_lam(batch_size) + 1, (i + j) // 2))
 
 
-def expect_pair_polynomial(f: sp.Expr, g: sp.Expr, batch_size: int | None = None, correlation: sp.Expr = rho) -> sp.Expr:
+def expect_pair_polynomial(f: sp.Expr, g: sp.Expr, batch_size: int | None = None,
+                           correlation: sp.Expr = rho) -> sp.Expr:
     """E[f(u.v) g(w.v)] for polynomials f, g in t, v uniform on S^(B-2), unit u, w with u.w = rho (exact).
 
     Writes w = rho u + sqrt(1 - rho^2) u_perp, so u.v = v_1 and w.v = rho v_1 + sqrt(1 - rho^2) v_2.
@@ -118,17 +120,21 @@ def derive_basis(max_degree: int = 3) -> Derivation:
     """
     d = Derivation("The Gegenbauer basis of one batch-norm coordinate")
     k = sp.Symbol("k", integer=True, nonnegative=True)
-    d.step("One coordinate $t$ of $v$ uniform on $S^{B-2}$ has density $\\propto (1-t^2)^{(B-4)/2}$ and moments (Beta integrals)",
+    d.step("One coordinate $t$ of $v$ uniform on $S^{B-2}$ has density $\\propto (1-t^2)^{(B-4)/2}$ "
+           "and moments (Beta integrals)",
            sp.Eq(sp.Symbol("E[t^{2k}]"), sp.rf(sp.Rational(1, 2), k) / sp.rf((B - 1) / 2, k)))
     size = max_degree + 1
-    d.step("The first basis functions $\\psi_l = C_l^{((B-3)/2)}(t)/n_l$, $n_l^2 = \\lambda C_l(1)/(l+\\lambda)$, $t = x/\\sqrt{B-1}$:",
-           sp.Eq(sp.Symbol("psi_l"), sp.Matrix([sp.factor(in_batch_size(sp.simplify(psi_symbolic(l)))) for l in range(size)]),
+    d.step("The first basis functions $\\psi_l = C_l^{((B-3)/2)}(t)/n_l$, "
+           "$n_l^2 = \\lambda C_l(1)/(l+\\lambda)$, $t = x/\\sqrt{B-1}$:",
+           sp.Eq(sp.Symbol("psi_l"),
+                 sp.Matrix([sp.factor(in_batch_size(sp.simplify(psi_symbolic(l)))) for l in range(size)]),
                  evaluate=False))
     gram = _matrix(size, lambda i, j: _expect_one(psi_symbolic(i) * psi_symbolic(j), None))
     d.step("Their Gram matrix $E[\\psi_l \\psi_m]$ from the moments, for symbolic $B$, is the identity:",
            sp.Eq(sp.Symbol("E[psi_l psi_m]"), gram, evaluate=False), name="gram")
     pair = _matrix(size, lambda i, j: expect_pair_polynomial(psi_symbolic(i), psi_symbolic(j)))
-    d.step("Two coordinates at correlation $\\rho$ (Funk-Hecke): $E[\\psi_l(u\\cdot v)\\psi_m(w\\cdot v)]$ is diagonal,",
+    d.step("Two coordinates at correlation $\\rho$ (Funk-Hecke): "
+           "$E[\\psi_l(u\\cdot v)\\psi_m(w\\cdot v)]$ is diagonal,",
            sp.Eq(sp.Symbol("E[psi_l(u.v) psi_m(w.v)]"), in_batch_size(pair), evaluate=False), name="pair")
     d.result = sp.Matrix([sp.factor(sp.simplify(normalized_gegenbauer_symbolic(l))) for l in range(size)])
     d.step("and its diagonal is the normalised Gegenbauer polynomial $\\hat C_l(\\rho) = C_l(\\rho)/C_l(1)$:",
@@ -136,8 +142,10 @@ def derive_basis(max_degree: int = 3) -> Derivation:
     return d
 
 
-def coefficients_symbolic(phi: sp.Expr, var: sp.Symbol, max_degree: int, batch_size: int | None = None) -> list[sp.Expr]:
-    """Exact a_l = E[phi(x) psi_l(x)] for a polynomial phi(var), x = sqrt(B-1) t = sqrt(2 lambda + 2) t, l <= max_degree."""
+def coefficients_symbolic(phi: sp.Expr, var: sp.Symbol, max_degree: int,
+                          batch_size: int | None = None) -> list[sp.Expr]:
+    """Exact a_l = E[phi(x) psi_l(x)] for a polynomial phi(var), x = sqrt(B-1) t = sqrt(2 lambda + 2) t,
+    l <= max_degree."""
     phi_t = sp.expand(phi.subs(var, sp.sqrt(2 * _lam(batch_size) + 2) * t))
     return [_simplify(_expect_one(phi_t * psi_symbolic(l, batch_size), batch_size)) for l in range(max_degree + 1)]
 
@@ -154,7 +162,8 @@ def derive_coefficient_normalisation() -> Derivation:
     d.step("The weight of one BN coordinate, $((B-1) - z^2)^{(B-4)/2}$ on $|z| < \\sqrt{B-1}$, has mass",
            sp.Eq(sp.Integral(in_batch_size(weight), (z, -sp.sqrt(B - 1), sp.sqrt(B - 1))), in_batch_size(mass)))
     d.result = sp.simplify(in_batch_size(1 / mass))
-    d.step("so the prefactor that makes the left side of eq. (26) an expectation is", sp.Eq(sp.Symbol("prefactor"), d.result))
+    d.step("so the prefactor that makes the left side of eq. (26) an expectation is",
+           sp.Eq(sp.Symbol("prefactor"), d.result))
     return d
 
 
@@ -182,7 +191,8 @@ def derive_dirichlet_identity(degree: int = 3) -> Derivation:
     d.step("The right side, from the exact Gegenbauer coefficients $a_k$ and $c_k = 1 - \\hat C_k(-1/(B-1))$, is",
            sp.Eq(sp.Symbol("sum_k k(k+B-3) c_k a_k^2"), in_batch_size(sp.factor(sp.simplify(right)))))
     d.result = _simplify(left - right)
-    d.step("and the difference vanishes identically in $B$ and in the coefficients:", sp.Eq(sp.Symbol("difference"), d.result))
+    d.step("and the difference vanishes identically in $B$ and in the coefficients:",
+           sp.Eq(sp.Symbol("difference"), d.result))
     return d
 
 
@@ -195,7 +205,8 @@ def derive_rate_minimum() -> Derivation:
     gap = sp.factor(weight - (B - 2) / (B - 3))
     d.step("and its excess over the value at $k = 1$ factors as", sp.Eq(sp.Symbol("w_k - w_1"), gap))
     d.result = gap
-    d.step("which is $\\ge 0$ for $k \\ge 1$, zero only at $k = 1$; with $c_k > 0$ (since $|\\hat C_k(\\rho)| < 1$ for $|\\rho| < 1$), "
+    d.step("which is $\\ge 0$ for $k \\ge 1$, zero only at $k = 1$; "
+           "with $c_k > 0$ (since $|\\hat C_k(\\rho)| < 1$ for $|\\rho| < 1$), "
            "$\\lambda_G \\ge (B-2)/(B-3)$ with equality iff $a_k = 0$ for all $k \\ge 2$, i.e. phi is linear.",
            sp.Eq(sp.Symbol("w_1"), weight.subs(k, 1)), name="linear")
     return d
@@ -358,8 +369,8 @@ def _converged_sums(phi: Activation, batch_size: int, tol: float, max_terms: int
             return sums
         if terms >= max_terms:
             raise ValueError(
-                f"the Gegenbauer series of {phi} at B = {batch_size} does not reach tol = {tol:g} within {max_terms} terms "
-                f"(error estimate {error_of(sums):.2g}): its coefficients decay only algebraically"
+                f"the Gegenbauer series of {phi} at B = {batch_size} does not reach tol = {tol:g} within {max_terms} "
+                f"terms (error estimate {error_of(sums):.2g}): its coefficients decay only algebraically"
                 + (" because phi has a kink" if phi.kinks else "")
                 + "; pass a larger tol or max_terms, or use another method")
         terms *= 2
@@ -454,7 +465,7 @@ def forward_eigenvalues_gegenbauer(phi: Activation, batch_size: int, tol: float 
             if change <= tol:
                 return {key: Estimate(current[key], changes[key], "gegenbauer") for key in current}
             if terms >= max_terms:
-                raise ValueError(f"the Gegenbauer series of the forward eigenvalues of {phi} at B = {batch_size} does not "
-                                 f"reach tol = {tol:g} within {max_terms} terms (last change {change:.2g}); "
+                raise ValueError(f"the Gegenbauer series of the forward eigenvalues of {phi} at B = {batch_size} "
+                                 f"does not reach tol = {tol:g} within {max_terms} terms (last change {change:.2g}); "
                                  "pass a larger tol or max_terms, or use another method")
         previous, terms = current, 2 * terms

@@ -10,7 +10,8 @@ Conventions (Yang et al. 2019, Sec. E.1; Cho & Saul 2009). With rho_alpha(z) = m
 For phi(z) = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17),
 
     J_phi(c) = (a^2 + b^2) J_alpha(c) - 2 a b J_alpha(-c),
-    V_phi(Sigma)_ij = E[phi(h_i) phi(h_j)] = c_alpha (Sigma_ii Sigma_jj)^(alpha/2) J_phi(Sigma_ij / sqrt(Sigma_ii Sigma_jj)).
+    V_phi(Sigma)_ij = E[phi(h_i) phi(h_j)]
+                    = c_alpha (Sigma_ii Sigma_jj)^(alpha/2) J_phi(Sigma_ij / sqrt(Sigma_ii Sigma_jj)).
 
 The integer-order kernels are *derived* here in SymPy: Sheppard's orthant probability from Price's
 theorem, then the ladder d/dc E[rho_n(u) rho_n(v)] = n^2 E[rho_{n-1}(u) rho_{n-1}(v)] (Prop E.14).
@@ -82,7 +83,8 @@ def arccos_kernel_symbolic(alpha: sp.Expr) -> sp.Expr:
     """J_alpha(c) in SymPy: the derived closed form for integer alpha, the hypergeometric form otherwise."""
     if sp.sympify(alpha).is_Integer:
         return derive_arccos_kernel(int(alpha)).result
-    even = 2**alpha * sp.gamma((alpha + 1) / 2) ** 2 / sp.pi * sp.hyper([-alpha / 2, -alpha / 2], [sp.Rational(1, 2)], c**2)
+    even = 2**alpha * sp.gamma((alpha + 1) / 2) ** 2 / sp.pi * sp.hyper(
+        [-alpha / 2, -alpha / 2], [sp.Rational(1, 2)], c**2)
     odd = 2 ** (alpha + 1) * sp.gamma(alpha / 2 + 1) ** 2 / sp.pi * c * sp.hyper(
         [(1 - alpha) / 2, (1 - alpha) / 2], [sp.Rational(3, 2)], c**2)
     return (even + odd) / (4 * c_alpha_symbolic(alpha))
@@ -102,7 +104,8 @@ def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     if float(alpha).is_integer() and alpha <= 3:
         return np.clip(_integer_kernel(int(alpha))(corr) + 0.0 * corr, 0.0, 1.0)
     x = corr**2
-    even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * hyp2f1(-alpha / 2, -alpha / 2, 0.5, x)
+    even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * hyp2f1(
+        -alpha / 2, -alpha / 2, 0.5, x)
     odd = np.exp((alpha + 1) * np.log(2.0) + 2 * gammaln(alpha / 2 + 1) - np.log(np.pi)) * corr * hyp2f1(
         (1 - alpha) / 2, (1 - alpha) / 2, 1.5, x)
     return np.clip((even + odd) / (4 * c_alpha(alpha)), 0.0, 1.0)
@@ -117,7 +120,8 @@ def arccos_kernel_derivative(alpha: float, corr: np.ndarray) -> np.ndarray:
 
 def _homogeneous_parts(phi: Activation) -> tuple[float, float, float]:
     if not phi.is_homogeneous:
-        raise ValueError(f"{phi} is not positive-homogeneous: the arccosine-kernel route needs phi = a rho_alpha(z) - b rho_alpha(-z)")
+        raise ValueError(f"{phi} is not positive-homogeneous: "
+                         "the arccosine-kernel route needs phi = a rho_alpha(z) - b rho_alpha(-z)")
     a, b = phi.ab
     return phi.degree, a, b
 
@@ -131,7 +135,8 @@ def phi_kernel(phi: Activation, corr: np.ndarray) -> np.ndarray:
 def phi_kernel_derivative(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi'(c) = (a^2 + b^2) J_alpha'(c) + 2ab J_alpha'(-c)."""
     alpha, a, b = _homogeneous_parts(phi)
-    return (a * a + b * b) * arccos_kernel_derivative(alpha, corr) + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
+    return ((a * a + b * b) * arccos_kernel_derivative(alpha, corr)
+            + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr)))
 
 
 def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:

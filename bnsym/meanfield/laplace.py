@@ -47,11 +47,13 @@ def derive_bsb1_scale() -> Derivation:
     (V_phi is alpha-homogeneous). The result is independent of mu: every BSB1 input maps to the same matrix.
     """
     d = Derivation("The Laplace integral at a BSB1 input")
-    integrand = B**alpha / sp.gamma(alpha) * s ** (alpha - 1) * (mu / (1 + 2 * s * mu)) ** alpha * (1 + 2 * s * mu) ** (-(B - 1) / 2)
+    integrand = (B**alpha / sp.gamma(alpha) * s ** (alpha - 1) * (mu / (1 + 2 * s * mu)) ** alpha
+                 * (1 + 2 * s * mu) ** (-(B - 1) / 2))
     d.step("Scalar factor multiplying $V_\\phi(G)$ in eq. (11) when $\\Sigma^G = \\mu G$:",
            sp.Eq(sp.Symbol("I"), sp.Integral(integrand, (s, 0, sp.oo))))
     substituted = sp.powsimp(sp.expand_power_base(integrand.subs(s, u / (2 * mu)) / (2 * mu), force=True), force=True)
-    d.step("Substitute $s = u / (2\\mu)$: $\\mu$ drops out.", sp.Eq(sp.Symbol("I"), sp.Integral(substituted, (u, 0, sp.oo))))
+    d.step("Substitute $s = u / (2\\mu)$: $\\mu$ drops out.",
+           sp.Eq(sp.Symbol("I"), sp.Integral(substituted, (u, 0, sp.oo))))
     d.step("Euler's Beta integral:", euler_beta(*sp.symbols("a b", positive=True)))
     prefactor = sp.simplify(substituted / (u ** (alpha - 1) * (1 + u) ** (-alpha - (B - 1) / 2)))
     if prefactor.has(u):

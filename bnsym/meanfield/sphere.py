@@ -35,7 +35,8 @@ def derive_marginals() -> Derivation:
     n = B - 1  # ambient dimension of the sphere S^(n-1) = S^(B-2)
     one = (1 - t**2) ** ((n - 3) / 2)
     z1 = sp.gammasimp(sp.hyperexpand(sp.integrate(one, (t, -1, 1), conds="none")))
-    d.step("One coordinate $t = \\langle e_1, v\\rangle$ of $v$ uniform on $S^{B-2}$ has density $\\propto (1-t^2)^{(B-4)/2}$, with total mass",
+    d.step("One coordinate $t = \\langle e_1, v\\rangle$ of $v$ uniform on $S^{B-2}$ "
+           "has density $\\propto (1-t^2)^{(B-4)/2}$, with total mass",
            sp.Eq(sp.Integral(one, (t, -1, 1)), z1))
     second = sp.gammasimp(sp.hyperexpand(sp.integrate(t**2 * one, (t, -1, 1), conds="none")) / z1)
     second = sp.simplify(sp.expand_func(second))
@@ -48,7 +49,8 @@ def derive_marginals() -> Derivation:
            sp.Eq(sp.Symbol("E[x_a x_b]"), off), name="E[x_a x_b]")
     two = 2 * sp.pi * R * (1 - R**2) ** ((n - 4) / 2)
     z2 = sp.simplify(sp.integrate(two, (R, 0, 1), conds="none"))
-    d.step("Two coordinates: the projection onto a 2-plane has density $\\propto (1-|p|^2)^{(B-5)/2}$ on the unit disk, mass",
+    d.step("Two coordinates: the projection onto a 2-plane has density $\\propto (1-|p|^2)^{(B-5)/2}$ "
+           "on the unit disk, mass",
            sp.Eq(sp.Integral(two, (R, 0, 1)), z2))
     d.result = sp.simplify(1 / z2)
     d.step("so the normalised planar density is", sp.Eq(sp.Symbol("p_2"), d.result * (1 - R**2) ** ((n - 4) / 2)))
@@ -127,7 +129,8 @@ def expect_pair(
     return float(np.sum(w_u[:, None, None] * w_psi * values))
 
 
-def expect_pair_with_error(f, batch_size: int, kinks: tuple[float, ...] = (), n: int = 64, scale: float = 1.0) -> tuple[float, float]:
+def expect_pair_with_error(f, batch_size: int, kinks: tuple[float, ...] = (), n: int = 64,
+                           scale: float = 1.0) -> tuple[float, float]:
     """:func:`expect_pair` with n and 2n nodes: (value at 2n, |difference|) as an error estimate."""
     coarse = expect_pair(f, batch_size, kinks, n, scale)
     fine = expect_pair(f, batch_size, kinks, 2 * n, scale)

@@ -163,22 +163,28 @@ def derive_eigenvalues(values: Mapping[str, sp.Expr] = T) -> Derivation:
            sp.Eq(sp.Symbol("classes"), sp.Tuple(*[values[name] for name in CLASSES])))
     blocks = block_matrices(values)
     tri, std, m = blocks["trivial"], blocks["standard"], blocks["M"][0, 0]
-    d.step("On BSB1 matrices $aI + b\\mathbf{1}\\mathbf{1}^T$ it acts on $(a, b)$ by the matrix (columns: images of $I$, $\\mathbf{1}\\mathbf{1}^T$)",
+    d.step("On BSB1 matrices $aI + b\\mathbf{1}\\mathbf{1}^T$ it acts on $(a, b)$ by the matrix "
+           "(columns: images of $I$, $\\mathbf{1}\\mathbf{1}^T$)",
            sp.Eq(sp.Symbol("A_BSB1"), tri, evaluate=False), name="trivial")
-    d.step("On $a\\,\\mathrm{diag}(v) + b\\,(v\\mathbf{1}^T + \\mathbf{1}v^T)$, $v \\perp \\mathbf{1}$ (each $v$: a copy, so multiplicity $B-1$)",
+    d.step("On $a\\,\\mathrm{diag}(v) + b\\,(v\\mathbf{1}^T + \\mathbf{1}v^T)$, $v \\perp \\mathbf{1}$ "
+           "(each $v$: a copy, so multiplicity $B-1$)",
            sp.Eq(sp.Symbol("A_L"), std, evaluate=False), name="standard")
-    d.step("On $\\mathbb{M}$ (zero diagonal, zero row sums; dimension $B(B-3)/2$) it is a scalar", sp.Eq(sp.Symbol("lambda_M"), m))
+    d.step("On $\\mathbb{M}$ (zero diagonal, zero row sums; dimension $B(B-3)/2$) it is a scalar",
+           sp.Eq(sp.Symbol("lambda_M"), m))
     x = sp.Symbol("x")
-    d.step("Raw eigenvalues: roots of the characteristic polynomials of the two blocks (BSB1: multiplicity 1 each, L-shaped: $B-1$ each)",
+    d.step("Raw eigenvalues: roots of the characteristic polynomials of the two blocks "
+           "(BSB1: multiplicity 1 each, L-shaped: $B-1$ each)",
            sp.Tuple(sp.Eq(sp.Symbol("p_BSB1"), sp.expand((x * sp.eye(2) - tri).det())),
                     sp.Eq(sp.Symbol("p_L"), sp.expand((x * sp.eye(2) - std).det()))))
     lam_g = sp.factor(tri[0, 0] - tri[0, 1] / B)
     lam_l = sp.factor(std[0, 0] - std[0, 1] / B)
-    d.step("Projected operator $G^{\\otimes 2} T G^{\\otimes 2}$ on $\\mathbb{R}G$: the $I$-coefficient of $T\\{I - \\mathbf{1}\\mathbf{1}^T/B\\}$",
+    d.step("Projected operator $G^{\\otimes 2} T G^{\\otimes 2}$ on $\\mathbb{R}G$: "
+           "the $I$-coefficient of $T\\{I - \\mathbf{1}\\mathbf{1}^T/B\\}$",
            sp.Eq(sp.Symbol("lambda_G"), lam_g), name="G")
     d.step("on $\\mathbb{L} = \\{GDG\\}$: the $D$-coefficient of $T\\{D - S/B\\}$ (multiplicity $B-1$)",
            sp.Eq(sp.Symbol("lambda_L"), lam_l), name="L")
-    d.step("and on $\\mathbb{M}$ the same scalar (multiplicity $B(B-3)/2$); the kernel $\\{\\Sigma: G\\Sigma G = 0\\}$ has dimension $B$",
+    d.step("and on $\\mathbb{M}$ the same scalar (multiplicity $B(B-3)/2$); "
+           "the kernel $\\{\\Sigma: G\\Sigma G = 0\\}$ has dimension $B$",
            sp.Eq(sp.Symbol("lambda_M"), sp.factor(m)), name="M")
     return d
 
@@ -215,7 +221,8 @@ def _coefficient_kernel():
 
 
 def projected_eigenvalue_errors(errors: Mapping[str, float], batch_size: float) -> dict[str, float]:
-    """A bound on the error of :func:`projected_eigenvalues` from bounds on the class errors: sum_c |d lambda/d T_c| err_c."""
+    """A bound on the error of :func:`projected_eigenvalues` from bounds on the class errors:
+    sum_c |d lambda/d T_c| err_c."""
     return {key: float(sum(f(batch_size) * abs(errors[name]) for f, name in zip(coefficients, CLASSES)))
             for key, coefficients in _coefficient_kernel().items()}
 

@@ -145,14 +145,16 @@ def simulate_gradients(
     activation = parse_activation(phi)
     x = _batched_inputs(inputs, n_networks, device, dtype)
     m, n, b = x.shape
-    per_network = depth * x.element_size() * (n * n if sampler == "weights" else 0) + 4 * depth * n * b * x.element_size()
+    per_network = (depth * x.element_size() * (n * n if sampler == "weights" else 0)
+                   + 4 * depth * n * b * x.element_size())
     chunk = chunk or max(1, _CHUNK_BYTES // per_network)
     flops = 2 * m * depth * n * b * (n if sampler == "weights" else 4 * b)
     if progress is None:
         progress = flops > _PROGRESS_FLOPS
     gen = generator(seed, device)
     grams, gradients = [], []
-    with tqdm(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})", disable=not progress) as bar:
+    with tqdm(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
+              disable=not progress) as bar:
         for part in x.split(chunk):
             g, p = _chunk_run(part, depth, eps, activation, gen, sampler, bar)
             grams.append(g)

@@ -46,7 +46,8 @@ def dataset_gsc(outputs: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndar
     return gsc_from_gradients(outputs, grads, error)
 
 
-def gsc_from_gradients(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndarray:
+def gsc_from_gradients(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+                       error: torch.Tensor) -> np.ndarray:
     """GSC_D(l, 0) from layer outputs f_l (B, d_l), their gradient rows d f_0 / d f_l and the error f_0 (B,)."""
     q_error = error.detach().square().mean().sqrt()
     if q_error == 0:
@@ -151,7 +152,8 @@ class Architecture:
 
     def __post_init__(self) -> None:
         parse_activation(self.phi)
-        for value, allowed, what in ((self.norm, NORMS, "normalization"), (self.matrix, MATRICES, "matrix type"), (self.skip, SKIPS, "skip type")):
+        for value, allowed, what in ((self.norm, NORMS, "normalization"), (self.matrix, MATRICES, "matrix type"),
+                                     (self.skip, SKIPS, "skip type")):
             if value not in allowed:
                 raise ValueError(f"unknown {what} {value!r}; choose from {allowed}")
         if self.width not in ("100", "200", "100/200"):
@@ -198,7 +200,8 @@ def gaussian_noise(n_points: int, gen: torch.Generator, device, dim: int = 100) 
     return 10 * x / x.norm(dim=-1, keepdim=True), y
 
 
-def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator, depth: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator,
+             depth: int) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Run one random network; returns (recorded layer outputs, lowest first; top pre-activation).
 
     Vanilla: ``depth`` linear layers, each followed by the norm, with phi between them (I.1).
@@ -407,7 +410,8 @@ def dynamical_weights(init: str, n_blocks: int, d: int, gen: torch.Generator, de
     return weights
 
 
-def simulate_dynamical_resnet(phi: str, norm: str, init: str, n_points: int, seed: int, n_blocks: int = 50, device=None) -> dict[str, np.ndarray]:
+def simulate_dynamical_resnet(phi: str, norm: str, init: str, n_points: int, seed: int, n_blocks: int = 50,
+                              device=None) -> dict[str, np.ndarray]:
     """One network of Table 3: a linear layer, ``n_blocks`` identity skips around [norm, phi, linear], a final norm.
 
     Returns log10 GSC_D(L, 0) at the lowest (linear) layer and, per block from the input up, its in-situ

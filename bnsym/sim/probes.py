@@ -56,7 +56,8 @@ def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, se
     (1/N) sum_a J_a^T Lambda J_a with J_a = sqrt(B)/r_a D_a (G - v_a v_a^T) the batch-norm Jacobian of
     neuron a. With P = G - v v^T, d = phi'(x), u = Lambda v:
 
-        tr(Lambda J^T Lambda J) = (B/r^2) [d^T (Lambda o Lambda) d - 2 (d v)^T Lambda (d u) + (v^T Lambda v) (d v)^T Lambda (d v)].
+        tr(Lambda J^T Lambda J) = (B/r^2) [d^T (Lambda o Lambda) d - 2 (d v)^T Lambda (d u)
+                                           + (v^T Lambda v) (d v)^T Lambda (d v)].
 
     Returns {"G", "L", "M"} -> (M,) numpy arrays, one quotient per network (eps = 0).
     """
