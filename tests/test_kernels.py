@@ -264,7 +264,7 @@ def test_gauss_hermite_relu_converges_slowly_to_the_arccosine_kernel():
     sigma = random_psd(4, seed=5)
     phi = parse_activation("relu")
     exact = gaussian_kernel(phi, sigma)
-    errors = [np.abs(gauss_hermite_kernel(phi, sigma, degree)[0] - exact).max() for degree in (32, 64, 128)]
+    errors = [np.abs(gauss_hermite_kernel(phi, sigma, degree).value - exact).max() for degree in (32, 64, 128)]
     assert all(e < 1 / degree for e, degree in zip(errors, (32, 64, 128)))
     assert 1.5 < errors[0] / errors[1] < 3 and 1.5 < errors[1] / errors[2] < 3
 
@@ -289,8 +289,9 @@ def test_gauss_hermite_kernel_broadcasts_and_takes_a_function():
     value, error = gauss_hermite_kernel(np.tanh, stack, 48)
     for one, v, e in zip(stack, value, error):
         alone = gauss_hermite_kernel(parse_activation("tanh"), one, 48)
-        np.testing.assert_allclose(alone[0], v, rtol=1e-14, atol=1e-16)
-        np.testing.assert_allclose(alone[1], e, rtol=1e-10, atol=1e-16)
+        assert alone.method == "gauss_hermite"
+        np.testing.assert_allclose(alone.value, v, rtol=1e-14, atol=1e-16)
+        np.testing.assert_allclose(alone.error, e, rtol=1e-10, atol=1e-16)
 
 
 @pytest.mark.parametrize("sigma, degree, match", [

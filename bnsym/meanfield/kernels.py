@@ -30,6 +30,7 @@ from scipy.special import gammaln, hyp2f1, roots_hermitenorm
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
+from ..core.estimate import Estimate
 from ..core.symbols import c, t
 
 Function = Callable[[np.ndarray], np.ndarray]
@@ -177,7 +178,7 @@ def _gauss_hermite_rule(s11: np.ndarray, s22: np.ndarray, s12: np.ndarray, phi: 
 
 
 def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndarray, s12: np.ndarray,
-                       degree: int = 64, psi: Activation | Function | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       degree: int = 64, psi: Activation | Function | None = None) -> Estimate:
     """E[phi(h_1) psi(h_2)], (h_1, h_2) ~ N(0, [[s11, s12], [s12, s22]]), by Gauss-Hermite quadrature.
 
     Factor h_1 = a u, h_2 = b u + c v with u, v iid N(0, 1), a = sqrt(s11), b = s12 / a, c = sqrt(s22 - b^2),
@@ -185,8 +186,8 @@ def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndar
     polynomials phi, psi with deg phi + deg psi < 2 degree. Broadcasts over the arrays s11, s22, s12; psi defaults to
     phi, and either may be an :class:`Activation` or a numpy function.
 
-    Returns ``(value, error)``: the rule with `degree` nodes and, entrywise, its distance to the rule with
-    degree // 2 nodes: the error of the coarser rule, so a pessimistic estimate for smooth phi.
+    Returns an :class:`~bnsym.core.estimate.Estimate`: the rule with `degree` nodes and, entrywise, its distance
+    to the rule with degree // 2 nodes (the error of the coarser rule, so a pessimistic estimate for smooth phi).
 
     Advice on `degree` (as for neural-tangents' ``ElementwiseNumerical``): meant for smooth phi, where the
     error falls geometrically, at a rate set by how steep phi is on the scale sqrt(s) of its argument (and, for
@@ -209,16 +210,16 @@ def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndar
     f = phi.numpy if isinstance(phi, Activation) else phi
     g = f if psi is None else psi.numpy if isinstance(psi, Activation) else psi
     value = _gauss_hermite_rule(s11, s22, s12, f, g, degree)
-    return value, np.abs(value - _gauss_hermite_rule(s11, s22, s12, f, g, degree // 2))
+    return Estimate(value, np.abs(value - _gauss_hermite_rule(s11, s22, s12, f, g, degree // 2)), "gauss_hermite")
 
 
 def gauss_hermite_kernel(phi: Activation | Function, sigma: np.ndarray,
-                         degree: int = 64) -> tuple[np.ndarray, np.ndarray]:
+                         degree: int = 64) -> Estimate:
     """V_phi(Sigma)_ij = E[phi(h_i) phi(h_j)], h ~ N(0, Sigma), for any phi (Yang et al. 2019, Sec. E.1).
 
     Each entry needs only the 2 x 2 block of Sigma on {i, j}: :func:`gauss_hermite_pair` on the upper
-    triangle, vectorised over the entries and the leading axes of ``sigma`` (..., B, B). Returns
-    ``(value, error)``, each (..., B, B), the error estimated entrywise by halving the degree; see
+    triangle, vectorised over the entries and the leading axes of ``sigma`` (..., B, B). Returns an Estimate
+    whose value and error are (..., B, B), the error estimated entrywise by halving the degree; see
     :func:`gauss_hermite_pair` for the advice on `degree` (smooth phi only).
     """
     sigma = np.asarray(sigma, dtype=float)
@@ -235,4 +236,4 @@ def gauss_hermite_kernel(phi: Activation | Function, sigma: np.ndarray,
     for full, upper in ((full_value, value), (full_error, error)):
         full[..., rows, cols] = upper
         full[..., cols, rows] = upper
-    return full_value, full_error
+    return Estimate(full_value, full_error, "gauss_hermite")
