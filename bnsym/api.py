@@ -250,11 +250,10 @@ def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float =
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 
-def forward_depth_scales(phi: str | Activation, B: int, method: str | None = None,
-                         tol: float = 1e-8) -> dict[str, float | None]:
-    """xi_X = -1/log|lambda_X| for the forward eigenvalues (eps = 0): layers for a perturbation along X to shrink
-    by a factor e; 0.0 where lambda_X = 0, None (JSON null) where |lambda_X| >= 1. One B at a time."""
-    return depth_scales(forward_eigenvalues(phi, check_batch_size(B), method=method, tol=tol))
+def forward_depth_scales(eigenvalues: Mapping[str, float]) -> dict[str, float | None]:
+    """xi_X = -1/log|lambda_X| for the result of :func:`forward_eigenvalues`: layers for a perturbation along X to
+    shrink by a factor e; 0.0 where lambda_X = 0, None (JSON null) where |lambda_X| >= 1."""
+    return depth_scales(eigenvalues)
 
 
 def alpha_transition(B: int) -> float | None:

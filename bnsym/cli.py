@@ -50,7 +50,7 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "eps": point.eps,
         "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error},
         "forward_eigenvalues": eigenvalues,
-        "depth_scales": api.forward_depth_scales(phi, point.batch_size) if eigenvalues is not None else None,
+        "depth_scales": api.forward_depth_scales(eigenvalues) if eigenvalues is not None else None,
         # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
