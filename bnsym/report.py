@@ -1,16 +1,26 @@
-"""Tables for the book: one helper instead of hand-formatted ``print(f"{...:>9s}")`` blocks.
+"""Tables and checks for the book.
+
+Tables: one helper instead of hand-formatted ``print(f"{...:>9s}")`` blocks.
 
 :func:`table` takes rows (dicts, one per line of the table) and returns a :class:`Table` that a notebook
 displays as HTML (the book, JupyterLab), and a terminal or a test log prints as aligned plain text. Numbers
 are formatted per column with a format spec (``{"z": ".2f", "error": ".1e"}``); others with ``:.6g``.
+
+Checks: a chapter makes one :class:`CheckLog` and asserts each theory-vs-simulation comparison with
+``log.check(...)``, the call that also records it for the book's results dashboard.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import numbers
-from dataclasses import dataclass, field
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 
 def _format(value: Any, spec: str | None) -> str:
@@ -69,3 +79,117 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = Non
     if unknown:
         raise ValueError(f"formats name columns the table does not have: {sorted(unknown)}")
     return Table(rows, tuple(columns), dict(formats or {}), caption)
+
+
+# --- Checks: every theory-vs-simulation comparison of the book, asserted and recorded by one call ------------
+
+CHECKS_DIR_ENV = "BNSYM_CHECKS_DIR"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One asserted comparison: |estimate - theory| <= tolerance, with ``z`` = (estimate - theory) / error.
+
+    ``error`` is the standard error (or error bound) of the difference; ``tolerance`` is what the assertion
+    allowed and ``rule`` says where it came from (e.g. ``"4.1 SE (t, n=64, m=12)"``, ``"1e-10 abs"``).
+    """
+
+    chapter: str
+    quantity: str
+    theory: float
+    estimate: float
+    error: float
+    tolerance: float
+    rule: str
+    passed: bool
+    anchor: str | None = None
+
+    @property
+    def z(self) -> float | None:
+        """The difference in standard errors; None where the error is 0 (an exact comparison)."""
+        return (self.estimate - self.theory) / self.error if self.error > 0 else None
+
+
+class CheckLog:
+    """The checks of one chapter. ``log.check(...)`` asserts a comparison and records it.
+
+    Records go to ``$BNSYM_CHECKS_DIR/<chapter>.jsonl`` when that variable is set (the book build sets it;
+    the results dashboard is built from these files), and always to ``log.records``. Creating the log starts
+    the chapter's file afresh, so re-running a notebook replaces its checks.
+    """
+
+    def __init__(self, chapter: str, directory: str | os.PathLike | None = None) -> None:
+        if not chapter or "/" in chapter:
+            raise ValueError(f"chapter must be a plain name such as '01_bsb1_fixed_point', got {chapter!r}")
+        self.chapter = chapter
+        self.records: list[Check] = []
+        directory = directory if directory is not None else os.environ.get(CHECKS_DIR_ENV)
+        self.path = Path(directory) / f"{chapter}.jsonl" if directory else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("")
+
+    def check(self, quantity: str, theory: Any, estimate: Any, error: float | None = None, *,
+              k: float | None = None, atol: float = 0.0, rule: str | None = None,
+              anchor: str | None = None) -> Check:
+        """Assert |estimate - theory| <= k error + atol, record it, and return the :class:`Check`.
+
+        ``theory`` and ``estimate`` are floats or :class:`~bnsym.core.estimate.Estimate` (an Estimate brings its
+        error; the errors of both sides add in quadrature). ``k`` is the number of standard errors allowed, from
+        :func:`bnsym.sim.mc_tolerance` for Monte Carlo; ``atol`` an absolute allowance (rounding, a quadrature
+        bound). ``anchor`` is the MyST label of the section or figure that shows the comparison.
+        Raises AssertionError (after recording) when the comparison fails.
+        """
+        theory_value, theory_error = _value_and_error(theory, "theory")
+        estimate_value, estimate_error = _value_and_error(estimate, "estimate")
+        if error is None:
+            error = float(np.hypot(theory_error, estimate_error))
+        if not (np.isfinite(error) and error >= 0):
+            raise ValueError(f"{quantity}: error must be finite and >= 0, got {error}")
+        if error > 0 and k is None:
+            raise ValueError(f"{quantity}: a comparison with a standard error needs k (e.g. from mc_tolerance)")
+        if not (np.isfinite(atol) and atol >= 0):
+            raise ValueError(f"{quantity}: atol must be finite and >= 0, got {atol}")
+        k = 0.0 if k is None else float(k)
+        tolerance = k * error + atol
+        if rule is None:
+            rule = " + ".join(part for part in (f"{k:.2f} SE" if error > 0 else "", f"{atol:.1e} abs" if atol else "")
+                              if part) or "exact"
+        difference = abs(estimate_value - theory_value)
+        record = Check(self.chapter, quantity, theory_value, estimate_value, float(error), float(tolerance), rule,
+                       bool(difference <= tolerance), anchor)
+        self.records.append(record)
+        if self.path is not None:
+            with self.path.open("a") as file:
+                file.write(json.dumps({**asdict(record), "z": record.z}) + "\n")
+        if not record.passed:
+            raise AssertionError(f"{self.chapter}: {quantity}: estimate {estimate_value:.6g} vs theory "
+                                 f"{theory_value:.6g}, |difference| {difference:.3g} > tolerance {tolerance:.3g} "
+                                 f"({rule})")
+        return record
+
+    def table(self, caption: str | None = None) -> Table:
+        """The recorded checks as a :class:`Table`."""
+        rows = [{"quantity": c.quantity, "theory": c.theory, "estimate": c.estimate, "SE": c.error, "z": c.z,
+                 "tolerance": c.tolerance, "status": "pass" if c.passed else "FAIL"} for c in self.records]
+        return table(rows, ["quantity", "theory", "estimate", "SE", "z", "tolerance", "status"],
+                     {"SE": ".2g", "z": ".2f", "tolerance": ".2g"}, caption)
+
+
+def _value_and_error(x: Any, name: str) -> tuple[float, float]:
+    value, error = (x.value, x.error) if hasattr(x, "error") and hasattr(x, "value") else (x, 0.0)
+    value, error = float(value), float(error)
+    if not np.isfinite(value):
+        raise ValueError(f"the {name} of a check must be finite, got {value}")
+    return value, error
+
+
+def load_checks(directory: str | os.PathLike) -> list[Check]:
+    """Every check recorded under ``directory`` (one ``<chapter>.jsonl`` per chapter), chapter by chapter."""
+    checks = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            fields = json.loads(line)
+            fields.pop("z", None)
+            checks.append(Check(**fields))
+    return checks

@@ -38,3 +38,29 @@ def test_mc_tolerance_rejects_bad_input():
         mc_tolerance(1)
     with pytest.raises(ValueError, match="probability"):
         mc_tolerance(8, false_alarm=0.0)
+
+
+def test_check_log_asserts_records_and_reloads(tmp_path):
+    from bnsym.core.estimate import Estimate
+    from bnsym.report import CheckLog, load_checks
+
+    log = CheckLog("99_demo", directory=tmp_path)
+    ok = log.check("q*", 1.0, Estimate(1.02, 0.01, "mc"), k=3.0, anchor="fig-99-demo")
+    assert ok.passed and abs(ok.z - 2.0) < 1e-12 and ok.tolerance == pytest.approx(0.03)
+    exact = log.check("identity", 0.5, 0.5 + 1e-13, atol=1e-12)
+    assert exact.z is None and exact.rule == "1.0e-12 abs"
+    with pytest.raises(AssertionError, match="q\\* far"):
+        log.check("q* far", 1.0, 1.1, 0.01, k=3.0)
+    assert [c.passed for c in load_checks(tmp_path)] == [True, True, False]
+    assert "FAIL" in str(log.table())
+    CheckLog("99_demo", directory=tmp_path)  # a re-run starts the chapter afresh
+    assert load_checks(tmp_path) == []
+
+
+def test_check_needs_k_for_a_standard_error():
+    from bnsym.report import CheckLog
+
+    with pytest.raises(ValueError, match="needs k"):
+        CheckLog("99_demo").check("q*", 1.0, 1.0, 0.1)
+    with pytest.raises(ValueError, match="must be finite"):
+        CheckLog("99_demo").check("q*", 1.0, float("nan"), 0.1, k=2)
