@@ -1,0 +1,336 @@
+"""The BN-NNGP: exact Bayesian inference with an infinitely wide batch-normalized network.
+
+**Premises.** Inputs x_1, ..., x_n in R^d are cut into batches of B consecutive rows. A network of depth L
+computes, for each batch separately (batch norm in training mode, eps = 0, no affine map),
+
+    h^1 = W^1 x / sqrt(d),   x^l = phi(BN(h^l)),   h^{l+1} = W^{l+1} x^l / sqrt(N),   f = v^T x^L / sqrt(N),
+
+with i.i.d. standard normal W^l and v (sigma_w^2 = 1, no bias; with eps = 0 batch norm is scale invariant,
+so sigma_w^2 changes nothing but the scale of f). As the width N grows the outputs f over all n inputs become a
+centred Gaussian process (Yang et al. 2019, Sec. 1 and App. H) with covariance K^L, where K^0 = X X^T / d and,
+for two batches a and b, the joint 2B x 2B block of K^l is the cross-batch layer map applied to that of
+K^{l-1} (:func:`bnsym.meanfield.crossbatch.cross_batch_kernel_laplace`; its diagonal blocks are
+:func:`bnsym.bn_kernel`'s).
+
+**Which points share a batch.** The prior depends on it: a train-mode BN network's output for x depends on
+the rest of x's batch. Here training points are batched in the order given. When B does not divide n, the last
+batch is completed by wrapping around to the first training points, whose outputs in that batch are observed
+too (their labels are known), so every batch has exactly B points. Test points are batched among themselves,
+in the order given; a short last test batch is completed with training inputs whose outputs are not observed
+(they only enter the batch statistics). A test point in a batch with no observed training point is linked to
+the data only through cross-batch blocks, which tend to c*_cross 11^T with depth at the rate lambda_x^2
+(the cross-batch chapter): deep BN priors give such points less and less informative posteriors.
+
+The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (``return_std=True``),
+``score``, ``get_params``/``set_params``; the posterior goes through a Cholesky factor (SciPy) and the log
+marginal likelihood is reported as ``log_marginal_likelihood_``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .core.activations import Activation, parse_activation
+from .core.validation import check_batch_size
+from .meanfield.crossbatch import cross_batch_kernel_laplace
+from .meanfield.kernels import gaussian_kernel
+
+MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
+
+
+class KernelConditioningWarning(UserWarning):
+    """The prior covariance needed diagonal jitter before its Cholesky factor existed."""
+
+
+def _homogeneous(phi: str | Activation) -> Activation:
+    phi = parse_activation(phi) if isinstance(phi, str) else phi
+    if not phi.is_homogeneous:
+        raise ValueError(f"the BN-NNGP needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity), "
+                         f"whose cross-batch kernel has an exact Laplace route; got {phi}")
+    return phi
+
+
+def _check_depth(depth: object) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
+        raise ValueError(f"depth must be a whole number >= 1 (the number of BN-phi layers), got {depth!r}")
+    return int(depth)
+
+
+def fill_batches(n: int, batch_size: int) -> np.ndarray:
+    """Row indices (k, B) of k = ceil(n / B) batches: 0..n-1 in order, the last batch wrapping around to 0, 1, ..."""
+    k = -(-n // batch_size)
+    return np.arange(k * batch_size).reshape(k, batch_size) % n
+
+
+def input_covariance(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """K^0 = x_i . x_j / d for rows of ``left`` and ``right`` (the first layer's pre-activation covariance)."""
+    return left @ right.T / left.shape[-1]
+
+
+def default_nodes(batch_size: int) -> int:
+    """Gauss-Jacobi nodes per axis of the cross-batch integral: 6 for B >= 16 (error about 1e-10 of the kernel at
+    B = 32), 24 for smaller batches, whose endpoint factors (1 - x)^((B - 3) / 2) are rougher (about 1e-7 at B = 4)."""
+    return 6 if batch_size >= 16 else 24
+
+
+def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
+                nodes: int | None = None, device: torch.device | str | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """K^l blocks of k batches (k, B, d) at each l in ``depths``: within-batch (k, B, B) and cross (P, B, B) blocks.
+
+    ``pairs`` (P, 2) holds batch indices (i, j), i != j. Each layer maps the joint 2B x 2B covariance of every
+    pair with the cross-batch map (Laplace route, ``nodes`` per axis), all pairs in one batched tensor op; the
+    within-batch blocks are the cross blocks of each batch with an identical copy of itself, in the same op.
+    """
+    phi = _homogeneous(phi)
+    depths = sorted({_check_depth(depth) for depth in depths})
+    batch = np.shape(batches)[-2]
+    nodes = nodes or default_nodes(batch)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.as_tensor(np.asarray(batches, dtype=float), device=torch.device(device))
+    pairs = np.asarray(pairs, dtype=int).reshape(-1, 2)
+    left, right = torch.as_tensor(pairs[:, 0], device=x.device), torch.as_tensor(pairs[:, 1], device=x.device)
+    within = x @ x.mT / x.shape[-1]
+    cross = x[left] @ x[right].mT / x.shape[-1]
+    out = {}
+    for layer in range(1, depths[-1] + 1):
+        joint = torch.cat([torch.cat([within, within], -1), torch.cat([within, within], -1)], -2)
+        joint_pairs = torch.cat([torch.cat([within[left], cross], -1), torch.cat([cross.mT, within[right]], -1)], -2)
+        blocks = cross_batch_kernel_laplace(phi, torch.cat([joint, joint_pairs]), batch, nodes=nodes, blocks="cross")
+        within, cross = (blocks[: len(x)] + blocks[: len(x)].mT) / 2, blocks[len(x):]
+        if layer in depths:
+            out[layer] = (within.cpu().numpy(), cross.cpu().numpy())
+    return out
+
+
+@dataclass(frozen=True)
+class BatchedPrior:
+    """The prior covariance over the training copies, and between test points and them.
+
+    ``train`` (m, m) over the m = k B training copies (rows ``train_rows`` of the training set); with test points,
+    ``cross`` (t, m) between the t test points and the training copies and ``test_diagonal`` (t,) their variances.
+    """
+
+    train_rows: np.ndarray
+    train: np.ndarray | None = None
+    cross: np.ndarray | None = None
+    test_diagonal: np.ndarray | None = None
+
+
+def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], batch_size: int,
+                   X_test: np.ndarray | None = None, nodes: int | None = None,
+                   device: torch.device | str | None = None) -> dict[int, BatchedPrior]:
+    """The BN-NNGP prior K^l at each depth l of ``depths``: of the training rows of ``X`` (without ``X_test``), or
+    between ``X_test`` and them. One recursion serves every depth.
+
+    Batching as the module docstring says. Without test points: all pairs of training batches. With them: all
+    (test batch, training batch) pairs (the training block is not recomputed).
+    """
+    batch = check_batch_size(batch_size)
+    X = np.asarray(X, dtype=float)
+    rows = fill_batches(len(X), batch)
+    k = len(rows)
+    if X_test is None:
+        pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=int).reshape(-1, 2)
+        priors = {}
+        for depth, (within, cross) in block_prior(phi, X[rows], pairs, depths, nodes, device).items():
+            full = np.zeros((k, batch, k, batch))
+            full[np.arange(k), :, np.arange(k), :] = within
+            full[pairs[:, 0], :, pairs[:, 1], :] = cross
+            full[pairs[:, 1], :, pairs[:, 0], :] = cross.transpose(0, 2, 1)
+            priors[depth] = BatchedPrior(rows.ravel(), train=full.reshape(k * batch, k * batch))
+        return priors
+    X_test = np.asarray(X_test, dtype=float)
+    t = len(X_test)
+    kt = -(-t // batch)
+    filler = np.arange(kt * batch - t) % len(X)
+    test_batches = np.concatenate([X_test, X[filler]]).reshape(kt, batch, -1)
+    pairs = np.array([(k + a, i) for a in range(kt) for i in range(k)], dtype=int)
+    priors = {}
+    for depth, (within, cross) in block_prior(phi, np.concatenate([X[rows], test_batches]), pairs, depths, nodes,
+                                              device).items():
+        cross = cross.reshape(kt, k, batch, batch).transpose(0, 2, 1, 3).reshape(kt * batch, k * batch)
+        diagonal = np.diagonal(within[k:], axis1=-2, axis2=-1).ravel()
+        priors[depth] = BatchedPrior(rows.ravel(), cross=cross[:t], test_diagonal=diagonal[:t])
+    return priors
+
+
+def bn_nngp_prior(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int,
+                  X_test: np.ndarray | None = None, nodes: int | None = None,
+                  device: torch.device | str | None = None) -> BatchedPrior:
+    """:func:`bn_nngp_priors` at one depth."""
+    return bn_nngp_priors(phi, X, [depth], batch_size, X_test, nodes, device)[_check_depth(depth)]
+
+
+def arccos_nngp_kernel(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | None, depth: int) -> np.ndarray:
+    """The NNGP kernel of the same network without batch norm: K^l = V_phi(K^{l-1}) (arc-cosine kernels, Prop E.10).
+
+    Returns K^L between the rows of X1 and X2 (X2 = None: X1 with itself).
+    """
+    phi = _homogeneous(phi)
+    X1 = np.asarray(X1, dtype=float)
+    both = X1 if X2 is None else np.concatenate([X1, np.asarray(X2, dtype=float)])
+    kernel = input_covariance(both, both)
+    for _ in range(_check_depth(depth)):
+        kernel = gaussian_kernel(phi, kernel)
+    return kernel if X2 is None else kernel[: len(X1), len(X1):]
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """A GP posterior's factor: Cholesky ``factor`` of K + noise I (+ jitter I), ``alpha`` = (K + ...)^-1 y."""
+
+    factor: tuple[np.ndarray, bool]
+    alpha: np.ndarray
+    jitter: float
+    log_marginal_likelihood: float
+
+
+def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Posterior:
+    """Cholesky of K + noise I, adding jitter (from 1e-10 up to 1e-4 times the mean prior variance) if needed.
+
+    log p(y) = -y^T alpha / 2 - sum log diag(L) - n log(2 pi) / 2, summed over the columns of y.
+    """
+    n = len(kernel)
+    scale = float(np.mean(np.diag(kernel)))
+    jitter = 0.0
+    while True:
+        try:
+            factor = cho_factor(kernel + (noise + jitter) * np.eye(n), lower=True)
+            break
+        except LinAlgError:
+            jitter = 1e-10 * scale if jitter == 0 else 10 * jitter
+            if jitter > MAX_JITTER * scale:
+                raise ValueError(f"the prior covariance is singular beyond a jitter of {MAX_JITTER:g} x its mean "
+                                 f"variance; raise `noise` (now {noise:g})") from None
+    if jitter:
+        warnings.warn(f"the prior covariance needed a diagonal jitter of {jitter:.2g} to be factored",
+                      KernelConditioningWarning, stacklevel=3)
+    targets = targets.reshape(n, -1)
+    alpha = cho_solve(factor, targets)
+    log_det = 2 * np.log(np.diag(factor[0])).sum()
+    lml = -0.5 * float(np.sum(targets * alpha)) - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
+    return Posterior(factor, alpha, jitter, lml)
+
+
+class _BatchNormNNGP(BaseEstimator):
+    """What the regressor and the classifier share: validation, the batched prior, the posterior."""
+
+    def _validate(self) -> Activation:
+        phi = _homogeneous(self.phi)
+        _check_depth(self.depth)
+        check_batch_size(self.batch_size)
+        if not (isinstance(self.noise, (int, float)) and math.isfinite(self.noise) and self.noise >= 0):
+            raise ValueError(f"noise must be a finite variance >= 0, got {self.noise!r}")
+        return phi
+
+    def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
+        phi = self._validate()
+        if len(np.unique(X, axis=0)) < 2:
+            raise ValueError("the BN-NNGP needs at least 2 distinct inputs: batch norm of identical inputs divides "
+                             "by a zero batch variance")
+        self.X_train_ = X
+        prior = bn_nngp_prior(phi, X, self.depth, self.batch_size, nodes=self.nodes)
+        self.train_rows_ = prior.train_rows
+        self.posterior_ = gp_posterior(prior.train, targets[prior.train_rows], self.noise)
+        self.jitter_ = self.posterior_.jitter
+        self.log_marginal_likelihood_ = self.posterior_.log_marginal_likelihood
+
+    def _predict_latent(self, X: np.ndarray, return_std: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        prior = bn_nngp_prior(self.phi, self.X_train_, self.depth, self.batch_size, X_test=X, nodes=self.nodes)
+        mean = prior.cross @ self.posterior_.alpha
+        if not return_std:
+            return mean, None
+        v = solve_triangular(self.posterior_.factor[0], prior.cross.T, lower=True)
+        variance = prior.test_diagonal - np.sum(v * v, axis=0)
+        return mean, np.sqrt(np.clip(variance, 0.0, None))
+
+
+class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
+    """Gaussian-process regression with the prior of an infinitely wide BN network (see the module docstring).
+
+    Args:
+        phi: a positive-homogeneous activation (name or Activation).
+        depth: L, the number of BN-phi layers.
+        batch_size: B, the batch size of the network (training and test batching as in the module docstring).
+        noise: the observation noise variance added to the diagonal of the prior covariance.
+        normalize_y: centre and scale the targets (the prior's variance is O(1)).
+        nodes: Gauss-Jacobi nodes per axis of the cross-batch Laplace integral (None: :func:`default_nodes`).
+    """
+
+    def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
+                 normalize_y: bool = True, nodes: int | None = None) -> None:
+        self.phi = phi
+        self.depth = depth
+        self.batch_size = batch_size
+        self.noise = noise
+        self.normalize_y = normalize_y
+        self.nodes = nodes
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPRegressor:
+        """Condition the prior on (X, y); y of shape (n,) or (n, outputs)."""
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
+        self._y_shape = y.shape[1:]
+        y = y.reshape(len(y), -1)
+        self._y_mean = y.mean(0) if self.normalize_y else np.zeros(y.shape[1])
+        self._y_scale = y.std(0) if self.normalize_y else np.ones(y.shape[1])
+        self._y_scale = np.where(self._y_scale > 0, self._y_scale, 1.0)
+        self._fit_targets(X, (y - self._y_mean) / self._y_scale)
+        return self
+
+    def predict(self, X: np.ndarray, return_std: bool = False):
+        """Posterior mean (and the latent function's posterior standard deviation with ``return_std``)."""
+        check_is_fitted(self, "posterior_")
+        X = validate_data(self, X, reset=False, dtype=float)
+        mean, std = self._predict_latent(X, return_std)
+        mean = (mean * self._y_scale + self._y_mean).reshape(len(X), *self._y_shape)
+        if not return_std:
+            return mean
+        std = (std[:, None] * self._y_scale).reshape(len(X), *self._y_shape)
+        return mean, std
+
+
+class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
+    """Classification by BN-NNGP regression on centred one-hot targets; ``predict`` returns the argmax label.
+
+    Args as :class:`BatchNormNNGPRegressor` (without ``normalize_y``).
+    """
+
+    def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
+                 nodes: int | None = None) -> None:
+        self.phi = phi
+        self.depth = depth
+        self.batch_size = batch_size
+        self.noise = noise
+        self.nodes = nodes
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPClassifier:
+        """Condition the prior on one-hot codes of the labels y, centred by 1 / (number of classes)."""
+        X, y = validate_data(self, X, y, dtype=float)
+        encoder = LabelEncoder().fit(y)
+        self.classes_ = encoder.classes_
+        if len(self.classes_) < 2:
+            raise ValueError(f"a classifier needs at least 2 classes in y, got {len(self.classes_)}")
+        codes = np.eye(len(self.classes_))[encoder.transform(y)] - 1.0 / len(self.classes_)
+        self._fit_targets(X, codes)
+        return self
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """The posterior mean of the centred one-hot code, (n, classes)."""
+        check_is_fitted(self, "posterior_")
+        X = validate_data(self, X, reset=False, dtype=float)
+        return self._predict_latent(X, return_std=False)[0]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """The label with the largest posterior mean."""
+        return self.classes_[np.argmax(self.decision_function(X), axis=1)]

@@ -1,0 +1,124 @@
+"""bnsym.nngp: the BN-NNGP prior against independent routes and finite networks, and the estimators' contract."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.model_selection import cross_val_score
+
+import bnsym
+from bnsym.meanfield.kernels import gauss_hermite_kernel
+from bnsym.nngp import (
+    BatchNormNNGPClassifier,
+    BatchNormNNGPRegressor,
+    KernelConditioningWarning,
+    arccos_nngp_kernel,
+    bn_nngp_prior,
+    fill_batches,
+    gp_posterior,
+)
+from bnsym.sim import extrapolate_to_infinite_width, mc_tolerance
+from bnsym.sim.batches import simulate_batched_gram
+
+torch.set_num_threads(1)  # tiny matrices: a second thread only adds contention
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((12, 5))
+    return X, np.sin(X[:, 0]) + 0.1 * rng.standard_normal(12)
+
+
+def test_fill_batches_wraps_around():
+    assert fill_batches(10, 4).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+
+
+def test_within_batch_blocks_are_bn_kernels(data):
+    """The diagonal blocks of the prior iterate the one-batch map (an independent one-dimensional Laplace route)."""
+    X, _ = data
+    prior = bn_nngp_prior("relu", X, 2, 4).train
+    for k in range(3):
+        rows = slice(4 * k, 4 * k + 4)
+        expected = bnsym.bn_kernel("relu", bnsym.bn_kernel("relu", X[rows] @ X[rows].T / X.shape[1]))
+        assert np.abs(prior[rows, rows] - expected).max() < 1e-6  # default_nodes(4) = 24: about 1e-7
+
+
+def test_prior_is_the_infinite_width_limit_of_networks(data):
+    """Extrapolating the mean Gram of finite networks (widths 128, 256, 512) as a + b / N recovers the prior."""
+    X, _ = data
+    prior = bn_nngp_prior("relu", X, 2, 4).train
+    upper = np.triu_indices(len(X))
+    widths = np.array([128, 256, 512])
+    n_networks = 200
+    grams = [simulate_batched_gram("relu", X, 2, 4, int(w), n_networks, seed=int(w)).numpy()[:, *upper]
+             for w in widths]
+    means = np.array([g.mean(0) for g in grams])
+    ses = np.array([g.std(0, ddof=1) / np.sqrt(n_networks) for g in grams])
+    k = mc_tolerance(n_networks, n_comparisons=len(upper[0]))
+    for entry in range(len(upper[0])):
+        intercept, se, _ = extrapolate_to_infinite_width(widths, means[:, entry], ses[:, entry])
+        assert abs(intercept - prior[upper][entry]) < k * se
+
+
+def test_regressor_fits_predicts_and_reports(data):
+    X, y = data
+    model = BatchNormNNGPRegressor(depth=2, batch_size=4, noise=1e-3).fit(X, y)
+    mean, std = model.predict(X[:5], return_std=True)
+    assert mean.shape == std.shape == (5,) and np.all(std >= 0) and np.isfinite(model.log_marginal_likelihood_)
+    assert model.jitter_ == 0.0 and model.score(X, y) > 0.9
+    assert clone(model).get_params() == model.get_params()
+    assert model.set_params(depth=3).depth == 3
+
+
+def test_classifier_in_cross_validation():
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(-1, 1, (16, 3)), rng.normal(1, 1, (16, 3))])
+    y = np.repeat(["a", "b"], 16)
+    order = rng.permutation(32)
+    scores = cross_val_score(BatchNormNNGPClassifier(depth=1, batch_size=4), X[order], y[order], cv=2)
+    assert scores.mean() > 0.7
+    assert set(BatchNormNNGPClassifier(batch_size=4).fit(X, y).predict(X[:3])) <= {"a", "b"}
+
+
+def test_jitter_is_added_and_reported():
+    kernel = np.ones((3, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        posterior = gp_posterior(kernel, np.zeros(3), noise=0.0)
+    assert posterior.jitter > 0 and any(issubclass(w.category, KernelConditioningWarning) for w in caught)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"phi": "tanh"}, "positive-homogeneous"),
+    ({"depth": 0}, "depth"),
+    ({"batch_size": 3}, "below 4"),
+    ({"noise": -1.0}, "noise"),
+])
+def test_bad_parameters(data, params, match):
+    X, y = data
+    with pytest.raises(ValueError, match=match):
+        BatchNormNNGPRegressor(**{"batch_size": 4, **params}).fit(X, y)
+
+
+def test_bad_data(data):
+    X, y = data
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        BatchNormNNGPRegressor(batch_size=4).fit(bad, y)
+    model = BatchNormNNGPRegressor(batch_size=4, depth=1).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(X[:, :3])
+    with pytest.raises(ValueError, match="distinct"):
+        BatchNormNNGPRegressor(batch_size=4).fit(np.ones((8, 2)), np.zeros(8))
+
+
+def test_arccos_kernel_is_the_no_bn_limit(data):
+    """Without batch norm each layer is V_phi: the arc-cosine route against Gauss-Hermite quadrature, depth 2."""
+    X, _ = data
+    layer1 = gauss_hermite_kernel(bnsym.parse_activation("relu"), X @ X.T / X.shape[1]).value
+    layer2 = gauss_hermite_kernel(bnsym.parse_activation("relu"), layer1)
+    assert np.abs(arccos_nngp_kernel("relu", X, None, 2) - layer2.value).max() < 1e-6 + 3 * layer2.error.max()
