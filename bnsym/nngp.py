@@ -84,7 +84,8 @@ def default_nodes(batch_size: int) -> int:
 
 
 def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
-                nodes: int | None = None, device: torch.device | str | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+                nodes: int | None = None,
+                device: torch.device | str | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """K^l blocks of k batches (k, B, d) at each l in ``depths``: within-batch (k, B, B) and cross (P, B, B) blocks.
 
     ``pairs`` (P, 2) holds batch indices (i, j), i != j. Each layer maps the joint 2B x 2B covariance of every
