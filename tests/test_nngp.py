@@ -122,3 +122,4 @@ def test_arccos_kernel_is_the_no_bn_limit(data):
     layer1 = gauss_hermite_kernel(bnsym.parse_activation("relu"), X @ X.T / X.shape[1]).value
     layer2 = gauss_hermite_kernel(bnsym.parse_activation("relu"), layer1)
     assert np.abs(arccos_nngp_kernel("relu", X, None, 2) - layer2.value).max() < 1e-6 + 3 * layer2.error.max()
+
