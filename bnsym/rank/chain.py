@@ -35,6 +35,7 @@ from ..sim.statistics import mean_and_se
 from .lyapunov import qr_step
 from .measures import as_features, second_moment
 
+
 def check_second_moment(M: np.ndarray | torch.Tensor) -> torch.Tensor:
     """M as float64 (..., d, d): finite, symmetric and positive semi-definite (ValueError naming the defect)."""
     m = as_features(M, "M").to(torch.float64)
@@ -45,7 +46,8 @@ def check_second_moment(M: np.ndarray | torch.Tensor) -> torch.Tensor:
         raise ValueError("M must be symmetric (it is H H^T / N)")
     smallest = torch.linalg.eigvalsh(m).min().item()
     if smallest < -1e-9 * scale:
-        raise ValueError(f"M must be positive semi-definite (it is H H^T / N); its smallest eigenvalue is {smallest:.3g}")
+        raise ValueError(f"M must be positive semi-definite (it is H H^T / N); its smallest eigenvalue is "
+                         f"{smallest:.3g}")
     return m
 
 
@@ -107,7 +109,8 @@ def bn_lyapunov(width: int, gamma: float, depth: int, burn: int, n_chains: int =
     """Lyapunov spectrum of the BN chain's factors A_l = D_l (I + gamma W_l), D_l the row rescaling of BN.
 
     H_l = A_l ... A_1 X, so ln sigma_i(H_l) grows like l mu_i. The top exponent is 0 (rows keep norm sqrt N);
-    ``burn`` layers bring the chain to its invariant law first. SE across independent chains.
+    ``burn`` layers bring the chain and the QR frame to their invariant law before the logs are averaged, so each
+    step's expected log is the exponent itself. SE across independent chains.
     """
     samples = samples or width
     gen = generator(seed, device)
@@ -119,8 +122,8 @@ def bn_lyapunov(width: int, gamma: float, depth: int, burn: int, n_chains: int =
         pre = a @ h
         rescale = (samples / pre.square().sum(-1)).sqrt()
         h = pre * rescale.unsqueeze(-1)
+        frame, logs = qr_step(frame, rescale.unsqueeze(-1) * a)  # the frame burns in with the chain
         if layer >= burn:
-            frame, logs = qr_step(frame, rescale.unsqueeze(-1) * a)
             total += logs
     mean, se = mean_and_se((total / depth).cpu().numpy())
     return Estimate(mean, se, "QR method on the BN chain")
