@@ -28,6 +28,7 @@ from .lyapunov import (
     ginibre_lyapunov,
     ginibre_sampler,
     lyapunov_exponents,
+    lyapunov_samples,
     predicted_numerical_rank,
     residual_top_exponent,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "ginibre_lyapunov",
     "ginibre_sampler",
     "lyapunov_exponents",
+    "lyapunov_samples",
     "numerical_rank",
     "predicted_numerical_rank",
     "rank_lower_bound",

@@ -106,13 +106,9 @@ def qr_step(frame: torch.Tensor, factor: torch.Tensor) -> tuple[torch.Tensor, to
     return q * diagonal.sign().unsqueeze(-2), diagonal.abs().log()
 
 
-def lyapunov_exponents(sample: Sampler, width: int, depth: int, n_products: int = 8, seed: int = 0,
-                       device: torch.device | str = "cpu") -> Estimate:
-    """The Lyapunov spectrum of i.i.d. products by the QR method, one estimate per exponent (decreasing).
-
-    Each of ``n_products`` independent products gives (1/depth) sum_l ln|R_ii^l|; the value is their mean and the
-    error its standard error across products (independent, so the SE is honest).
-    """
+def lyapunov_samples(sample: Sampler, width: int, depth: int, n_products: int = 8, seed: int = 0,
+                     device: torch.device | str = "cpu") -> np.ndarray:
+    """(n_products, d): each independent product's (1/depth) sum_l ln|R_ii^l| by the QR method, decreasing in i."""
     if depth < 1 or n_products < 2:
         raise ValueError(f"need depth >= 1 and n_products >= 2, got {depth}, {n_products}")
     gen = generator(seed, device)
@@ -121,7 +117,16 @@ def lyapunov_exponents(sample: Sampler, width: int, depth: int, n_products: int 
     for _ in range(depth):
         frame, logs = qr_step(frame, sample(gen, n_products).to(torch.float64))
         total += logs
-    mean, se = mean_and_se((total / depth).cpu().numpy())
+    return (total / depth).cpu().numpy()
+
+
+def lyapunov_exponents(sample: Sampler, width: int, depth: int, n_products: int = 8, seed: int = 0,
+                       device: torch.device | str = "cpu") -> Estimate:
+    """The Lyapunov spectrum of i.i.d. products by the QR method, one estimate per exponent (decreasing).
+
+    The value is the mean of :func:`lyapunov_samples` over independent products, the error its standard error.
+    """
+    mean, se = mean_and_se(lyapunov_samples(sample, width, depth, n_products, seed, device))
     return Estimate(mean, se, "QR method")
 
 

@@ -57,6 +57,7 @@ def representations(x: torch.Tensor, depths: list[int], width: int, n_networks: 
 
     ``x`` is the input batch, d_in features x N samples (shared by all networks). Layer: h = W x + b, batch norm
     of each feature over the batch if ``bn``, then ReLU if ``relu``. ``dtype`` float32 mimics the paper's runs.
+    Networks without batch norm or biases are rescaled by one number per layer (rank and cosines unchanged).
     """
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
@@ -72,6 +73,8 @@ def representations(x: torch.Tensor, depths: list[int], width: int, n_networks: 
             h = batch_norm_rows(h, centre)
         if relu:
             h = torch.relu(h)
+        if not bn and b is None:  # rank-neutral global rescaling, so deep float32 products neither overflow nor vanish
+            h = h / h.square().mean((-2, -1), keepdim=True).sqrt()
         if layer in depths:
             out[layer] = h
     return out
@@ -100,6 +103,22 @@ def relu_cosines(depth: int, init: str, fan_in: int, c0: float = 0.0) -> np.ndar
         cosines.append(float(arccos_kernel(1, c)))
         q, k = s_w2 * q / 2 + s_b2, s_w2 * q * float(arccos_kernel(1, c)) / 2 + s_b2
     return np.array(cosines)
+
+
+def asymmetric_unit_correlation(x: torch.Tensor | None = None, lower: float = 0.0, upper: float = 2.0) -> float:
+    """Correlation of two features after one layer with U(lower, upper)/sqrt(fan_in) weights and centred BN.
+
+    Feature i over the batch is m G S + G X^T w_i, with S = X^T 1 the inputs' sums shared by every feature, w_i of
+    variance v per entry, G the centring, m and v the weight law's mean and variance (over 1/fan_in). To leading
+    order in 1/N the correlation is m^2 |G S|^2 / (m^2 |G S|^2 + v |X G|_F^2) for the given inputs ``x`` (d_in x N);
+    with ``x = None`` (i.i.d. inputs, |G S|^2 ~ |X G|_F^2) it is m^2 / (m^2 + v), 3/4 for U(0, 2a).
+    """
+    mean, variance = (lower + upper) / 2, (upper - lower) ** 2 / 12
+    if x is None:
+        return mean**2 / (mean**2 + variance)
+    centred = x - x.mean(-1, keepdim=True)
+    common = mean**2 * float(centred.sum(0).square().sum())
+    return common / (common + variance * float(centred.square().sum()))
 
 
 def gaussian_relu_cosines(depth: int, init: str, width: int, n_samples: int, n_networks: int,
