@@ -340,13 +340,14 @@ def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: 
                      samples: int | None = None, seed: int = 0) -> dict[str, Estimate]:
     """Ergodic averages over the invariant law of the BN chain, with SE across independent chains.
 
-    Each chain (N = ``samples`` = d by default, Gaussian X) runs ``burn`` + ``depth`` layers; its averages over the
-    last ``depth`` layers (every ``every``-th) are one draw. Keys: ``r`` (eq. 4), ``rank_half`` (eq. 3, tau = 1/2),
-    ``frobenius`` (||M||_F^2), ``tr_m3``, ``tr_diag_m2_sq``, ``alpha`` (Def. 3, ratio of the chain's averages),
-    ``m12`` and ``m12_m13`` (Lemma 4: both vanish).
+    Each chain (N = ``samples`` = d by default, its own Gaussian X) runs ``burn`` + ``depth`` layers; its averages
+    over the last ``depth`` layers (every ``every``-th) are one draw. Keys: ``r`` (eq. 4), ``rank_half`` (eq. 3,
+    tau = 1/2), ``frobenius`` (||M||_F^2), ``tr_m3``, ``tr_diag_m2_sq``, ``alpha`` (Def. 3, ratio of the chain's
+    averages), ``m12`` and ``m12_m13`` (Lemma 4: both vanish).
     """
     samples = samples or width
-    x = torch.randn(width, samples, generator=generator(seed + 1, "cpu"), dtype=torch.float64)
+    # an independent Gaussian X per chain, so the chains' averages stay independent even where mixing is slow
+    x = torch.randn(n_chains, width, samples, generator=generator(seed + 1, "cpu"), dtype=torch.float64)
 
     def stats(h: torch.Tensor) -> torch.Tensor:
         m = second_moment(h)
