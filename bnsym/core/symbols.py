@@ -41,3 +41,13 @@ r, k, r_d = sp.symbols("r k r_d", positive=True)  # GSC rate, dilution ratio, di
 P_n = sp.Symbol("P_n", positive=True)  # prod_{b <= n} (1 + k_b^-2) over n composed blocks (Proposition 7)
 E_phi = sp.Symbol(r"E[\phi]", real=True)  # Gaussian moments of phi, z ~ N(0, 1)
 E_phi2, E_dphi2 = sp.symbols(r"E[\phi^2] E[\phi'^2]", positive=True)
+
+# Daneshmand et al. 2020 (rank collapse) ---------------------------------------------------------------------
+
+d = sp.Symbol("d", integer=True, positive=True)  # width: H is d features x N samples, M = H H^T / N is d x d
+gamma = sp.Symbol("gamma", positive=True)  # strength of the residual branch, H + gamma W H
+tau = sp.Symbol("tau", positive=True)  # threshold of the soft rank rank_tau (eq. 3)
+n_dof = sp.Symbol("n", positive=True)  # degrees of freedom of a chi-square variable
+alpha_reg = sp.Symbol("alpha_reg", positive=True)  # the regularity constant alpha of Def. 3 (not Yang's alpha)
+# the invariants of a d x d matrix M that Lemma 7's delta_F is written in
+frob2, trace_m3, diag_m2_sq = sp.symbols("||M||_F^2 Tr(M^3) Tr(diag(M^2)^2)", positive=True)
