@@ -41,3 +41,16 @@ r, k, r_d = sp.symbols("r k r_d", positive=True)  # GSC rate, dilution ratio, di
 P_n = sp.Symbol("P_n", positive=True)  # prod_{b <= n} (1 + k_b^-2) over n composed blocks (Proposition 7)
 E_phi = sp.Symbol(r"E[\phi]", real=True)  # Gaussian moments of phi, z ~ N(0, 1)
 E_phi2, E_dphi2 = sp.symbols(r"E[\phi^2] E[\phi'^2]", positive=True)
+
+# Bjorck et al. 2018 (products of random matrices, conditioning, SGD noise) ----------------------------------
+
+M_factors = sp.Symbol("M", integer=True, positive=True)  # number of Gaussian factors in X = X_1 X_2 ... X_M
+x_sq = sp.Symbol("x", positive=True)  # a squared singular value of X (an eigenvalue of X X^T)
+varphi = sp.Symbol("varphi", positive=True)  # the angle that parametrises Theorem 1's density, 0 < varphi < pi/(M+1)
+vartheta = sp.Symbol("vartheta", positive=True)  # distance to the hard edge, vartheta = pi/(M+1) - varphi
+k_moment = sp.Symbol("k", integer=True, positive=True)  # the order of a moment E[x^k]
+N_width = sp.Symbol("N", integer=True, positive=True)  # the size of each N x N factor; a dataset size in eq. (2)
+kappa = sp.Symbol("kappa", positive=True)  # a condition number sigma_max / sigma_min
+eta = sp.Symbol("eta", positive=True)  # a (gradient-descent) learning rate
+n_batch = sp.Symbol("n", integer=True, positive=True)  # minibatch size |B| in eq. (2); summands in Table 1
+m_align = sp.Symbol("m", real=True)  # mean-to-standard-deviation ratio of a gradient summand
