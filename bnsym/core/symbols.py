@@ -51,3 +51,16 @@ n_dof = sp.Symbol("n", positive=True)  # degrees of freedom of a chi-square vari
 alpha_reg = sp.Symbol("alpha_reg", positive=True)  # the regularity constant alpha of Def. 3 (not Yang's alpha)
 # the invariants of a d x d matrix M that Lemma 7's delta_F is written in
 frob2, trace_m3, diag_m2_sq = sp.symbols("||M||_F^2 Tr(M^3) Tr(diag(M^2)^2)", positive=True)
+
+# Bjorck et al. 2018 (products of random matrices, conditioning, SGD noise) ----------------------------------
+
+M_factors = sp.Symbol("M", integer=True, positive=True)  # number of Gaussian factors in X = X_1 X_2 ... X_M
+x_sq = sp.Symbol("x", positive=True)  # a squared singular value of X (an eigenvalue of X X^T)
+varphi = sp.Symbol("varphi", positive=True)  # the angle that parametrises Theorem 1's density, 0 < varphi < pi/(M+1)
+vartheta = sp.Symbol("vartheta", positive=True)  # distance to the hard edge, vartheta = pi/(M+1) - varphi
+k_moment = sp.Symbol("k", integer=True, positive=True)  # the order of a moment E[x^k]
+N_width = sp.Symbol("N", integer=True, positive=True)  # the size of each N x N factor; a dataset size in eq. (2)
+kappa = sp.Symbol("kappa", positive=True)  # a condition number sigma_max / sigma_min
+eta = sp.Symbol("eta", positive=True)  # a (gradient-descent) learning rate
+n_batch = sp.Symbol("n", integer=True, positive=True)  # minibatch size |B| in eq. (2); summands in Table 1
+m_align = sp.Symbol("m", real=True)  # mean-to-standard-deviation ratio of a gradient summand
