@@ -47,7 +47,7 @@ E_phi2, E_dphi2 = sp.symbols(r"E[\phi^2] E[\phi'^2]", positive=True)
 d = sp.Symbol("d", integer=True, positive=True)  # width: H is d features x N samples, M = H H^T / N is d x d
 gamma = sp.Symbol("gamma", positive=True)  # strength of the residual branch, H + gamma W H
 tau = sp.Symbol("tau", positive=True)  # threshold of the soft rank rank_tau (eq. 3)
-n_dof = sp.Symbol("n", positive=True)  # degrees of freedom of a chi-square variable
+n_dof = sp.Symbol("nu", positive=True)  # degrees of freedom of a chi-square variable
 alpha_reg = sp.Symbol("alpha_reg", positive=True)  # the regularity constant alpha of Def. 3 (not Yang's alpha)
 # the invariants of a d x d matrix M that Lemma 7's delta_F is written in
 frob2, trace_m3, diag_m2_sq = sp.symbols("||M||_F^2 Tr(M^3) Tr(diag(M^2)^2)", positive=True)
@@ -58,7 +58,7 @@ M_factors = sp.Symbol("M", integer=True, positive=True)  # number of Gaussian fa
 x_sq = sp.Symbol("x", positive=True)  # a squared singular value of X (an eigenvalue of X X^T)
 varphi = sp.Symbol("varphi", positive=True)  # the angle that parametrises Theorem 1's density, 0 < varphi < pi/(M+1)
 vartheta = sp.Symbol("vartheta", positive=True)  # distance to the hard edge, vartheta = pi/(M+1) - varphi
-k_moment = sp.Symbol("k", integer=True, positive=True)  # the order of a moment E[x^k]
+k_moment = k  # the order of a moment E[x^k] (the same positive symbol as the dilution ratio k)
 N_width = sp.Symbol("N", integer=True, positive=True)  # the size of each N x N factor; a dataset size in eq. (2)
 kappa = sp.Symbol("kappa", positive=True)  # a condition number sigma_max / sigma_min
 eta = sp.Symbol("eta", positive=True)  # a (gradient-descent) learning rate
