@@ -15,7 +15,7 @@ import bnsym
 from bnsym.core.activations import parse_activation
 from bnsym.core.symbols import B
 from bnsym.meanfield.epsilon import fixed_point_radial
-from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point, fixed_point_spherical
+from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 32, 64]
 ACCEPTANCE_PHIS = {"relu": (relu, (0.0,)), "tanh": (np.tanh, ()), "identity": (lambda x: x, ())}

@@ -71,7 +71,7 @@ def derive_jacobian(batch_size: int = 3) -> Derivation:
     jac = (sp.sqrt(batch_size) * y / big_s).jacobian(y)
     claimed = sp.sqrt(batch_size) / big_s * (sp.eye(batch_size) - y * y.T / big_s**2)
     d.step(f"Quotient rule (residual at $B = {batch_size}$):",
-           sp.Eq(sp.Symbol("residual"), sp.simplify(jac - claimed)), name="residual")
+           sp.Eq(sp.Symbol("residual"), sp.simplify(jac - claimed), evaluate=False), name="residual")
     v = sp.Symbol("v")
     d.step("With $y = |y| v$ and $\\kappa = |y|/S$ this is $\\sqrt B\\,\\kappa/|y|\\,(I - \\kappa^2 vv^T)$, so "
            "$J_h = \\sqrt B\\,\\kappa/|y|\\,D(G - \\kappa^2 vv^T)$ with $D = \\mathrm{diag}\\,\\phi'(\\kappa x)$; "
