@@ -13,7 +13,7 @@ m = E[phi_1^2] - E[phi_1 phi_2], has a positive fixed point iff t < sup_w H(w), 
 w = mu / (B t) (:func:`derive_fixed_point_equation`); above that t the centred covariance collapses (mu* = 0).
 The gradient rate (:func:`derive_rate`) is
 
-    lambda_G = E_{s ~ chi^2_{B-3}}[s / (mu s + B t) (A(tau) - tau (2 - tau) C(tau))] / ((B - 1)(B - 3)),
+    lambda_G = B E_{s ~ chi^2_{B-3}}[s / (mu s + B t) (A(tau) - tau (2 - tau) C(tau))] / ((B - 1)(B - 3)),
 
 A = ((B-1)^2 M11 + (B-1) M12) / B, C = (B-1)(N11 - N12) / B; it stays finite at mu = 0 (collapsed regime).
 """
@@ -129,12 +129,13 @@ def derive_rate() -> Derivation:
     d.step("$E_v\\,\\mathrm{tr}(DGD(G - \\kappa^2(2-\\kappa^2)vv^T))$ over the exchangeable coordinates, at scale "
            "$\\kappa$, is $A - \\kappa^2(2-\\kappa^2)C$ with",
            sp.Tuple(sp.Eq(sp.Symbol("A"), a_expr), sp.Eq(sp.Symbol("C"), c_expr)), name=("A", "C"))
-    d.step("$|J_h|^2$ carries $B\\kappa^2/|y|^2 = B/S^2$, $S^2 = \\sigma_w^2\\mu s + B\\epsilon$; so with "
-           "$\\sigma_w^2 B/S^2 = B s^{-1}\\cdot s/(\\mu s + Bt)$",
-           sp.Eq(sp.Symbol("lambda_G"), B / (B - 1) * sp.Symbol("E_s[B/S^2 (A - kappa^2 (2-kappa^2) C)]")
-                 * sigma_w2 / B))
+    d.step("$|J_h|^2$ carries $B\\kappa^2/|y|^2 = B/S^2$, $S^2 = \\sigma_w^2\\mu s + B\\epsilon$, "
+           "$s \\sim \\chi^2_{B-1}$:",
+           sp.Eq(sp.Symbol("lambda_G"), B * sigma_w2 / (B - 1) * sp.Symbol("E_s[(A - kappa^2 (2-kappa^2) C)/S^2]")))
+    d.step("With $\\sigma_w^2/S^2 = s^{-1}\\cdot s/(\\mu s + Bt)$, $t = \\epsilon/\\sigma_w^2$:",
+           sp.Eq(sp.Symbol("lambda_G"), B / (B - 1) * sp.Symbol("E_s[s^-1 s/(mu s + B t) (A - tau(2 - tau) C)]")))
     d.step("and $E_{\\chi^2_{B-1}}[f(s)/s] = E_{\\chi^2_{B-3}}[f(s)]/(B-3)$ (the densities differ by $s$):",
-           sp.Eq(sp.Symbol("lambda_G"), sp.Symbol("E_{chi^2_{B-3}}[s/(mu s + B t) (A - tau(2 - tau) C)]")
+           sp.Eq(sp.Symbol("lambda_G"), B * sp.Symbol("E_{chi^2_{B-3}}[s/(mu s + B t) (A - tau(2 - tau) C)]")
                  / ((B - 1) * (B - 3))))
     collapsed = sp.simplify(B / ((B - 1) * (B - 3)) * (B - 3) * sp.Symbol("A(0)") / (B * t))
     d.step("At $\\mu = 0$ ($\\tau = 0$, $E[s] = B - 3$) the rate stays finite:",
@@ -190,7 +191,7 @@ def _sup_h(phi: Activation, batch_size: int, n: int) -> float:
         return np.inf
     grid = _h_grid(phi, batch_size, n)
     k = int(np.argmax(grid))
-    if k == 0:  # H is largest at w = 0 (degree 1 and phi smooth at 0, Thm: H(0) = phi'(0)^2)
+    if k == 0:  # H is largest at w = 0 (degree 1 and phi smooth at 0: H(0) = phi'(0)^2)
         return float(grid[0])
     best = minimize_scalar(lambda lw: -_h_values(phi, batch_size, np.array(10.0**lw), n), method="bounded",
                            bounds=(LOG_W[max(k - 2, 0)], LOG_W[min(k, len(LOG_W) - 1)]), options={"xatol": 1e-10})
@@ -200,7 +201,10 @@ def _sup_h(phi: Activation, batch_size: int, n: int) -> float:
 def _solve_w(phi: Activation, batch_size: int, t: np.ndarray, n: int) -> np.ndarray:
     """w with H(w) = t on the branch connected to eps = 0 (the last crossing), NaN where t >= sup H (collapse)."""
     grid = _h_grid(phi, batch_size, n)[1:]
-    collapsed = t >= _sup_h(phi, batch_size, n)
+    # within the table's error bound of H(0) below the threshold counts as collapsed, as it is exactly at it
+    # (tanh at eps = sigma_w^2 phi'(0)^2): the positive root there would be below what the table resolves
+    margin = angular_moments(phi, batch_size).error[_M_TAU] * (batch_size - 1) / batch_size
+    collapsed = t >= _sup_h(phi, batch_size, n) - margin
     above = grid[None, :] >= t[:, None]
     last = np.where(above.any(1), len(LOG_W) - 1 - np.argmax(above[:, ::-1], axis=1), 0)
     lo = np.where(above.any(1), LOG_W[last], LOG_W[0] - 30)  # below the grid: H(0) > t >= H(10^-9), w is tiny
@@ -379,15 +383,17 @@ def rate_crossing_eps(phi: Activation, batch_size: int, sigma_w2: float = 1.0) -
 
     lambda_G is evaluated on a grid of eps from 10^-6 to 10^4 and the first crossing refined by Brent's method.
     """
-    grid = np.logspace(-6, 4, 241)
-    excess = rate_radial(phi, batch_size, grid, sigma_w2).value - 1
-    below = np.nonzero(excess <= 0)[0]
+    def excess(eps: np.ndarray) -> np.ndarray:
+        t = np.atleast_1d(eps) / sigma_w2
+        mu_x = _fixed_points_n(phi, batch_size, t, N_RADIAL).mu
+        return _rate_terms(phi, batch_size, mu_x, t, N_RADIAL)[0] - 1
+
+    grid = np.logspace(-6, 4, 121)
+    values = excess(grid)
+    below = np.nonzero(values <= 0)[0]
     if below.size == 0:
         return None
     k = below[0]
-    if k == 0:
-        return float(grid[0])
-    if excess[k] == 0:
+    if k == 0 or values[k] == 0:
         return float(grid[k])
-    return float(brentq(lambda e: rate_radial(phi, batch_size, e, sigma_w2).value - 1, grid[k - 1], grid[k],
-                        xtol=1e-14, rtol=1e-12))
+    return float(brentq(lambda e: float(excess(np.array([e]))[0]), grid[k - 1], grid[k], xtol=1e-12, rtol=1e-10))
