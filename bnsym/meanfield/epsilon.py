@@ -174,12 +174,12 @@ def _h_values(phi: Activation, batch_size: int, w: np.ndarray, n: int) -> np.nda
     return (m_tau * nodes / (ws + 1)) @ weights / batch_size
 
 
-_H_GRIDS: dict[tuple[str, object, int, int], np.ndarray] = {}
+_H_GRIDS: dict[tuple[str, int, int, int], np.ndarray] = {}
 
 
 def _h_grid(phi: Activation, batch_size: int, n: int) -> np.ndarray:
     """H on the grid 10^LOG_W, preceded by H(0)."""
-    key = (phi.name, phi.expr, batch_size, n)
+    key = (phi.name, hash(phi.expr), batch_size, n)
     if key not in _H_GRIDS:
         _H_GRIDS[key] = _h_values(phi, batch_size, np.concatenate([[0.0], 10.0**LOG_W]), n)
     return _H_GRIDS[key]
@@ -214,19 +214,20 @@ def _solve_w(phi: Activation, batch_size: int, t: np.ndarray, n: int) -> np.ndar
     hi = np.where(above.any(1), hi, LOG_W[0])
     f_lo = _h_values(phi, batch_size, 10.0**lo, n) - t
     f_hi = _h_values(phi, batch_size, 10.0**hi, n) - t
-    for _ in range(40):  # Illinois (regula falsi) on log10 w, bracket kept: f(lo) >= 0 > f(hi)
-        done = hi - lo < 1e-13
-        mid = np.where(done, lo, hi - f_hi * (hi - lo) / np.where(f_hi == f_lo, -1.0, f_hi - f_lo))
-        mid = np.clip(mid, np.minimum(lo, hi), np.maximum(lo, hi))
+    side = np.zeros_like(t)  # which end the last step replaced: +1 lo, -1 hi
+    for _ in range(60):  # Illinois (regula falsi) on log10 w, bracket kept: f(lo) >= 0 > f(hi)
+        mid = np.clip(hi - f_hi * (hi - lo) / np.where(f_hi == f_lo, -1.0, f_hi - f_lo), lo, hi)
         f_mid = _h_values(phi, batch_size, 10.0**mid, n) - t
         up = f_mid >= 0
-        f_hi = np.where(up & ~done, f_hi / 2, f_hi)  # the Illinois step: halve the stale end
-        f_lo = np.where(~up & ~done, f_lo / 2, f_lo)
-        lo, f_lo = np.where(up & ~done, mid, lo), np.where(up & ~done, f_mid, f_lo)
-        hi, f_hi = np.where(~up & ~done, mid, hi), np.where(~up & ~done, f_mid, f_hi)
-        if np.all(done | (np.abs(f_mid) <= 1e-15 * np.maximum(t, 1e-300))):
-            lo = hi = np.where(done, lo, mid)
+        f_hi = np.where(up & (side > 0), f_hi / 2, f_hi)  # the same end twice: halve the stale one
+        f_lo = np.where(~up & (side < 0), f_lo / 2, f_lo)
+        lo, f_lo = np.where(up, mid, lo), np.where(up, f_mid, f_lo)
+        hi, f_hi = np.where(up, hi, mid), np.where(up, f_hi, f_mid)
+        side = np.where(up, 1.0, -1.0)
+        converged = (np.abs(f_mid) <= 1e-14 * np.maximum(t, 1e-300)) | (hi - lo < 1e-12) | collapsed
+        if np.all(converged):
             break
+    lo = hi = np.where(np.abs(f_lo) < np.abs(f_hi), lo, hi)
     return np.where(collapsed, np.nan, 10.0 ** ((lo + hi) / 2))
 
 
