@@ -186,4 +186,4 @@ def test_large_eps_collapses(spec):
     """
     point = bnsym.fixed_point(spec, 8, eps=1.0)
     assert point.collapsed and point.mu == 0 and point.q == 0
-    assert bnsym.collapse_eps(spec, 8) <= 1.0
+    assert bnsym.collapse_eps(spec, 8) <= 1.0 + 1e-12  # tanh: exactly phi'(0)^2 = 1, up to rounding
