@@ -24,6 +24,9 @@ mu = sp.Symbol("mu", positive=True)  # Sigma^G = mu G for a BSB1 Sigma
 mu_star = sp.Symbol("mu^*", positive=True)  # mu at the fixed point Sigma*
 ell = sp.Symbol("ell", positive=True)  # an eigenvalue of a perturbation Lam of Sigma^G
 g = sp.Symbol("g", positive=True)  # the diagonal (B-1)/B of G
+epsilon = sp.Symbol("epsilon", nonnegative=True)  # the batch-norm stabiliser, n_eps(y) = sqrt(B) y/sqrt(|y|^2 + B eps)
+kappa = sp.Symbol("kappa", positive=True)  # |y| / sqrt(|y|^2 + B eps): the radial shrink of the BN output
+sigma_w2, sigma_b2 = sp.symbols("sigma_w^2 sigma_b^2", positive=True)  # weight and bias variances
 v_star = sp.Symbol("v^*", positive=True)  # the coefficient that Thm 6 divides by, as printed
 
 # J_phi(1), J_phi(rho) and J_phi'(rho), with J_phi(c) the normalised kernel of phi (Prop E.10)
