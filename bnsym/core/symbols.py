@@ -63,7 +63,7 @@ varphi = sp.Symbol("varphi", positive=True)  # the angle that parametrises Theor
 vartheta = sp.Symbol("vartheta", positive=True)  # distance to the hard edge, vartheta = pi/(M+1) - varphi
 k_moment = k  # the order of a moment E[x^k] (the same positive symbol as the dilution ratio k)
 N_width = sp.Symbol("N", integer=True, positive=True)  # the size of each N x N factor; a dataset size in eq. (2)
-kappa = sp.Symbol("kappa", positive=True)  # a condition number sigma_max / sigma_min
+# kappa (declared above) also names a condition number sigma_max / sigma_min here
 eta = sp.Symbol("eta", positive=True)  # a (gradient-descent) learning rate
 n_batch = sp.Symbol("n", integer=True, positive=True)  # minibatch size |B| in eq. (2); summands in Table 1
 m_align = sp.Symbol("m", real=True)  # mean-to-standard-deviation ratio of a gradient summand
