@@ -20,7 +20,13 @@ from .core.geometry import bsb1_mu
 from .core.validation import check_batch_size, check_covariance, check_eps, check_joint_covariance
 from .meanfield.backward import depth_scale as _depth_scale
 from .meanfield.backward import operator_eigenvalues, rate_closed_form, rate_spherical
-from .meanfield.crossbatch import cross_batch_kernel_laplace
+from .meanfield.crossbatch import (
+    cross_batch_kernel_laplace,
+    cross_fixed_point_closed_form,
+    cross_fixed_point_spherical,
+    cross_rate_closed_form,
+    cross_rate_spherical,
+)
 from .meanfield.forward import FixedPoint, bn_kernel_spherical, fixed_point_closed_form, fixed_point_spherical
 from .meanfield.forward_linear import (
     alpha_transition_value,
@@ -90,6 +96,15 @@ BN_KERNEL_ROUTES = {
     "laplace": Route(lambda phi, sigma, eps, tol: bn_kernel_laplace(phi, sigma), _homogeneous),
     "spherical": Route(lambda phi, sigma, eps, tol: bn_kernel_spherical(phi, sigma, eps), _bsb1_input),
     "qmc": Route(lambda phi, sigma, eps, tol: bn_kernel_qmc(phi, sigma, eps), _always),
+}
+CROSS_FIXED_POINT_ROUTES = {
+    "closed_form": Route(lambda phi, b, eps, tol: cross_fixed_point_closed_form(phi, b), _homogeneous,
+                         vectorised=True),
+    "spherical": Route(lambda phi, b, eps, tol: cross_fixed_point_spherical(phi, b), _always),
+}
+CROSS_RATE_ROUTES = {
+    "closed_form": Route(lambda phi, b, eps, tol: cross_rate_closed_form(phi, b), _homogeneous, vectorised=True),
+    "spherical": Route(lambda phi, b, eps, tol: cross_rate_spherical(phi, b), _always),
 }
 CROSS_BATCH_KERNEL_ROUTES = {
     "laplace": Route(lambda phi, sigma, eps, tol: None, _homogeneous),
@@ -268,6 +283,34 @@ def alpha_transition(B: int) -> float | None:
     None where no alpha up to 40 destabilises it (B = 4: lambda_L -> 2 alpha/(3 + 2 alpha) < 1).
     """
     return alpha_transition_value(check_batch_size(B))
+
+
+def cross_batch_fixed_point(phi: str | Activation, B: int | np.ndarray, method: str | None = None,
+                            with_error: bool = False) -> float | np.ndarray | Estimate:
+    """c*_cross: the constant cross block c 11^T of two batches at the CBSB1 fixed point (Defn H.2, Thm H.3).
+
+    The centrings remove any constant cross block, so the batches' outputs are independent and
+    c*_cross = (E phi(x_1))^2, x_1 one coordinate of the BN output (eps = 0). ``method``: "closed_form"
+    (positive-homogeneous phi; ``B`` may be an array) or "spherical" (quadrature, any phi, one B).
+    """
+    phi = parse_activation(phi)
+    batch = check_batch_size(B, array_ok=True)
+    estimate = _compute(CROSS_FIXED_POINT_ROUTES, method, phi, batch, 0.0, None)
+    return estimate if with_error else estimate.value
+
+
+def cross_batch_rate(phi: str | Activation, B: int | np.ndarray, method: str | None = None,
+                     with_error: bool = False) -> float | np.ndarray | Estimate:
+    """lambda_x^2: the per-layer factor of the centred cross block G Xi G near CBSB1 (Thms H.13-H.14, eps = 0).
+
+    lambda_x^2 = B (B-2)^2 a_1^2 Gamma(B/2 - 1)^2 / (2 (B-1)^2 mu* Gamma((B-1)/2)^2), a_1 = E[x_1 phi(x_1)];
+    at most Gamma(B/2)^2 / (Gamma((B-1)/2) Gamma((B+1)/2)) < 1, with equality for linear phi. ``method``:
+    "closed_form" (positive-homogeneous phi; ``B`` may be an array) or "spherical" (any phi, one B).
+    """
+    phi = parse_activation(phi)
+    batch = check_batch_size(B, array_ok=True)
+    estimate = _compute(CROSS_RATE_ROUTES, method, phi, batch, 0.0, None)
+    return estimate if with_error else estimate.value
 
 
 def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, B1: int, eps: float = 0.0,

@@ -55,7 +55,17 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
     result.update(_gradient_predictions(phi, point.batch_size, point.eps))
+    result["cross_batch"] = _cross_batch_predictions(phi, point.batch_size, point.eps)
     return result
+
+
+def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | None:
+    """Two batches through one network (App. H): c*_cross, lambda_x^2 and the gradient-correlation factor."""
+    if eps != 0:
+        return None
+    rate = api.cross_batch_rate(phi, batch_size)
+    return {"fixed_point": api.cross_batch_fixed_point(phi, batch_size), "rate": rate,
+            "gradient_correlation_rate": rate / api.gradient_rate(phi, batch_size)}
 
 
 def _finite_or_none(value: float) -> float | None:
