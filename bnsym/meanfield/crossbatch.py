@@ -210,6 +210,10 @@ def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor
             error = (value - previous).abs()
             if error.max() <= RTOL * value.abs().max() or nodes >= MAX_NODES:
                 break
+        if error.max() > 1e-4 * value.abs().max():
+            raise ValueError(f"the Laplace rule did not converge ({nodes} nodes per axis, relative change "
+                             f"{float(error.max() / value.abs().max()):.1e}): a batch's centred covariance is (nearly) "
+                             "rank-deficient; use method='qmc'")
     else:
         value = solve(nodes)
         error = (value - solve(nodes // 2)).abs() if with_error else None
