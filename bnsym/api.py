@@ -12,13 +12,21 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 import numpy as np
+import torch
 
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
-from .core.validation import check_batch_size, check_covariance, check_eps, check_variance
+from .core.validation import check_batch_size, check_covariance, check_eps, check_joint_covariance, check_variance
 from .meanfield.backward import MAX_TRAINABLE_DEPTH_FACTOR, operator_eigenvalues, rate_closed_form, rate_spherical
 from .meanfield.backward import depth_scale as _depth_scale
+from .meanfield.crossbatch import (
+    cross_batch_kernel_laplace,
+    cross_fixed_point_closed_form,
+    cross_fixed_point_spherical,
+    cross_rate_closed_form,
+    cross_rate_spherical,
+)
 from .meanfield.epsilon import collapse_eps as _collapse_eps
 from .meanfield.epsilon import fixed_point_radial, forward_eigenvalues_radial, rate_radial
 from .meanfield.forward import FixedPoint, bn_kernel_spherical, fixed_point_closed_form, fixed_point_spherical
@@ -97,6 +105,19 @@ BN_KERNEL_ROUTES = {
     "laplace": Route(lambda phi, sigma, eps, tol: bn_kernel_laplace(phi, sigma), _homogeneous),
     "spherical": Route(lambda phi, sigma, eps, tol: bn_kernel_spherical(phi, sigma, eps), _bsb1_input),
     "qmc": Route(lambda phi, sigma, eps, tol: bn_kernel_qmc(phi, sigma, eps), _always),
+}
+CROSS_FIXED_POINT_ROUTES = {
+    "closed_form": Route(lambda phi, b, eps, tol: cross_fixed_point_closed_form(phi, b), _homogeneous,
+                         vectorised=True),
+    "spherical": Route(lambda phi, b, eps, tol: cross_fixed_point_spherical(phi, b), _always),
+}
+CROSS_RATE_ROUTES = {
+    "closed_form": Route(lambda phi, b, eps, tol: cross_rate_closed_form(phi, b), _homogeneous, vectorised=True),
+    "spherical": Route(lambda phi, b, eps, tol: cross_rate_spherical(phi, b), _always),
+}
+CROSS_BATCH_KERNEL_ROUTES = {
+    "laplace": Route(lambda phi, sigma, eps, tol: None, _homogeneous),
+    "qmc": Route(lambda phi, sigma, eps, tol: None, _always),
 }
 GRADIENT_RATE_ROUTES = {
     "closed_form": Route(lambda phi, b, eps, tol: rate_closed_form(phi, b), _homogeneous, vectorised=True),
@@ -333,3 +354,69 @@ def alpha_transition(B: int) -> float | None:
     None where no alpha up to 40 destabilises it (B = 4: lambda_L -> 2 alpha/(3 + 2 alpha) < 1).
     """
     return alpha_transition_value(check_batch_size(B))
+
+
+def cross_batch_fixed_point(phi: str | Activation, B: int | np.ndarray, method: str | None = None,
+                            with_error: bool = False) -> float | np.ndarray | Estimate:
+    """c*_cross: the constant cross block c 11^T of two batches at the CBSB1 fixed point (Defn H.2, Thm H.3).
+
+    The centrings remove any constant cross block, so the batches' outputs are independent and
+    c*_cross = (E phi(x_1))^2, x_1 one coordinate of the BN output (eps = 0). ``method``: "closed_form"
+    (positive-homogeneous phi; ``B`` may be an array) or "spherical" (quadrature, any phi, one B).
+    """
+    phi = parse_activation(phi)
+    batch = check_batch_size(B, array_ok=True)
+    estimate = _compute(CROSS_FIXED_POINT_ROUTES, method, phi, batch, 0.0, None)
+    return estimate if with_error else estimate.value
+
+
+def cross_batch_rate(phi: str | Activation, B: int | np.ndarray, method: str | None = None,
+                     with_error: bool = False) -> float | np.ndarray | Estimate:
+    """lambda_x^2: the per-layer factor of the centred cross block G Xi G near CBSB1 (Thms H.13-H.14, eps = 0).
+
+    lambda_x^2 = B (B-2)^2 a_1^2 Gamma(B/2 - 1)^2 / (2 (B-1)^2 mu* Gamma((B-1)/2)^2), a_1 = E[x_1 phi(x_1)];
+    at most Gamma(B/2)^2 / (Gamma((B-1)/2) Gamma((B+1)/2)) < 1, with equality for linear phi. ``method``:
+    "closed_form" (positive-homogeneous phi; ``B`` may be an array) or "spherical" (any phi, one B).
+    """
+    phi = parse_activation(phi)
+    batch = check_batch_size(B, array_ok=True)
+    estimate = _compute(CROSS_RATE_ROUTES, method, phi, batch, 0.0, None)
+    return estimate if with_error else estimate.value
+
+
+def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, B1: int, eps: float = 0.0,
+                       method: str | None = None, nodes: int | None = None, blocks: str = "all",
+                       with_error: bool = False) -> np.ndarray | torch.Tensor | Estimate:
+    """The joint covariance of two batches after one batch-normed layer (Yang et al. 2019, eq. 54, Defn H.1).
+
+    Batches of sizes B1 and B2 = n - B1 share the weights; batch norm normalises each on its own. ``Sigma`` is
+    the joint pre-activation covariance, (n, n) or a stack (..., n, n), a numpy array or a torch tensor; the
+    result has the same shape and kind: [[V_{B_phi}(Sigma_11), C], [C^T, V_{B_phi}(Sigma_22)]] with the cross
+    block C = E[B_phi(h1) B_phi(h2)^T] ((..., B1, B2) alone with ``blocks="cross"``). Iterate it for depth.
+
+    * "laplace": the two-dimensional Laplace integral (Lemma H.5) with a tensor Gauss-Jacobi rule, for
+      positive-homogeneous phi and eps = 0; stacks and torch tensors (CUDA included) are computed in batched
+      float64 ops. ``nodes`` per axis: None doubles them until the relative change is below 1e-9 (that change
+      is the error); a fixed number (6 is about 1e-10 at B = 32) is faster, its error the change from nodes // 2.
+    * "qmc": randomised quasi-Monte Carlo, any phi, any eps, one matrix at a time (numpy); error = standard
+      error over scramblings.
+
+    Default: "laplace" where it applies, else "qmc". ValueError for a non-PSD Sigma, B1 or B2 below 4, a
+    stack for "qmc", unknown ``blocks``.
+    """
+    phi = parse_activation(phi)
+    matrix, batch1 = check_joint_covariance(Sigma, B1)
+    eps = check_eps(eps)
+    if blocks not in ("all", "cross"):
+        raise ValueError(f"blocks must be 'all' (the joint covariance) or 'cross' (the B1 x B2 block), got {blocks!r}")
+    if nodes is not None and not (isinstance(nodes, (int, np.integer)) and nodes >= 2):
+        raise ValueError(f"nodes must be an integer >= 2 (Gauss-Jacobi nodes per axis), got {nodes!r}")
+    name, _ = _choose(CROSS_BATCH_KERNEL_ROUTES, method, phi, matrix, eps, None)
+    if name == "laplace":
+        return cross_batch_kernel_laplace(phi, Sigma, batch1, nodes, with_error, blocks)
+    if matrix.ndim != 2:
+        raise ValueError(f"method 'qmc' takes one joint covariance at a time, got a stack of shape {matrix.shape}")
+    estimate = bn_kernel_qmc(phi, matrix, eps, sizes=(batch1, matrix.shape[-1] - batch1))
+    if blocks == "cross":
+        estimate = Estimate(estimate.value[:batch1, batch1:], estimate.error[:batch1, batch1:], "qmc")
+    return estimate if with_error else estimate.value

@@ -92,3 +92,43 @@ def check_covariance(sigma: object) -> np.ndarray:
         raise ValueError("G Sigma G = 0: every input of the batch has the same pre-activation, "
                          "so the batch variance is 0 and batch norm divides by zero")
     return (matrix + matrix.T) / 2
+
+
+def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, int]:
+    """A joint covariance of two batches: (..., B1 + B2, B1 + B2), each matrix symmetric PSD, B1, B2 >= 4.
+
+    ``sigma`` may be a numpy array (or nested list) or a torch tensor; the checks run in float64 on the CPU and
+    return it as a numpy array (the caller keeps its own tensor). Every stacked matrix must have G_k Sigma_kk G_k
+    != 0 for both batches (batch norm divides by the batch's standard deviation).
+    """
+    try:
+        matrix = np.asarray(sigma.detach().cpu() if hasattr(sigma, "detach") else sigma, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"Sigma must be a numeric (B1 + B2) x (B1 + B2) matrix, got {type(sigma).__name__}") from None
+    if matrix.ndim < 2 or matrix.shape[-1] != matrix.shape[-2]:
+        raise ValueError(f"Sigma must be a square (B1 + B2) x (B1 + B2) matrix or a stack (..., B1 + B2, B1 + B2) "
+                         f"of them, got shape {matrix.shape}")
+    if isinstance(batch1, (bool, np.bool_)) or not isinstance(batch1, numbers.Integral):
+        raise ValueError(f"B1 (the size of the first batch) must be a whole number, got {batch1!r}")
+    batch1 = int(batch1)
+    batch2 = matrix.shape[-1] - batch1
+    for name, size in (("B1", batch1), ("B2 = Sigma.shape[-1] - B1", batch2)):
+        if size < MIN_BATCH_SIZE:
+            raise ValueError(f"{name} = {size} is below {MIN_BATCH_SIZE} (Sigma has shape {matrix.shape}): "
+                             f"{WHY_MIN_BATCH}")
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError("Sigma has non-finite entries")
+    scale = np.maximum(np.abs(matrix).max((-2, -1)), 1e-300)[..., None, None]
+    if np.any(np.abs(matrix - np.swapaxes(matrix, -1, -2)) > 1e-10 * scale):
+        raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
+    smallest = np.linalg.eigvalsh((matrix + np.swapaxes(matrix, -1, -2)) / 2)[..., 0]
+    if np.any(smallest < -1e-10 * scale[..., 0, 0]):
+        raise ValueError(f"Sigma must be positive semi-definite (a joint covariance of two batches); its smallest "
+                         f"eigenvalue is {smallest.min():.3g}")
+    for lo, hi in ((0, batch1), (batch1, matrix.shape[-1])):
+        g = np.eye(hi - lo) - 1.0 / (hi - lo)
+        projected = g @ matrix[..., lo:hi, lo:hi] @ g
+        if np.any(np.abs(projected).max((-2, -1)) <= 1e-12 * scale[..., 0, 0]):
+            raise ValueError(f"G Sigma G = 0 for the batch of rows {lo}..{hi - 1}: all its inputs have the same "
+                             "pre-activation, so the batch variance is 0 and batch norm divides by zero")
+    return matrix, batch1

@@ -14,6 +14,7 @@ For smooth phi the error falls roughly like 1/n (plain Monte Carlo: 1/sqrt(n)).
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import block_diag
 from scipy.special import ndtri
 from scipy.stats import qmc
 
@@ -34,10 +35,15 @@ def bn_kernel_qmc(
     n_points: int = 2**14,
     n_replicates: int = 16,
     seed: int = 0,
+    sizes: tuple[int, ...] | None = None,
 ) -> Estimate:
-    """V_{B_phi}(Sigma) by randomised QMC, with the elementwise standard error as its error."""
-    batch = sigma.shape[0]
-    g = centring(batch)
+    """V_{B_phi}(Sigma) by randomised QMC, with the elementwise standard error as its error.
+
+    ``sizes`` splits the coordinates into consecutive batches that batch norm normalises separately (several
+    batches through one layer, :mod:`bnsym.meanfield.crossbatch`); default one batch.
+    """
+    sizes = sizes or (sigma.shape[0],)
+    g = block_diag(*(centring(size) for size in sizes))
     lam, vecs = np.linalg.eigh(g @ sigma @ g)
     keep = lam > 1e-12 * lam.max()
     factor = vecs[:, keep] * np.sqrt(lam[keep])  # (B, r)
@@ -46,7 +52,8 @@ def bn_kernel_qmc(
     for _ in range(n_replicates):
         points = qmc.Sobol(d=factor.shape[1], scramble=True, seed=rng).random(n_points)
         y = ndtri(points) @ factor.T  # (n, B), rows ~ N(0, Sigma^G)
-        x = phi.numpy(normalise(y, eps))
+        x = phi.numpy(np.concatenate([normalise(part, eps) for part in np.split(y, np.cumsum(sizes)[:-1], axis=1)],
+                                     axis=1))
         estimates.append(x.T @ x / n_points)
     estimates = np.stack(estimates)
     return Estimate(estimates.mean(axis=0), estimates.std(axis=0, ddof=1) / np.sqrt(n_replicates), "qmc")

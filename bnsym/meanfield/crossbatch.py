@@ -1,0 +1,363 @@
+"""Two batches through one network: the cross-batch kernel (Yang et al. 2019, App. H, Defn H.1, Lemma H.5).
+
+Two batches of sizes B1 and B2 pass through the same weights; batch norm normalises each batch on its own.
+With joint pre-activations h = (h1, h2) ~ N(0, Sigma), Sigma of shape (B1 + B2, B1 + B2), the next layer's
+covariance is V(Sigma) = E[x x^T], x = (B_phi(h1), B_phi(h2)) (eq. 54, the direct sum of the batch maps).
+Its diagonal blocks are the within-batch kernels V_{B_phi}(Sigma_11), V_{B_phi}(Sigma_22); the new object is
+the cross block E[B_phi(h1) B_phi(h2)^T].
+
+Laplace route (positive-homogeneous phi of degree alpha, eps = 0). With y_k = G_k h_k,
+B_phi(h_k) = B_k^(alpha/2) |y_k|^(-alpha) phi(y_k). One Schwinger parameter per batch,
+|y|^(-alpha) = Gamma(alpha/2)^-1 int_0^oo s^(alpha/2 - 1) e^(-s |y|^2) ds, and Gaussian completion
+(E[e^(-y^T D y) f(y)] = det(I + 2 Omega D)^(-1/2) E_{y ~ N(0, Omega (I + 2 D Omega)^-1)} f(y)) give
+
+    E[B_phi(h1) B_phi(h2)^T] = (B1 B2)^(alpha/2) / Gamma(alpha/2)^2  int int s^(alpha/2-1) t^(alpha/2-1)
+                               det(I + 2 D Omega)^(-1/2) V_phi(Omega (I + 2 D Omega)^-1)_12 ds dt,     (*)
+
+Omega = diag(G1, G2) Sigma diag(G1, G2), D = diag(s I_B1, t I_B2): a two-dimensional Laplace integral
+(Lemma H.5; GP4A's ``Batchnorm.ipynb`` computes the cross block this way). A Schur complement makes the inner
+integral cheap: with Y_s = Omega_22 - Omega_21 2s (I + 2s Omega_11)^-1 Omega_12 (the covariance of y2 "seen"
+through the s-tilt of y1) and Q_s = (I + 2s Omega_11)^-1 Omega_12,
+
+    det(I + 2 D Omega) = det(I + 2s Omega_11) det(I + 2t Y_s),
+    [Omega (I + 2 D Omega)^-1]_12 = Q_s (I + 2t Y_s)^-1,       ..._22 = Y_s (I + 2t Y_s)^-1,
+    ..._11 = Omega_11 (I + 2s Omega_11)^-1 - 2t Q_s (I + 2t Y_s)^-1 Q_s^T,
+
+so one eigendecomposition of Omega_11 per input and one of Y_s per s-node serve all t-nodes.
+
+QMC route (any phi, any eps): sample h, normalise each batch, average x x^T (:mod:`bnsym.meanfield.qmc`).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+import torch
+from scipy.special import gammaln
+
+from ..core.activations import Activation
+from ..core.derivation import Derivation
+from ..core.estimate import Estimate
+from ..core.quadrature import gauss_jacobi
+from ..core.symbols import B, alpha, c, mu_star, t
+from .forward import derive_bsb1_constant, fixed_point_closed_form, fixed_point_spherical
+from .kernels import arccos_kernel_symbolic, c_alpha, derive_arccos_kernel, phi_kernel
+from .laplace import euler_beta
+from .sphere import expect_pair_with_error
+
+RTOL = 1e-9  # adaptive rule: nodes per axis double from 8 until two rules agree to RTOL max |V|
+MAX_NODES = 128
+_CHUNK_BYTES = 256 * 2**20  # memory budget of one chunk of the stack of inputs
+
+
+@cache
+def _arccos_kernel_torch(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """J_n(c) for integer n, lambdified for torch from :func:`~bnsym.meanfield.kernels.derive_arccos_kernel`."""
+    return sp.lambdify(c, derive_arccos_kernel(order).result.evalf(17), modules="torch", cse=True)
+
+
+def phi_kernel_torch(phi: Activation, corr: torch.Tensor) -> torch.Tensor:
+    """J_phi(c) = (a^2 + b^2) J_alpha(c) - 2ab J_alpha(-c) on torch tensors (on their device).
+
+    Integer alpha <= 3 use the derived closed forms; other alpha (relu^1.5) the hypergeometric series of
+    :func:`~bnsym.meanfield.kernels.phi_kernel` on the CPU.
+    """
+    alpha = phi.degree
+    if float(alpha).is_integer() and alpha <= 3:
+        a, b = phi.ab
+        kernel = _arccos_kernel_torch(int(alpha))
+        corr = corr.clamp(-1.0, 1.0)
+        value = (a * a + b * b) * kernel(corr)
+        return value - 2 * a * b * kernel(-corr) if a * b != 0 else value  # relu: b = 0, half the work
+    values = phi_kernel(phi, corr.detach().cpu().numpy())
+    return torch.as_tensor(values, dtype=corr.dtype).to(corr.device)
+
+
+def helmert(batch_size: int, like: torch.Tensor) -> torch.Tensor:
+    """e (B x (B-1)): orthonormal columns spanning 1^perp, so e e^T = G (dtype and device of ``like``)."""
+    k = torch.arange(1, batch_size, dtype=like.dtype, device=like.device)
+    rows = torch.arange(batch_size, device=like.device)[:, None]
+    e = torch.where(rows < k, 1.0, torch.where(rows == k, -k, 0.0))
+    return e / torch.sqrt(k * (k + 1))
+
+
+def _jacobi_rule(n: int, exponent_one_minus: float, exponent_zero: float, like: torch.Tensor):
+    """Nodes x in (0, 1) and normalised weights for x^(exponent_zero) (1 - x)^(exponent_one_minus)."""
+    t, w = gauss_jacobi(n, exponent_one_minus, exponent_zero)
+    return (torch.as_tensor((1 + t) / 2, dtype=like.dtype, device=like.device),
+            torch.as_tensor(w, dtype=like.dtype, device=like.device))
+
+
+def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) -> torch.Tensor:
+    """The cross block of (*) for reduced centred covariances ``omega`` (..., r1 + r2, r1 + r2), r_k = B_k - 1.
+
+    Each batch is rescaled to unit mean eigenvalue (batch norm is scale invariant per batch). The changes of
+    variables s = x / (2 m1 (1 - x)), t = y / (2 m2 (1 - y)), m1 = mean eig Omega_11, m2 = mean eig Y_s, turn (*)
+    into int int x^(alpha/2-1) (1-x)^(r1/2-1) y^(alpha/2-1) (1-y)^(r2/2-1) F(x, y) dx dy with F smooth where
+    Omega_11 and Y_s have full rank; a tensor Gauss-Jacobi rule integrates the endpoint powers exactly.
+    """
+    alpha = phi.degree
+    r1 = batch1 - 1
+    r2 = omega.shape[-1] - r1
+    batch2 = r2 + 1
+    e1, e2 = helmert(batch1, omega), helmert(batch2, omega)
+    o11, o12, o22 = omega[..., :r1, :r1], omega[..., :r1, r1:], omega[..., r1:, r1:]
+    m1 = o11.diagonal(0, -2, -1).mean(-1)[..., None, None]  # batch norm is scale invariant per batch:
+    m22 = o22.diagonal(0, -2, -1).mean(-1)[..., None, None]  # rescale each to mean eigenvalue 1
+    o11, o12, o22 = o11 / m1, o12 / (m1 * m22).sqrt(), o22 / m22
+    omega_eig, u = torch.linalg.eigh(o11)  # (..., r1), (..., r1, r1); mean eigenvalue 1
+    x, wx = _jacobi_rule(nodes, r1 / 2 - 1, alpha / 2 - 1, omega)
+    y, wy = _jacobi_rule(nodes, r2 / 2 - 1, alpha / 2 - 1, omega)
+    xs = x[:, None]  # (nx, 1)
+    den1 = (1 - xs) + xs * omega_eig[..., None, :]  # (..., nx, r1): (1 + 2 s omega_k) (1 - x)
+    det1 = den1.rsqrt().prod(-1)  # (..., nx)
+    t1 = e1 @ u  # (..., B1, r1)
+    p0 = (t1.square()[..., None, :, :] * (omega_eig[..., None, :] / den1)[..., None, :]).sum(-1)  # (..., nx, B1)
+    rot = u.mT @ o12  # (..., r1, r2)
+    tilt = xs / den1  # (..., nx, r1): 2 s / (1 + 2 s omega_k)
+    ys_ = o22[..., None, :, :] - rot.mT[..., None, :, :] @ (tilt[..., :, None] * rot[..., None, :, :])
+    kappa, v = torch.linalg.eigh(ys_)  # (..., nx, r2)
+    kappa = kappa.clamp(min=0.0)
+    m2 = kappa.mean(-1).clamp(min=torch.finfo(omega.dtype).tiny)  # (..., nx)
+    ratio = kappa / m2[..., None]
+    t2 = e2 @ v  # (..., nx, B2, r2)
+    z = (t1[..., None, :, :] / den1[..., None, :]) @ (rot[..., None, :, :] @ v)  # (..., nx, B1, r2)
+    yy = y[:, None]
+    den2 = (1 - yy) + yy * ratio[..., None, :]  # (..., nx, ny, r2)
+    det2 = den2.rsqrt().prod(-1)  # (..., nx, ny)
+    q = (t2.square()[..., None, :, :] * (kappa[..., None, :] / den2)[..., None, :]).sum(-1)  # (..., nx, ny, B2)
+    drop = (1 - xs) * y / m2[..., None]  # (..., nx, ny): (1 - x) y / m2
+    p = p0[..., None, :] - drop[..., None] * (z.square()[..., None, :, :] / den2[..., None, :]).sum(-1)
+    cross = (z[..., None, :, :] / den2[..., None, :]) @ t2[..., None, :, :].mT  # (..., nx, ny, B1, B2)
+    scale = torch.sqrt((1 - xs) * (1 - y))  # (nx, ny)
+    root_p, root_q = p.clamp(min=0).sqrt(), q.clamp(min=0).sqrt()
+    norm = root_p[..., :, None] * root_q[..., None, :]
+    corr = torch.where(norm > 0, scale[..., None, None] * cross / torch.where(norm > 0, norm, 1.0), 0.0)
+    integrand = (norm if alpha == 1 else norm ** alpha) * phi_kernel_torch(phi, corr)
+    weight = (wx[:, None] * wy) * det1[..., None] * det2 * m2[..., None] ** (-alpha / 2)
+    total = (weight[..., None, None] * integrand).sum((-4, -3))
+    log_pref = (alpha / 2 * math.log(batch1 * batch2 / 4) + float(np.log(c_alpha(alpha)))
+                + gammaln(r1 / 2) + gammaln(r2 / 2) - gammaln((alpha + r1) / 2) - gammaln((alpha + r2) / 2))
+    return math.exp(log_pref) * total
+
+
+def _as_tensor(sigma: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(float64 tensor on the input's device, whether the input was a numpy array)."""
+    if isinstance(sigma, torch.Tensor):
+        return sigma.to(torch.float64), False
+    return torch.as_tensor(np.asarray(sigma, dtype=float)), True
+
+
+def _reduce(sigma: torch.Tensor, batch1: int) -> torch.Tensor:
+    """E^T Sigma E with E = diag(e1, e2): the centred covariance Omega in the bases of 1^perp of each batch."""
+    batch2 = sigma.shape[-1] - batch1
+    basis = torch.block_diag(helmert(batch1, sigma), helmert(batch2, sigma))
+    return basis.mT @ sigma @ basis
+
+
+def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) -> torch.Tensor:
+    """:func:`_cross_block` over a flat stack (n, r, r), in chunks that keep the node arrays under a budget."""
+    batch2 = omega.shape[-1] - batch1 + 2
+    per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * 4
+    size = max(1, _CHUNK_BYTES // per_item)
+    return torch.cat([_cross_block(phi, part, batch1, nodes) for part in omega.split(size)])
+
+
+def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor, batch1: int,
+                               nodes: int | None = None, with_error: bool = False,
+                               blocks: str = "all") -> np.ndarray | torch.Tensor | Estimate:
+    """V(Sigma) of a pair of batches by the two-dimensional Laplace integral (*), positive-homogeneous phi, eps = 0.
+
+    ``sigma``: one joint covariance (B1 + B2, B1 + B2) or a stack (..., B1 + B2, B1 + B2), a numpy array or a
+    torch tensor (computed on its device, CUDA included, in float64). ``blocks="all"`` returns the joint
+    covariance after the layer, same shape (its diagonal blocks are :func:`bnsym.bn_kernel`'s, computed by (*)
+    for the pair (h1, h1), an independent route); ``blocks="cross"`` only the (..., B1, B2) cross block, the
+    cheap part for many pairs of batches whose diagonal blocks are known.
+
+    ``nodes``: Gauss-Jacobi nodes per axis. None (default) doubles them from 8 until two rules agree to
+    ``RTOL`` max |V| (at most ``MAX_NODES``); the error is that last change. A fixed ``nodes`` computes one rule
+    (error, with ``with_error``, the change from ``nodes // 2``): 6 nodes give about 1e-10 relative at B = 32,
+    small batches (B ~ 4) and rank-deficient blocks need more. Inputs are not validated here (see
+    :func:`bnsym.cross_batch_kernel`).
+    """
+    tensor, was_numpy = _as_tensor(sigma)
+    batch = tensor.shape[-1]
+    flat = tensor.reshape(-1, batch, batch)
+    shape = (*tensor.shape[:-2], batch1, batch - batch1) if blocks == "cross" else tensor.shape
+
+    def solve(n: int) -> torch.Tensor:
+        cross = _chunked(phi, _reduce(flat, batch1), batch1, n)
+        if blocks == "cross":
+            return cross.reshape(shape)
+        diagonal = []
+        for lo, hi in ((0, batch1), (batch1, batch)):
+            block = flat[..., lo:hi, lo:hi]
+            pair = torch.cat([torch.cat([block, block], -1)] * 2, -2)
+            diagonal.append(_chunked(phi, _reduce(pair, hi - lo), hi - lo, n))
+        top = torch.cat([diagonal[0], cross], -1)
+        bottom = torch.cat([cross.mT, diagonal[1]], -1)
+        return torch.cat([top, bottom], -2).reshape(shape)
+
+    if nodes is None:
+        nodes, value = 8, solve(8)
+        while True:
+            nodes *= 2
+            previous, value = value, solve(nodes)
+            error = (value - previous).abs()
+            if error.max() <= RTOL * value.abs().max() or nodes >= MAX_NODES:
+                break
+        if error.max() > 1e-4 * value.abs().max():
+            raise ValueError(f"the Laplace rule did not converge ({nodes} nodes per axis, relative change "
+                             f"{float(error.max() / value.abs().max()):.1e}): a batch's centred covariance is (nearly) "
+                             "rank-deficient; use method='qmc'")
+    else:
+        value = solve(nodes)
+        error = (value - solve(nodes // 2)).abs() if with_error else None
+    if not with_error:
+        return value.cpu().numpy() if was_numpy else value
+    return Estimate(value.cpu().numpy(), error.cpu().numpy(), "laplace")
+
+
+# --- The CBSB1 fixed point and the cross-batch rate (Defn H.2, Thms H.3, H.13-H.14) -------------------------
+
+
+@cache
+def derive_cross_fixed_point() -> Derivation:
+    """c*_cross = (E phi(x_1))^2 (Thm H.3), and E rho_alpha(x_1) in closed form by Euler's Beta integral.
+
+    At a CBSB1 point the cross block of the pre-activations is c 1 1^T, which the centrings G1, G2 remove: the two
+    batches' BN outputs are independent, each x = sqrt(B) v with v uniform on the unit sphere of 1^perp, so
+    E[x1_i x2_j] = E phi(x_1)^2 whatever c. One coordinate is x_1 = sqrt(B - 1) t, t ~ (1 - t^2)^((B-4)/2).
+    """
+    d = Derivation("The CBSB1 fixed point: the cross block of two batches")
+    density = (1 - t**2) ** ((B - 4) / 2)
+    d.step("Independent batches: the cross block of the next layer is the product of the two means,",
+           sp.Eq(sp.Symbol("c^*_cross"), sp.Symbol("E[phi(x_1)]") ** 2))
+    half = sp.Integral(t**alpha * density, (t, 0, 1))
+    d.step("With $\\phi = a\\rho_\\alpha(z) - b\\rho_\\alpha(-z)$ and $x_1 = \\sqrt{B-1}\\,t$ symmetric, "
+           "$E\\phi(x_1) = (a-b)E\\rho_\\alpha(x_1)$, where",
+           sp.Eq(sp.Symbol("E[rho_alpha(x_1)]"),
+                 (B - 1) ** (alpha / 2) * half / sp.Integral(density, (t, -1, 1))))
+    beta_one = euler_beta((alpha + 1) / 2, (B - 2) / 2)
+    beta_all = euler_beta(sp.Rational(1, 2), (B - 2) / 2)
+    d.step("Substitute $u = t^2$, then $u = w/(1+w)$: each integral is Euler's Beta integral "
+           "$\\int_0^1 u^{p-1}(1-u)^{q-1}du = \\int_0^\\infty w^{p-1}(1+w)^{-p-q}dw$; the numerator has "
+           "$p = (\\alpha+1)/2$, $q = (B-2)/2$ and a factor 1/2,", beta_one)
+    moment = sp.gammasimp((B - 1) ** (alpha / 2) * beta_one.rhs / 2 / beta_all.rhs)
+    d.step("so", sp.Eq(sp.Symbol("E[rho_alpha(x_1)]"), moment), name="E_rho")
+    relu = sp.gammasimp(moment.subs(alpha, 1) ** 2)
+    d.step("ReLU ($a = 1$, $b = 0$, $\\alpha = 1$):", sp.Eq(sp.Symbol("c^*_cross,relu"), relu), name="relu")
+    ratio = sp.Symbol("S_B", positive=True)  # Gamma((B-1)/2) / Gamma(B/2)
+    relu_s = sp.simplify(sp.expand_func(relu * sp.gamma(B / 2) ** 2 / sp.gamma((B - 1) / 2) ** 2)) * ratio**2
+    limit = sp.limit(relu_s.subs(ratio, sp.sqrt(2 / B)), B, sp.oo)
+    d.step("With $S_B = \\Gamma(\\frac{B-1}2)/\\Gamma(\\frac B2)$ and Stirling's $B S_B^2 \\to 2$, as $B\\to\\infty$",
+           sp.Eq(sp.Limit(sp.Symbol("c^*_cross,relu"), B, sp.oo), limit), name="relu_limit")
+    d.step("and the linear network ($a = b = 1$) has $E\\phi = 0$:", sp.Eq(sp.Symbol("c^*_cross,id"), 0))
+    d.result = moment
+    return d
+
+
+@cache
+def derive_cross_rate() -> Derivation:
+    """lambda_x^2, the factor by which the centred cross block shrinks per layer (Thms H.13-H.14), and its bound.
+
+    Near CBSB1 the cross covariance of (y1, y2) is small: to first order (Price) the cross block of the outputs
+    moves by E[J_h1] Xi E[J_h2]^T, and E[J_h] = lambda_x G (permutation symmetry; J_h 1 = 0).
+    """
+    d = Derivation("The cross-batch rate lambda_x^2")
+    a1, lam, ratio = sp.symbols("a_1 lambda_x R_B", positive=True)  # a_1 = E[x_1 phi(x_1)]
+    x = sp.Symbol("x", real=True)
+    d.step("$E[J_h] = \\lambda_\\times G$ with $J_h = \\frac{\\sqrt B}{r} D (G - vv^T)$, $v_a = x_a/\\sqrt B$, and "
+           "$r$ independent of $v$:",
+           sp.Eq(lam, sp.sqrt(B) * sp.Symbol("E[1/r]") * sp.Symbol("E[phi'(x_1)(B-1-x_1^2)]") / (B - 1)))
+    rr = sp.Symbol("r", positive=True)
+    chi = rr ** (B - 2) * sp.exp(-rr**2 / 2)
+    inverse_r = sp.gammasimp(sp.integrate(chi / rr, (rr, 0, sp.oo), conds="none")
+                             / sp.integrate(chi, (rr, 0, sp.oo), conds="none")) / sp.sqrt(mu_star)
+    d.step("$r^2 \\sim \\mu^*\\chi^2_{B-1}$ at the BSB1 point:", sp.Eq(sp.Symbol("E[1/r]"), inverse_r))
+    density = (1 - x**2 / (B - 1)) ** ((B - 4) / 2)
+    d.step("Integration by parts against the density $p(x) \\propto (1 - x^2/(B-1))^{(B-4)/2}$ of $x_1$: "
+           "$\\frac{d}{dx}[(B-1-x^2)p] + (B-2)xp = 0$, checked:",
+           sp.Eq(sp.simplify(sp.diff((B - 1 - x**2) * density, x) + (B - 2) * x * density), 0, evaluate=False))
+    rate = sp.sqrt(B) * inverse_r * (B - 2) * a1 / (B - 1)
+    d.step("so $E[\\phi'(x_1)(B-1-x_1^2)] = (B-2)\\,a_1$, $a_1 = E[x_1\\phi(x_1)]$, and", sp.Eq(lam, rate))
+    squared = sp.expand_power_base(rate**2, force=True)
+    d.step("The cross block's centred part shrinks by", sp.Eq(lam**2, squared), name="lambda_x2")
+    general = squared.subs(sp.gamma(B / 2 - 1) / sp.gamma(B / 2 - sp.Rational(1, 2)), ratio)
+    bound = sp.simplify(squared.subs(mu_star, B * a1**2 / (B - 1)))
+    d.step("$(B-1)\\mu^* = E|G\\phi|^2 \\ge E\\langle\\phi, x\\rangle^2/B \\ge B a_1^2$ (projection on $x$, "
+           "$|x|^2 = B$; equality iff $\\phi$ is linear), so", sp.Eq(sp.Symbol("lambda_x^2_max"), bound), name="bound")
+    relu_mu = sp.gammasimp(derive_bsb1_constant().result.subs(alpha, 1)) * (
+        1 - arccos_kernel_symbolic(1).subs(c, -1 / (B - 1)))
+    relu = squared.subs({a1: sp.Rational(1, 2), mu_star: relu_mu})
+    d.step("ReLU: $a_1 = E\\rho_2(x_1)$ = 1/2, $\\mu^* = q^*(1-c^*)$ of chapter 1,",
+           sp.Eq(sp.Symbol("lambda_x^2_relu"), relu), name="relu")
+    stirling = {ratio: sp.sqrt(2 / B)}
+    relu_limit = sp.limit(general.subs({a1: sp.Rational(1, 2), mu_star: relu_mu}).subs(stirling), B, sp.oo)
+    d.step("With $R_B = \\Gamma(\\frac B2-1)/\\Gamma(\\frac{B-1}2)$ and Stirling's $B R_B^2 \\to 2$:",
+           sp.Eq(sp.Limit(sp.Symbol("lambda_x^2_relu"), B, sp.oo), relu_limit), name="relu_limit")
+    linear_limit = sp.limit(sp.simplify(sp.expand_func(bound * sp.gamma((B - 1) / 2) ** 2 / sp.gamma(B / 2 - 1) ** 2))
+                            * stirling[ratio] ** 2, B, sp.oo)
+    d.step("Identity (the bound is attained):", sp.Eq(sp.Limit(sp.Symbol("lambda_x^2_id"), B, sp.oo), linear_limit),
+           name="linear_limit")
+    d.result = squared
+    return d
+
+
+@cache
+def _mean_rho() -> Callable[..., np.ndarray]:
+    """E rho_alpha(x_1) as a function of (B, alpha), lambdified from :func:`derive_cross_fixed_point`."""
+    return sp.lambdify((B, alpha), _log_gamma(derive_cross_fixed_point()["E_rho"]), modules="scipy", cse=True)
+
+
+@cache
+def _rate() -> Callable[..., np.ndarray]:
+    """lambda_x^2 as a function of (B, a_1, mu*), lambdified from :func:`derive_cross_rate`."""
+    a1 = sp.Symbol("a_1", positive=True)
+    return sp.lambdify((B, a1, mu_star), _log_gamma(derive_cross_rate()["lambda_x2"]), modules="scipy", cse=True)
+
+
+def cross_fixed_point_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
+    """c*_cross = ((a - b) E rho_alpha(x_1))^2 for positive-homogeneous phi, vectorised over B (exact: error 0)."""
+    a, b = phi.ab
+    mean = (a - b) * _mean_rho()(np.asarray(batch_size, dtype=float), phi.degree)
+    return Estimate(mean**2, 0.0, "closed_form")
+
+
+def cross_rate_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
+    """lambda_x^2 with a_1 = (a + b) E rho_(alpha+1)(x_1) and mu* of Thm F.8, vectorised over B (error 0)."""
+    a, b = phi.ab
+    batch = np.asarray(batch_size, dtype=float)
+    a1 = (a + b) * _mean_rho()(batch, phi.degree + 1)
+    return Estimate(_rate()(batch, a1, fixed_point_closed_form(phi, batch_size).mu), 0.0, "closed_form")
+
+
+def _one_coordinate(f: Callable[[np.ndarray], np.ndarray], phi: Activation, batch_size: int) -> Estimate:
+    """E f(x_1) for one BN coordinate by the pair quadrature of :mod:`bnsym.meanfield.sphere` (exact rule)."""
+    value, error = expect_pair_with_error(lambda first, second: f(first), batch_size, phi.kinks)
+    return Estimate(value, error, "spherical")
+
+
+def cross_fixed_point_spherical(phi: Activation, batch_size: int) -> Estimate:
+    """c*_cross = (E phi(x_1))^2 for any phi, E by quadrature on the BN sphere; error propagated."""
+    mean = _one_coordinate(phi.numpy, phi, batch_size)
+    return Estimate(mean.value**2, 2 * abs(mean.value) * mean.error + mean.error**2, "spherical")
+
+
+def cross_rate_spherical(phi: Activation, batch_size: int) -> Estimate:
+    """lambda_x^2 for any phi: a_1 = E[x_1 phi(x_1)] by quadrature, mu* from the spherical fixed point."""
+    a1 = _one_coordinate(lambda x: x * phi.numpy(x), phi, batch_size)
+    point = fixed_point_spherical(phi, batch_size)
+    mu, mu_error = point.mu, point.error * (1 + abs(point.c)) + abs(point.q) * point.error
+    value = float(_rate()(float(batch_size), a1.value, mu))
+    relative = 2 * a1.error / max(abs(a1.value), 1e-300) + mu_error / mu
+    return Estimate(value, value * relative, "spherical")
+
+
+def _log_gamma(expr: sp.Expr) -> sp.Expr:
+    """Gamma(x) -> exp(log Gamma(x)), exponents combined, so Gamma ratios do not overflow at large B."""
+    return sp.powsimp(expr.replace(sp.gamma, lambda arg: sp.exp(sp.loggamma(arg))), combine="exp", force=True)
