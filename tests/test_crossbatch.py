@@ -29,20 +29,20 @@ def test_laplace_matches_qmc_on_random_inputs(spec):
 
 
 def test_diagonal_blocks_are_bn_kernel():
-    sigma = _random_joint(4, 7, seed=2)
-    joint = cross_batch_kernel("relu", sigma, 4)
-    np.testing.assert_allclose(joint[:4, :4], bnsym.bn_kernel("relu", sigma[:4, :4]), rtol=0, atol=1e-8)
-    np.testing.assert_allclose(joint[4:, 4:], bnsym.bn_kernel("relu", sigma[4:, 4:]), rtol=0, atol=1e-8)
+    sigma = _random_joint(6, 9, seed=2)
+    joint = cross_batch_kernel("relu", sigma, 6)
+    np.testing.assert_allclose(joint[:6, :6], bnsym.bn_kernel("relu", sigma[:6, :6]), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(joint[6:, 6:], bnsym.bn_kernel("relu", sigma[6:, 6:]), rtol=0, atol=1e-8)
     np.testing.assert_allclose(joint, joint.T, atol=1e-14)
 
 
 def test_stacks_and_tensors():
     stack = np.stack([_random_joint(6, 6, seed) for seed in range(3)]).reshape(3, 1, 12, 12)
-    one_by_one = np.stack([cross_batch_kernel("relu", m[0], 6) for m in stack])[:, None]
-    batched = cross_batch_kernel("relu", torch.as_tensor(stack), 6)
+    one_by_one = np.stack([cross_batch_kernel("relu", m[0], 6, nodes=12) for m in stack])[:, None]
+    batched = cross_batch_kernel("relu", torch.as_tensor(stack), 6, nodes=12)
     assert isinstance(batched, torch.Tensor) and batched.shape == stack.shape
     np.testing.assert_allclose(batched.numpy(), one_by_one, atol=1e-13)
-    cross = cross_batch_kernel("relu", stack, 6, blocks="cross")
+    cross = cross_batch_kernel("relu", stack, 6, nodes=12, blocks="cross")
     np.testing.assert_allclose(cross, one_by_one[..., :6, 6:], atol=1e-13)
 
 
@@ -74,3 +74,47 @@ def test_qmc_takes_one_matrix_and_laplace_needs_homogeneous_phi():
         cross_batch_kernel("tanh", np.eye(8), 4, method="laplace")
     with pytest.raises(ValueError, match="blocks"):
         cross_batch_kernel("relu", np.eye(8), 4, blocks="diagonal")
+
+
+@pytest.mark.parametrize("spec", ["relu", "identity", "relu^1.5", "leaky_relu(0.2)"])
+def test_closed_forms_match_quadrature(spec):
+    """Gamma-function closed forms against the spherical quadrature of E phi(x_1), E x_1 phi(x_1) and mu*."""
+    for batch in (4, 9, 32):
+        for public in (bnsym.cross_batch_fixed_point, bnsym.cross_batch_rate):
+            closed = public(spec, batch)
+            quadrature = public(spec, batch, method="spherical", with_error=True)
+            assert abs(closed - quadrature.value) <= 10 * quadrature.error + 1e-12
+
+
+def test_rate_bound_limits_and_arrays():
+    from bnsym.meanfield.crossbatch import derive_cross_fixed_point, derive_cross_rate
+
+    batches = np.array([4, 8, 64, 10**6])
+    bound = derive_cross_rate()["bound"]
+    bounds = np.array([float(bound.subs(bnsym.meanfield.crossbatch.B, int(b))) for b in batches[:3]])
+    relu, linear = bnsym.cross_batch_rate("relu", batches), bnsym.cross_batch_rate("identity", batches)
+    np.testing.assert_allclose(linear[:3], bounds, rtol=1e-12)  # equality exactly for linear phi
+    assert np.all(relu[:3] < bounds) and np.all(bnsym.cross_batch_rate("relu^1.5", batches[:3]) < bounds)
+    assert abs(relu[-1] - float(derive_cross_rate()["relu_limit"])) < 1e-5  # O(1/B) from the limit
+    assert abs(linear[-1] - float(derive_cross_rate()["linear_limit"])) < 1e-5
+    relu_cross = bnsym.cross_batch_fixed_point("relu", batches)
+    assert abs(relu_cross[-1] - float(derive_cross_fixed_point()["relu_limit"])) < 1e-6
+    assert np.all(bnsym.cross_batch_fixed_point("identity", batches) == 0)
+
+
+def test_fixed_point_is_the_cross_block_of_the_kernel():
+    """A CBSB1 input (diagonal blocks Sigma*, cross block c 11^T) maps to cross block c*_cross 11^T for any c."""
+    sigma_star = bnsym.fixed_point("relu", 6).matrix
+    for c in (0.0, 0.01):  # the joint matrix is PSD for small c
+        joint = np.block([[sigma_star, np.full((6, 6), c)], [np.full((6, 6), c), sigma_star]])
+        cross = cross_batch_kernel("relu", joint, 6, blocks="cross")
+        np.testing.assert_allclose(cross, bnsym.cross_batch_fixed_point("relu", 6), atol=1e-9)
+
+
+def test_predict_json_has_cross_batch_keys():
+    from bnsym.cli import _cross_batch_predictions
+
+    result = _cross_batch_predictions("relu", 8, 0.0)
+    assert result["rate"] == bnsym.cross_batch_rate("relu", 8)
+    assert result["gradient_correlation_rate"] == result["rate"] / bnsym.gradient_rate("relu", 8)
+    assert _cross_batch_predictions("relu", 8, 0.1) is None

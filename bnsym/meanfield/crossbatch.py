@@ -40,10 +40,14 @@ import torch
 from scipy.special import gammaln
 
 from ..core.activations import Activation
+from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.quadrature import gauss_jacobi
-from ..core.symbols import c
-from .kernels import c_alpha, derive_arccos_kernel, phi_kernel
+from ..core.symbols import B, alpha, c, mu_star, t
+from .forward import derive_bsb1_constant, fixed_point_closed_form, fixed_point_spherical
+from .kernels import arccos_kernel_symbolic, c_alpha, derive_arccos_kernel, phi_kernel
+from .laplace import euler_beta
+from .sphere import expect_pair_with_error
 
 RTOL = 1e-9  # adaptive rule: nodes per axis double from 8 until two rules agree to RTOL max |V|
 MAX_NODES = 128
@@ -206,9 +210,154 @@ def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor
             error = (value - previous).abs()
             if error.max() <= RTOL * value.abs().max() or nodes >= MAX_NODES:
                 break
+        if error.max() > 1e-4 * value.abs().max():
+            raise ValueError(f"the Laplace rule did not converge ({nodes} nodes per axis, relative change "
+                             f"{float(error.max() / value.abs().max()):.1e}): a batch's centred covariance is (nearly) "
+                             "rank-deficient; use method='qmc'")
     else:
         value = solve(nodes)
         error = (value - solve(nodes // 2)).abs() if with_error else None
     if not with_error:
         return value.cpu().numpy() if was_numpy else value
     return Estimate(value.cpu().numpy(), error.cpu().numpy(), "laplace")
+
+
+# --- The CBSB1 fixed point and the cross-batch rate (Defn H.2, Thms H.3, H.13-H.14) -------------------------
+
+
+@cache
+def derive_cross_fixed_point() -> Derivation:
+    """c*_cross = (E phi(x_1))^2 (Thm H.3), and E rho_alpha(x_1) in closed form by Euler's Beta integral.
+
+    At a CBSB1 point the cross block of the pre-activations is c 1 1^T, which the centrings G1, G2 remove: the two
+    batches' BN outputs are independent, each x = sqrt(B) v with v uniform on the unit sphere of 1^perp, so
+    E[x1_i x2_j] = E phi(x_1)^2 whatever c. One coordinate is x_1 = sqrt(B - 1) t, t ~ (1 - t^2)^((B-4)/2).
+    """
+    d = Derivation("The CBSB1 fixed point: the cross block of two batches")
+    density = (1 - t**2) ** ((B - 4) / 2)
+    d.step("Independent batches: the cross block of the next layer is the product of the two means,",
+           sp.Eq(sp.Symbol("c^*_cross"), sp.Symbol("E[phi(x_1)]") ** 2))
+    half = sp.Integral(t**alpha * density, (t, 0, 1))
+    d.step("With $\\phi = a\\rho_\\alpha(z) - b\\rho_\\alpha(-z)$ and $x_1 = \\sqrt{B-1}\\,t$ symmetric, "
+           "$E\\phi(x_1) = (a-b)E\\rho_\\alpha(x_1)$, where",
+           sp.Eq(sp.Symbol("E[rho_alpha(x_1)]"),
+                 (B - 1) ** (alpha / 2) * half / sp.Integral(density, (t, -1, 1))))
+    beta_one = euler_beta((alpha + 1) / 2, (B - 2) / 2)
+    beta_all = euler_beta(sp.Rational(1, 2), (B - 2) / 2)
+    d.step("Substitute $u = t^2$, then $u = w/(1+w)$: each integral is Euler's Beta integral "
+           "$\\int_0^1 u^{p-1}(1-u)^{q-1}du = \\int_0^\\infty w^{p-1}(1+w)^{-p-q}dw$; the numerator has "
+           "$p = (\\alpha+1)/2$, $q = (B-2)/2$ and a factor 1/2,", beta_one)
+    moment = sp.gammasimp((B - 1) ** (alpha / 2) * beta_one.rhs / 2 / beta_all.rhs)
+    d.step("so", sp.Eq(sp.Symbol("E[rho_alpha(x_1)]"), moment), name="E_rho")
+    relu = sp.gammasimp(moment.subs(alpha, 1) ** 2)
+    d.step("ReLU ($a = 1$, $b = 0$, $\\alpha = 1$):", sp.Eq(sp.Symbol("c^*_cross,relu"), relu), name="relu")
+    ratio = sp.Symbol("S_B", positive=True)  # Gamma((B-1)/2) / Gamma(B/2)
+    relu_s = sp.simplify(sp.expand_func(relu * sp.gamma(B / 2) ** 2 / sp.gamma((B - 1) / 2) ** 2)) * ratio**2
+    limit = sp.limit(relu_s.subs(ratio, sp.sqrt(2 / B)), B, sp.oo)
+    d.step("With $S_B = \\Gamma(\\frac{B-1}2)/\\Gamma(\\frac B2)$ and Stirling's $B S_B^2 \\to 2$, as $B\\to\\infty$",
+           sp.Eq(sp.Limit(sp.Symbol("c^*_cross,relu"), B, sp.oo), limit), name="relu_limit")
+    d.step("and the linear network ($a = b = 1$) has $E\\phi = 0$:", sp.Eq(sp.Symbol("c^*_cross,id"), 0))
+    d.result = moment
+    return d
+
+
+@cache
+def derive_cross_rate() -> Derivation:
+    """lambda_x^2, the factor by which the centred cross block shrinks per layer (Thms H.13-H.14), and its bound.
+
+    Near CBSB1 the cross covariance of (y1, y2) is small: to first order (Price) the cross block of the outputs
+    moves by E[J_h1] Xi E[J_h2]^T, and E[J_h] = lambda_x G (permutation symmetry; J_h 1 = 0).
+    """
+    d = Derivation("The cross-batch rate lambda_x^2")
+    a1, lam, ratio = sp.symbols("a_1 lambda_x R_B", positive=True)  # a_1 = E[x_1 phi(x_1)]
+    x = sp.Symbol("x", real=True)
+    d.step("$E[J_h] = \\lambda_\\times G$ with $J_h = \\frac{\\sqrt B}{r} D (G - vv^T)$, $v_a = x_a/\\sqrt B$, and "
+           "$r$ independent of $v$:",
+           sp.Eq(lam, sp.sqrt(B) * sp.Symbol("E[1/r]") * sp.Symbol("E[phi'(x_1)(B-1-x_1^2)]") / (B - 1)))
+    rr = sp.Symbol("r", positive=True)
+    chi = rr ** (B - 2) * sp.exp(-rr**2 / 2)
+    inverse_r = sp.gammasimp(sp.integrate(chi / rr, (rr, 0, sp.oo), conds="none")
+                             / sp.integrate(chi, (rr, 0, sp.oo), conds="none")) / sp.sqrt(mu_star)
+    d.step("$r^2 \\sim \\mu^*\\chi^2_{B-1}$ at the BSB1 point:", sp.Eq(sp.Symbol("E[1/r]"), inverse_r))
+    density = (1 - x**2 / (B - 1)) ** ((B - 4) / 2)
+    d.step("Integration by parts against the density $p(x) \\propto (1 - x^2/(B-1))^{(B-4)/2}$ of $x_1$: "
+           "$\\frac{d}{dx}[(B-1-x^2)p] + (B-2)xp = 0$, checked:",
+           sp.Eq(sp.simplify(sp.diff((B - 1 - x**2) * density, x) + (B - 2) * x * density), 0, evaluate=False))
+    rate = sp.sqrt(B) * inverse_r * (B - 2) * a1 / (B - 1)
+    d.step("so $E[\\phi'(x_1)(B-1-x_1^2)] = (B-2)\\,a_1$, $a_1 = E[x_1\\phi(x_1)]$, and", sp.Eq(lam, rate))
+    squared = sp.expand_power_base(rate**2, force=True)
+    d.step("The cross block's centred part shrinks by", sp.Eq(lam**2, squared), name="lambda_x2")
+    general = squared.subs(sp.gamma(B / 2 - 1) / sp.gamma(B / 2 - sp.Rational(1, 2)), ratio)
+    bound = sp.simplify(squared.subs(mu_star, B * a1**2 / (B - 1)))
+    d.step("$(B-1)\\mu^* = E|G\\phi|^2 \\ge E\\langle\\phi, x\\rangle^2/B \\ge B a_1^2$ (projection on $x$, "
+           "$|x|^2 = B$; equality iff $\\phi$ is linear), so", sp.Eq(sp.Symbol("lambda_x^2_max"), bound), name="bound")
+    relu_mu = sp.gammasimp(derive_bsb1_constant().result.subs(alpha, 1)) * (
+        1 - arccos_kernel_symbolic(1).subs(c, -1 / (B - 1)))
+    relu = squared.subs({a1: sp.Rational(1, 2), mu_star: relu_mu})
+    d.step("ReLU: $a_1 = E\\rho_2(x_1)$ = 1/2, $\\mu^* = q^*(1-c^*)$ of chapter 1,",
+           sp.Eq(sp.Symbol("lambda_x^2_relu"), relu), name="relu")
+    stirling = {ratio: sp.sqrt(2 / B)}
+    relu_limit = sp.limit(general.subs({a1: sp.Rational(1, 2), mu_star: relu_mu}).subs(stirling), B, sp.oo)
+    d.step("With $R_B = \\Gamma(\\frac B2-1)/\\Gamma(\\frac{B-1}2)$ and Stirling's $B R_B^2 \\to 2$:",
+           sp.Eq(sp.Limit(sp.Symbol("lambda_x^2_relu"), B, sp.oo), relu_limit), name="relu_limit")
+    linear_limit = sp.limit(sp.simplify(sp.expand_func(bound * sp.gamma((B - 1) / 2) ** 2 / sp.gamma(B / 2 - 1) ** 2))
+                            * stirling[ratio] ** 2, B, sp.oo)
+    d.step("Identity (the bound is attained):", sp.Eq(sp.Limit(sp.Symbol("lambda_x^2_id"), B, sp.oo), linear_limit),
+           name="linear_limit")
+    d.result = squared
+    return d
+
+
+@cache
+def _mean_rho() -> Callable[..., np.ndarray]:
+    """E rho_alpha(x_1) as a function of (B, alpha), lambdified from :func:`derive_cross_fixed_point`."""
+    return sp.lambdify((B, alpha), _log_gamma(derive_cross_fixed_point()["E_rho"]), modules="scipy", cse=True)
+
+
+@cache
+def _rate() -> Callable[..., np.ndarray]:
+    """lambda_x^2 as a function of (B, a_1, mu*), lambdified from :func:`derive_cross_rate`."""
+    a1 = sp.Symbol("a_1", positive=True)
+    return sp.lambdify((B, a1, mu_star), _log_gamma(derive_cross_rate()["lambda_x2"]), modules="scipy", cse=True)
+
+
+def cross_fixed_point_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
+    """c*_cross = ((a - b) E rho_alpha(x_1))^2 for positive-homogeneous phi, vectorised over B (exact: error 0)."""
+    a, b = phi.ab
+    mean = (a - b) * _mean_rho()(np.asarray(batch_size, dtype=float), phi.degree)
+    return Estimate(mean**2, 0.0, "closed_form")
+
+
+def cross_rate_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
+    """lambda_x^2 with a_1 = (a + b) E rho_(alpha+1)(x_1) and mu* of Thm F.8, vectorised over B (error 0)."""
+    a, b = phi.ab
+    batch = np.asarray(batch_size, dtype=float)
+    a1 = (a + b) * _mean_rho()(batch, phi.degree + 1)
+    return Estimate(_rate()(batch, a1, fixed_point_closed_form(phi, batch_size).mu), 0.0, "closed_form")
+
+
+def _one_coordinate(f: Callable[[np.ndarray], np.ndarray], phi: Activation, batch_size: int) -> Estimate:
+    """E f(x_1) for one BN coordinate by the pair quadrature of :mod:`bnsym.meanfield.sphere` (exact rule)."""
+    value, error = expect_pair_with_error(lambda first, second: f(first), batch_size, phi.kinks)
+    return Estimate(value, error, "spherical")
+
+
+def cross_fixed_point_spherical(phi: Activation, batch_size: int) -> Estimate:
+    """c*_cross = (E phi(x_1))^2 for any phi, E by quadrature on the BN sphere; error propagated."""
+    mean = _one_coordinate(phi.numpy, phi, batch_size)
+    return Estimate(mean.value**2, 2 * abs(mean.value) * mean.error + mean.error**2, "spherical")
+
+
+def cross_rate_spherical(phi: Activation, batch_size: int) -> Estimate:
+    """lambda_x^2 for any phi: a_1 = E[x_1 phi(x_1)] by quadrature, mu* from the spherical fixed point."""
+    a1 = _one_coordinate(lambda x: x * phi.numpy(x), phi, batch_size)
+    point = fixed_point_spherical(phi, batch_size)
+    mu, mu_error = point.mu, point.error * (1 + abs(point.c)) + abs(point.q) * point.error
+    value = float(_rate()(float(batch_size), a1.value, mu))
+    relative = 2 * a1.error / max(abs(a1.value), 1e-300) + mu_error / mu
+    return Estimate(value, value * relative, "spherical")
+
+
+def _log_gamma(expr: sp.Expr) -> sp.Expr:
+    """Gamma(x) -> exp(log Gamma(x)), exponents combined, so Gamma ratios do not overflow at large B."""
+    return sp.powsimp(expr.replace(sp.gamma, lambda arg: sp.exp(sp.loggamma(arg))), combine="exp", force=True)

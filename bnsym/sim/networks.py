@@ -29,8 +29,14 @@ _CHUNK_BYTES = 512 * 2**20  # the "weights" sampler keeps one chunk's W under th
 _PROGRESS_FLOPS = 2e10  # show a progress bar by default above this many multiply-adds
 
 
-def batch_norm(h: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
-    """BN(h) = (h - mean(h)) / sqrt(var(h) + eps) along the last (batch) axis, var biased (1/B)."""
+def batch_norm(h: torch.Tensor, eps: float = 0.0, sizes: tuple[int, ...] | None = None) -> torch.Tensor:
+    """BN(h) = (h - mean(h)) / sqrt(var(h) + eps) along the last (batch) axis, var biased (1/B).
+
+    ``sizes`` splits the last axis into consecutive batches normalised separately (several batches through one
+    network, Yang et al. 2019 App. H); default one batch.
+    """
+    if sizes is not None:
+        return torch.cat([batch_norm(part, eps) for part in h.split(list(sizes), -1)], -1)
     centred = h - h.mean(-1, keepdim=True)
     return centred / torch.sqrt(centred.square().mean(-1, keepdim=True) + eps)
 
@@ -184,6 +190,7 @@ def simulate_forward(
     dtype: torch.dtype = torch.float64,
     chunk: int | None = None,
     progress: bool | None = None,
+    sizes: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """Gram matrices G^l = (1/N) x^{l T} x^l, l = 0..depth, of M random batch-normalized networks.
 
@@ -202,6 +209,8 @@ def simulate_forward(
             512 MB.
         progress: show a progress bar over layers; default: when the job exceeds 2e10
             multiply-adds.
+        sizes: batch sizes that split the B columns into batches normalised separately (two batches
+            through one network: ``(B1, B2)``); default one batch.
 
     Returns:
         float64 CPU tensor (M, L + 1, B, B): [:, 0] is the inputs' Gram, [:, l] layer l's.
@@ -227,6 +236,6 @@ def simulate_forward(
     gen = generator(seed, device)
     grams = [gram(x)]
     for _ in tqdm(range(depth), desc=f"forward ({sampler})", disable=not progress):
-        x = activation.torch(batch_norm(sample(x, gen), eps))
+        x = activation.torch(batch_norm(sample(x, gen), eps, sizes))
         grams.append(gram(x))
     return torch.stack(grams, dim=1).to(device="cpu", dtype=torch.float64)
