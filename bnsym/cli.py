@@ -62,13 +62,17 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
     result.update(_gradient_predictions(phi, point.batch_size, point.eps, sigma_w2))
-    if point.eps == 0:  # the cross-batch routes need eps = 0; the key is left out otherwise
-        result["cross_batch"] = _cross_batch_predictions(phi, point.batch_size)
+    cross_batch = _cross_batch_predictions(phi, point.batch_size, point.eps)
+    if cross_batch is not None:  # the cross-batch routes need eps = 0; the key is left out otherwise
+        result["cross_batch"] = cross_batch
     return result
 
 
-def _cross_batch_predictions(phi: str, batch_size: int) -> dict:
-    """Two batches through one network (App. H): c*_cross, lambda_x^2 and the gradient-correlation factor."""
+def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | None:
+    """Two batches through one network (App. H): c*_cross, lambda_x^2 and the gradient-correlation factor
+    (None for eps > 0, where no route exists)."""
+    if eps != 0:
+        return None
     rate = api.cross_batch_rate(phi, batch_size)
     return {"fixed_point": api.cross_batch_fixed_point(phi, batch_size), "rate": rate,
             "gradient_correlation_rate": rate / api.gradient_rate(phi, batch_size)}
