@@ -1,7 +1,7 @@
 """bnsym: the mean field theory of batch normalization, derived in SymPy and checked by Monte Carlo.
 
 Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`, :func:`alpha_transition`,
-:func:`gradient_rate`, :func:`backward_eigenvalues`, :func:`depth_scale`,
+:func:`gradient_rate`, :func:`backward_eigenvalues`, :func:`depth_scale`, :func:`max_trainable_depth`,
 :func:`parse_activation`, :class:`Activation`, :class:`Estimate` (a value with its absolute error, returned by
 ``with_error=True``); :mod:`bnsym.dilution` (Philipp et al.).
 """
@@ -15,6 +15,7 @@ from .api import (
                   fixed_point,
                   forward_eigenvalues,
                   gradient_rate,
+                  max_trainable_depth,
 )
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
@@ -23,4 +24,4 @@ from .meanfield.forward import FixedPoint
 __version__ = "0.1.0"
 __all__ = ["Activation", "Estimate", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel",
            "depth_scale", "dilution", "fixed_point", "forward_eigenvalues", "gradient_rate",
-           "parse_activation"]
+           "max_trainable_depth", "parse_activation"]

@@ -17,8 +17,8 @@ from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
 from .core.validation import check_batch_size, check_covariance, check_eps
+from .meanfield.backward import MAX_TRAINABLE_DEPTH_FACTOR, operator_eigenvalues, rate_closed_form, rate_spherical
 from .meanfield.backward import depth_scale as _depth_scale
-from .meanfield.backward import operator_eigenvalues, rate_closed_form, rate_spherical
 from .meanfield.forward import FixedPoint, bn_kernel_spherical, fixed_point_closed_form, fixed_point_spherical
 from .meanfield.forward_linear import (
     alpha_transition_value,
@@ -226,6 +226,26 @@ def depth_scale(phi: str | Activation, B: int | np.ndarray, method: str | None =
     """
     estimate = _depth_scale(gradient_rate(phi, B, method=method, tol=tol, with_error=True))
     return estimate if with_error else estimate.value
+
+
+def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
+                        tol: float = 1e-8, with_error: bool = False) -> float | np.ndarray | Estimate:
+    """The predicted deepest trainable network, 16 xi = 16 / |log lambda_G| layers (Sec. 4, Fig 3, Fig 5; R19).
+
+    The factor 16 is ``MAX_TRAINABLE_DEPTH_FACTOR`` of :mod:`bnsym.meanfield.backward`: the paper's empirical
+    finding that SGD trains networks up to about 16 depth scales deep. gamma and beta enter through the
+    activation (``"tanh(gamma=0.5)"``, ``"relu(beta=2)"``). ``method``, ``tol`` and arrays of B as for
+    :func:`gradient_rate`; inf where lambda_G = 1. With ``with_error=True`` returns the Estimate.
+    """
+    rate = gradient_rate(phi, B, eps=eps, method=method, tol=tol, with_error=True)
+    value, error = np.asarray(rate.value, dtype=float), np.asarray(rate.error, dtype=float)
+    vanishing = value < 1  # |log lambda| = log(1/lambda); the interval lambda +- error maps into 1/lambda +- this
+    with np.errstate(divide="ignore"):
+        inverse_error = np.where(value - error > 0, 1 / np.maximum(value - error, 1e-300) - 1 / value, np.inf)
+    xi = _depth_scale(Estimate(np.where(vanishing, 1 / value, value), np.where(vanishing, inverse_error, error),
+                               rate.method))
+    depth = Estimate(MAX_TRAINABLE_DEPTH_FACTOR * xi.value, MAX_TRAINABLE_DEPTH_FACTOR * xi.error, rate.method)
+    return depth if with_error else depth.value
 
 
 def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
