@@ -8,6 +8,7 @@ Each epoch shuffles the training set afresh for each seed and drops the last inc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Iterator, Sequence
 
 import torch
@@ -31,9 +32,14 @@ class Run:
 
 
 def minibatches(n_examples: int, batch: int, n_seeds: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
-    """Index tensors (S, batch) of one epoch: a fresh permutation per seed, the incomplete remainder dropped."""
-    order = torch.stack([torch.randperm(n_examples, generator=gen) for _ in range(n_seeds)])
-    yield from order[:, :n_examples - n_examples % batch].split(batch, dim=1)
+    """Index tensors (S, batch), epoch after epoch: a fresh permutation per seed and epoch, remainders dropped."""
+    while True:
+        order = torch.stack([torch.randperm(n_examples, generator=gen) for _ in range(n_seeds)])
+        yield from order[:, :n_examples - n_examples % batch].split(batch, dim=1)
+
+
+def steps_per_epoch(n_examples: int, batch: int) -> int:
+    return n_examples // batch
 
 
 def batch_loss(weights: Sequence[torch.Tensor], data: Digits, index: torch.Tensor, phi: Activation, eps: float,
@@ -77,12 +83,12 @@ def train(phi: str | Activation, depth: int, width: int, batch_size: int, *, lr:
     weights = init_weights(n_seeds, depth, width, data.n_features, N_CLASSES, gen, dtype, device)
     opt = OPTIMIZERS[optimizer](weights, lr=lr)
     losses = torch.full((n_seeds,), float("nan"))
-    for _ in range(epochs):
-        for index in minibatches(len(data.y_train), step_batch, n_seeds, gen):
-            losses, _ = batch_loss(weights, data, index.to(device), activation, eps, batch_size)
-            opt.zero_grad(set_to_none=True)
-            losses.sum().backward()
-            opt.step()
+    stream = minibatches(len(data.y_train), step_batch, n_seeds, gen)
+    for index in islice(stream, epochs * steps_per_epoch(len(data.y_train), step_batch)):
+        losses, _ = batch_loss(weights, data, index.to(device), activation, eps, batch_size)
+        opt.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        opt.step()
     logits = predict(weights, data.x_train, data.x_test, activation, eps).nan_to_num()
     accuracy = (logits.argmax(1) == data.y_test).double().mean(-1)
     return Run(accuracy.cpu(), losses.detach().double().cpu(), data.chance)
