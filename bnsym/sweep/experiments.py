@@ -1,7 +1,8 @@
 """Tasks a sweep can run, by name: a registered experiment or any importable ``"package.module:function"``.
 
 A task is a function ``task(config: dict) -> dict`` of JSON-ready values, importable on the workers. It may carry
-a ``version`` attribute (a string, part of each result's hash: bump it when the task's results change) and its
+a ``version`` attribute (a string, part of each result's hash: bump it when the task's results change) and a
+``validate(config)`` attribute (raises ValueError on a bad configuration, before the sweep submits anything); its
 experiment may name a ``show`` function ``show(records, png_path) -> Table`` for ``bnsym sweep show``.
 """
 

@@ -52,7 +52,7 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
     n_workers = n_workers or os.cpu_count() or 1
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         yield client
 
@@ -73,12 +73,18 @@ def _show_progress(progress: bool | None) -> bool:
 
 
 def keyed(task: str, configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict]]:
-    """(key, configuration) pairs; a configuration without ``"seed"`` gets the seed of its key."""
+    """(key, configuration) pairs; a configuration without ``"seed"`` gets the seed of its key.
+
+    Each configuration goes through the task's ``validate`` attribute, if it has one, before anything runs.
+    """
     if isinstance(configs, Mapping) or not all(isinstance(config, Mapping) for config in configs):
         raise ValueError("configs must be a list of dicts, one per task")
-    stamp = version(resolve(task))
+    function = resolve(task)
+    stamp, validate = version(function), getattr(function, "validate", None)
     pairs = []
     for config in configs:
+        if validate is not None:
+            validate(config)
         key = config_key(task, config, stamp)
         pairs.append((key, dict(config) if "seed" in config else {**config, "seed": seed_of(key)}))
     return pairs

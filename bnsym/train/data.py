@@ -34,7 +34,7 @@ class Digits:
     @property
     def chance(self) -> float:
         """The test accuracy of always answering the most frequent test class."""
-        return float(torch.bincount(self.y_test, minlength=N_CLASSES).max() / len(self.y_test))
+        return torch.bincount(self.y_test, minlength=N_CLASSES).max().item() / len(self.y_test)
 
 
 @cache

@@ -19,7 +19,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .loop import train
+from ..core.activations import parse_activation
+from ..core.validation import check_eps
+from .loop import check_training, train
 
 LR_PER_EXAMPLE = 1e-2  # lr = 1e-2 B: the chapter's learning-rate check (1e-5 B, the paper's, stays at chance)
 MARGIN = 0.10  # a cell trains when its test accuracy exceeds chance by more than 10 points
@@ -33,13 +35,7 @@ def run_cell(config: Mapping[str, Any]) -> dict:
 
     ``config`` needs ``depth`` and ``batch_size``; the other keys default to :data:`DEFAULTS` (``seed``: 0).
     """
-    unknown = set(config) - set(DEFAULTS) - {*GRID_KEYS, "seed"}
-    if unknown:
-        raise ValueError(f"unknown trainability settings {sorted(unknown)}; known: {sorted({*DEFAULTS, *GRID_KEYS})}")
-    missing = set(GRID_KEYS) - set(config)
-    if missing:
-        raise ValueError(f"a trainability cell needs {sorted(missing)}")
-    c = {**DEFAULTS, "seed": 0, **config}
+    c = validate(config)
     # One single-threaded task per worker process: more threads would oversubscribe the cores, and these
     # small products run fastest on one thread.
     torch.set_num_threads(1)
@@ -50,7 +46,24 @@ def run_cell(config: Mapping[str, Any]) -> dict:
             "train_loss": [float(x) for x in run.train_loss], "chance": run.chance}
 
 
+def validate(config: Mapping[str, Any]) -> dict:
+    """The configuration completed with :data:`DEFAULTS`; ValueError naming a bad or unknown setting."""
+    unknown = set(config) - set(DEFAULTS) - {*GRID_KEYS, "seed"}
+    if unknown:
+        raise ValueError(f"unknown trainability settings {sorted(unknown)}; known: {sorted({*DEFAULTS, *GRID_KEYS})}")
+    missing = set(GRID_KEYS) - set(config)
+    if missing:
+        raise ValueError(f"a trainability cell needs {sorted(missing)}")
+    c = {**DEFAULTS, "seed": 0, **config}
+    parse_activation(c["phi"])
+    check_eps(c["eps"])
+    check_training(c["depth"], c["width"], c["batch_size"], c["ghost_batch"] or c["batch_size"], c["optimizer"],
+                   c["lr_per_example"], c["epochs"], c["n_seeds"])
+    return c
+
+
 run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
+run_cell.validate = validate  # the sweep runner checks every configuration before submitting any
 
 
 def grid(depths: Sequence[int], batch_sizes: Sequence[int], **settings: Any) -> list[dict]:
