@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from itertools import islice
 
 import numpy as np
+import sympy as sp
 import torch
 
 from ..core.activations import parse_activation
+from ..core.derivation import Derivation
 from ..core.validation import check_eps
 from .data import N_CLASSES, digits
 from .loop import OPTIMIZERS, batch_loss, check_training, minibatches
@@ -77,3 +79,26 @@ def first_steps(phi: str, depth: int, width: int, batch_size: int, *, lr: float,
             opt.step()
     arrays = {name: torch.stack(values, 1).cpu().numpy() for name, values in records.items()}
     return FirstSteps(**arrays, lr=lr)
+
+
+def derive_scale_invariance(n: int = 2) -> Derivation:
+    """R18 in SymPy for a weight row w of n entries: a loss of w / |w| has <w, grad L> = 0, hence one SGD step
+    grows |w|^2 by exactly eta^2 |grad L|^2. Named results: "euler" (<w, grad L>) and "residual" (of the identity)."""
+    d = Derivation("Scale invariance and the growth of the weights under SGD (R18)")
+    w = sp.symbols(f"w1:{n + 1}", real=True)
+    g = sp.symbols(f"g1:{n + 1}", real=True)
+    eta = sp.Symbol("eta", positive=True)
+    norm = sp.sqrt(sum(x**2 for x in w))
+    loss = sp.Function("F")(*(x / norm for x in w))
+    d.step("With eps = 0, batch norm sees W only through W/|W|: the loss is", sp.Eq(sp.Symbol("L(w)"), loss))
+    euler = sp.simplify(sum(x * sp.diff(loss, x) for x in w))
+    d.step("Euler's identity for a function homogeneous of degree 0:", sp.Eq(sp.Symbol("<w, grad L>"), euler),
+           name="euler")
+    step = sp.expand(sum((x - eta * y) ** 2 for x, y in zip(w, g)) - sum(x**2 for x in w)
+                     - eta**2 * sum(y**2 for y in g))
+    d.step("One SGD step w' = w - eta g leaves", sp.Eq(sp.Symbol("|w'|^2 - |w|^2 - eta^2 |g|^2"), step))
+    residual = sp.simplify(step.subs({y: sp.diff(loss, x) for x, y in zip(w, g)}))
+    d.step("and with g = grad L, by Euler's identity:", sp.Eq(sp.Symbol("|w'|^2 - |w|^2 - eta^2 |grad L|^2"), residual),
+           name="residual")
+    d.result = residual
+    return d
