@@ -49,22 +49,24 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
         with Client(address) as client:
             yield client
         return
+    if n_workers is not None and not (isinstance(n_workers, int) and n_workers >= 1):
+        raise ValueError(f"n_workers must be a whole number >= 1, got {n_workers!r}")
     n_workers = n_workers or os.cpu_count() or 1
-    if n_workers < 1:
-        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         yield client
 
 
 def execute(task: str, config: Mapping[str, Any]) -> dict:
-    """Run one task on a worker: ``{"result", "error", "seconds"}``; an exception becomes the error's text."""
-    start = time.perf_counter()
+    """Run one task on a worker: ``{"result", "error", "seconds", "cpu_seconds"}`` (wall-clock and the worker
+    process's CPU time); an exception becomes the error's text."""
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         result, error = resolve(task)(dict(config)), None
     except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, the sweep goes on
         result, error = None, "".join(traceback.format_exception_only(exc)).strip()
-    return {"result": result, "error": error, "seconds": time.perf_counter() - start}
+    return {"result": result, "error": error, "seconds": time.perf_counter() - start,
+            "cpu_seconds": time.process_time() - cpu}
 
 
 def _show_progress(progress: bool | None) -> bool:
@@ -113,7 +115,7 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
         try:
             outcome = future.result()
         except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker: recorded, the sweep goes on
-            outcome = {"result": None, "error": f"{type(exc).__name__}: {exc}", "seconds": None}
+            outcome = {"result": None, "error": f"{type(exc).__name__}: {exc}", "seconds": None, "cpu_seconds": None}
         records[key] = {"key": key, "task": task, "config": pending[key], **outcome}
         store.save(records[key])
         future.release()

@@ -1,7 +1,7 @@
 """Sweep results on disk: one JSON file per configuration, named by a content hash of (task, version, config).
 
-A record is ``{"key", "task", "config", "result", "error", "seconds"}``: ``result`` is what the task returned
-(JSON-ready), ``error`` is None or the failure's text. A rerun skips every configuration that has a record
+A record is ``{"key", "task", "config", "result", "error", "seconds", "cpu_seconds"}``: ``result`` is what the task
+returned (JSON-ready), ``error`` is None or the failure's text. A rerun skips every configuration that has a record
 without an error, so an interrupted sweep resumes where it stopped; failed ones are tried again.
 """
 
