@@ -2,7 +2,8 @@
 
 Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`, :func:`alpha_transition`,
 :func:`gradient_rate`, :func:`backward_eigenvalues`, :func:`depth_scale`, :func:`max_trainable_depth`,
-:func:`parse_activation`, :class:`Activation`, :class:`Estimate` (a value with its absolute error, returned by
+:func:`collapse_eps`, :func:`parse_activation`, :class:`Activation`, :class:`Estimate` (a value with its absolute
+error, returned by
 ``with_error=True``); :mod:`bnsym.dilution` (Philipp et al.).
 """
 
@@ -11,6 +12,7 @@ from .api import (
                   alpha_transition,
                   backward_eigenvalues,
                   bn_kernel,
+                  collapse_eps,
                   depth_scale,
                   fixed_point,
                   forward_eigenvalues,
@@ -23,5 +25,5 @@ from .meanfield.forward import FixedPoint
 
 __version__ = "0.1.0"
 __all__ = ["Activation", "Estimate", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel",
-           "depth_scale", "dilution", "fixed_point", "forward_eigenvalues", "gradient_rate",
+           "collapse_eps", "depth_scale", "dilution", "fixed_point", "forward_eigenvalues", "gradient_rate",
            "max_trainable_depth", "parse_activation"]

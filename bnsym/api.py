@@ -8,7 +8,7 @@ they return the route's :class:`~bnsym.core.estimate.Estimate` (or a dict of the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -16,9 +16,11 @@ import numpy as np
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
-from .core.validation import check_batch_size, check_covariance, check_eps
+from .core.validation import check_batch_size, check_covariance, check_eps, check_variance
 from .meanfield.backward import MAX_TRAINABLE_DEPTH_FACTOR, operator_eigenvalues, rate_closed_form, rate_spherical
 from .meanfield.backward import depth_scale as _depth_scale
+from .meanfield.epsilon import collapse_eps as _collapse_eps
+from .meanfield.epsilon import fixed_point_radial, forward_eigenvalues_radial, rate_radial
 from .meanfield.forward import FixedPoint, bn_kernel_spherical, fixed_point_closed_form, fixed_point_spherical
 from .meanfield.forward_linear import (
     alpha_transition_value,
@@ -47,6 +49,12 @@ class Route:
 
 def _always(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
     """The route applies to every phi and eps."""
+
+
+def _eps_zero(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
+    if eps != 0:
+        raise ValueError(f"method {name!r} needs eps = 0 (the BN output is then uniform on its sphere); "
+                         "use 'radial' for eps > 0")
 
 
 def _homogeneous(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
@@ -80,8 +88,9 @@ def _bsb1_input(name: str, phi: Activation, sigma: np.ndarray, eps: float, tol: 
 
 FIXED_POINT_ROUTES = {
     "closed_form": Route(lambda phi, b, eps, tol: fixed_point_closed_form(phi, b), _homogeneous, vectorised=True),
-    "spherical": Route(lambda phi, b, eps, tol: fixed_point_spherical(phi, b, eps), _always),
+    "spherical": Route(lambda phi, b, eps, tol: fixed_point_spherical(phi, b), _eps_zero),
     "gegenbauer": Route(lambda phi, b, eps, tol: fixed_point_gegenbauer(phi, b, tol), _gegenbauer),
+    "radial": Route(lambda phi, b, eps, tol: fixed_point_radial(phi, b, eps), _always),
 }
 FIXED_POINT_ALIASES = {"laplace": "closed_form"}  # the closed form is derived by the Laplace method (Thm F.8)
 BN_KERNEL_ROUTES = {
@@ -91,14 +100,16 @@ BN_KERNEL_ROUTES = {
 }
 GRADIENT_RATE_ROUTES = {
     "closed_form": Route(lambda phi, b, eps, tol: rate_closed_form(phi, b), _homogeneous, vectorised=True),
-    "spherical": Route(lambda phi, b, eps, tol: rate_spherical(phi, b), _always),
+    "spherical": Route(lambda phi, b, eps, tol: rate_spherical(phi, b), _eps_zero),
     "gegenbauer": Route(lambda phi, b, eps, tol: gradient_rate_gegenbauer(phi, b, tol), _gegenbauer),
+    "radial": Route(lambda phi, b, eps, tol: rate_radial(phi, b, eps), _always),
 }
 FORWARD_EIGENVALUE_ROUTES = {
     "closed_form": Route(lambda phi, b, eps, tol: homogeneous_eigenvalues(phi, b), _homogeneous_above_half,
                          vectorised=True),
-    "spherical": Route(lambda phi, b, eps, tol: spherical_eigenvalues(phi, b), _always),
+    "spherical": Route(lambda phi, b, eps, tol: spherical_eigenvalues(phi, b), _eps_zero),
     "gegenbauer": Route(lambda phi, b, eps, tol: forward_eigenvalues_gegenbauer(phi, b, tol), _gegenbauer),
+    "radial": Route(lambda phi, b, eps, tol: forward_eigenvalues_radial(phi, b, eps), _always),
 }
 
 
@@ -143,19 +154,47 @@ def _compute(table: Mapping[str, Route], method: str | None, phi: Activation, ba
     return route.compute(phi, batch, eps, tol)
 
 
-def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
-                tol: float = 1e-8) -> FixedPoint:
-    """The BSB1 fixed point Sigma* = q ((1 - c) I + c 11^T) of Sigma -> V_{B_phi}(Sigma).
+def _effective_eps(eps: object, sigma_w2: object, sigma_b2: object = 0.0, array_ok: bool = False):
+    """(eps, t = eps / sigma_w^2): the network depends on eps and sigma_w^2 only through t, not on sigma_b^2."""
+    eps = check_eps(eps, array_ok=array_ok)
+    sigma_w2 = check_variance(sigma_w2, "sigma_w2", positive=True)
+    check_variance(sigma_b2, "sigma_b2", positive=False)
+    with np.errstate(over="ignore"):
+        t = eps / sigma_w2
+    if not np.all(np.isfinite(t)):
+        raise ValueError(f"eps / sigma_w2 = {eps!r} / {sigma_w2!r} overflows: only the ratio matters, give it finite")
+    return eps, t
 
-    ``method``: "closed_form" (alias "laplace"; positive-homogeneous phi, eps = 0; Thm F.8; ``B`` may be a
-    numpy array, q and c are then arrays), "spherical" (quadrature on the BN sphere, any phi; Thm 4) or
-    "gegenbauer" (series in the Gegenbauer basis, any phi, eps = 0; Thm F.13; truncated where the error bound
-    on q* c* is below ``tol``, else ValueError). Default: "closed_form" where it applies, else "spherical".
+
+def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, sigma_w2: float = 1.0,
+                sigma_b2: float = 0.0, method: str | None = None, tol: float = 1e-8) -> FixedPoint:
+    """The attracting BSB1 fixed point Sigma* = q ((1 - c) I + c 11^T) of the layer output's covariance.
+
+    The layer is h = W x + b, W ~ N(0, sigma_w2 / N), b ~ N(0, sigma_b2), x' = phi(BN_eps(h)). sigma_b2 never
+    matters (centring removes it) and sigma_w2 enters only through eps / sigma_w2. ``method``: "closed_form"
+    (alias "laplace"; positive-homogeneous phi, eps = 0; Thm F.8; ``B`` may be a numpy array, q and c are then
+    arrays), "spherical" (quadrature on the BN sphere, any phi, eps = 0; Thm 4), "gegenbauer" (series in the
+    Gegenbauer basis, any phi, eps = 0; Thm F.13; truncated where the error bound on q* c* is below ``tol``, else
+    ValueError) or "radial" (any phi and eps: radial quadrature of tabulated angular moments, R16). Default: the
+    first of these that applies. Past the collapse (eps above :func:`collapse_eps`) the attracting fixed point has
+    mu* = 0: Sigma* = phi(0)^2 11^T, ``collapsed`` is True and c = 1 (this is not an error).
     """
     phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
-    eps = check_eps(eps)
-    return _compute(FIXED_POINT_ROUTES, method, phi, batch, eps, tol, FIXED_POINT_ALIASES)
+    eps, t = _effective_eps(eps, sigma_w2, sigma_b2)
+    point = _compute(FIXED_POINT_ROUTES, method, phi, batch, t, tol, FIXED_POINT_ALIASES)
+    return replace(point, eps=eps, sigma_w2=float(sigma_w2))
+
+
+def collapse_eps(phi: str | Activation, B: int, sigma_w2: float = 1.0) -> float:
+    """eps*: above it the only attracting fixed point has mu* = 0 and the centred covariance shrinks every layer.
+
+    Closed forms (derived in :func:`bnsym.meanfield.epsilon.derive_fixed_point_equation`): sigma_w2 mu_0* (B-1)/B
+    for degree-1 positive-homogeneous phi (mu_0* at eps = 0); sigma_w2 phi'(0)^2 for phi smooth at 0 whose
+    H(w) is largest at w = 0 (tanh(gamma z): gamma^2 sigma_w2). inf for degree < 1 (it never collapses).
+    """
+    phi = parse_activation(phi)
+    return _collapse_eps(phi, check_batch_size(B), check_variance(sigma_w2, "sigma_w2", positive=True))
 
 
 def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method: str | None = None,
@@ -181,23 +220,29 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
     return estimate if with_error else estimate.value
 
 
-def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
-                  tol: float = 1e-8, with_error: bool = False) -> float | np.ndarray | Estimate:
-    """lambda_G: the factor by which squared gradient norms grow per layer towards the input (Thms 7, 8).
+def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0, sigma_w2: float = 1.0,
+                  method: str | None = None, tol: float = 1e-8,
+                  with_error: bool = False) -> float | np.ndarray | Estimate:
+    """lambda_G: the factor by which squared gradient norms grow per layer towards the input (Thms 7, 8; R16).
 
-    ``method``: "closed_form" (Thm 8, positive-homogeneous phi of degree alpha > 1/2; ``B`` may be a numpy
-    array, the result is then an array) or "spherical" (Thm 7 by exact quadrature over two batch-norm
-    coordinates, any phi, one B) or "gegenbauer" (Thm 9, any phi, one B: the series in the Gegenbauer
-    coefficients with exact Parseval and Dirichlet tails, summed until the relative error bound is below
-    ``tol``, else ValueError). Default: "closed_form" where it applies. Only eps = 0 is supported so far.
+    ``method``: "closed_form" (Thm 8, positive-homogeneous phi of degree alpha > 1/2, eps = 0; ``B`` may be a
+    numpy array, the result is then an array), "spherical" (Thm 7 by exact quadrature over two batch-norm
+    coordinates, any phi, eps = 0, one B), "gegenbauer" (Thm 9, any phi, eps = 0, one B: the series in the
+    Gegenbauer coefficients with exact Parseval and Dirichlet tails, summed until the relative error bound is
+    below ``tol``, else ValueError) or "radial" (any phi and eps, one B; ``eps`` may be a numpy array: the rate at
+    the attracting fixed point of each eps, finite also past the collapse, where it tends to
+    sigma_w2 phi'(0)^2 / eps for phi smooth at 0). Default: the first that applies. Below 1 gradients vanish.
     With ``with_error=True`` returns the Estimate (absolute error).
     """
     phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
-    if check_eps(eps) != 0:
-        raise ValueError("gradient_rate supports eps = 0 only so far: with eps > 0 batch norm is not scale invariant "
-                         "and the rate depends on the fixed point's scale (not implemented yet)")
-    estimate = _compute(GRADIENT_RATE_ROUTES, method, phi, batch, 0.0, tol)
+    eps, t = _effective_eps(eps, sigma_w2, array_ok=True)
+    if np.ndim(t):
+        if np.ndim(batch) or method not in (None, "radial"):
+            raise ValueError("an array of eps needs one batch size and method 'radial' (the default for arrays)")
+        estimate = rate_radial(phi, batch, t)
+    else:
+        estimate = _compute(GRADIENT_RATE_ROUTES, method, phi, batch, t, tol)
     return estimate if with_error else estimate.value
 
 
@@ -217,27 +262,31 @@ def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 
-def depth_scale(phi: str | Activation, B: int | np.ndarray, method: str | None = None, tol: float = 1e-8,
+def depth_scale(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0, sigma_w2: float = 1.0,
+                method: str | None = None, tol: float = 1e-8,
                 with_error: bool = False) -> float | np.ndarray | Estimate:
     """xi = 1 / log(lambda_G): gradient norms grow by a factor e every xi layers (Sec. 4).
 
-    Infinite only where lambda_G = 1, which batch norm never reaches at finite B (Thm 9: lambda_G > 1).
-    ``method``, ``tol`` and arrays of B as for :func:`gradient_rate`, whose error is propagated.
+    At eps = 0 infinite only where lambda_G = 1, which batch norm never reaches at finite B (Thm 9:
+    lambda_G > 1); with eps > 0 lambda_G can fall below 1 and xi is then negative (gradients vanish).
+    ``eps``, ``method``, ``tol`` and arrays as for :func:`gradient_rate`, whose error is propagated.
     """
-    estimate = _depth_scale(gradient_rate(phi, B, method=method, tol=tol, with_error=True))
+    estimate = _depth_scale(gradient_rate(phi, B, eps, sigma_w2, method=method, tol=tol, with_error=True))
     return estimate if with_error else estimate.value
 
 
-def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
-                        tol: float = 1e-8, with_error: bool = False) -> float | np.ndarray | Estimate:
+def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0,
+                        sigma_w2: float = 1.0, method: str | None = None, tol: float = 1e-8,
+                        with_error: bool = False) -> float | np.ndarray | Estimate:
     """The predicted deepest trainable network, 16 xi = 16 / |log lambda_G| layers (Sec. 4, Fig 3, Fig 5; R19).
 
     The factor 16 is ``MAX_TRAINABLE_DEPTH_FACTOR`` of :mod:`bnsym.meanfield.backward`: the paper's empirical
     finding that SGD trains networks up to about 16 depth scales deep. gamma and beta enter through the
-    activation (``"tanh(gamma=0.5)"``, ``"relu(beta=2)"``). ``method``, ``tol`` and arrays of B as for
-    :func:`gradient_rate`; inf where lambda_G = 1. With ``with_error=True`` returns the Estimate.
+    activation (``"tanh(gamma=0.5)"``, ``"relu(beta=2)"``), eps and sigma_w2 as arguments. |log lambda_G|: where
+    eps makes gradients vanish (lambda_G < 1) they limit the depth as well. ``method``, ``tol`` and arrays of B or
+    of eps as for :func:`gradient_rate`; inf where lambda_G = 1. With ``with_error=True`` returns the Estimate.
     """
-    rate = gradient_rate(phi, B, eps=eps, method=method, tol=tol, with_error=True)
+    rate = gradient_rate(phi, B, eps, sigma_w2, method=method, tol=tol, with_error=True)
     value, error = np.asarray(rate.value, dtype=float), np.asarray(rate.error, dtype=float)
     vanishing = value < 1  # |log lambda| = log(1/lambda); the interval lambda +- error maps into 1/lambda +- this
     with np.errstate(divide="ignore"):
@@ -248,25 +297,27 @@ def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float =
     return depth if with_error else depth.value
 
 
-def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, method: str | None = None,
-                        tol: float = 1e-8, with_error: bool = False) -> dict[str, float | np.ndarray | Estimate]:
-    """Eigenvalues {"G", "L", "M"} of the forward Jacobian G dV_{B_phi}/dSigma G at the BSB1 fixed point.
+def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, sigma_w2: float = 1.0,
+                        method: str | None = None, tol: float = 1e-8,
+                        with_error: bool = False) -> dict[str, float | np.ndarray | Estimate]:
+    """Eigenvalues {"G", "L", "M"} of the forward Jacobian G dV_{B_phi}/dSigma G at the attracting BSB1 fixed point.
 
     A perturbation of the batch covariance along eigenspace X shrinks by lambda_X per layer (eq. (17)).
-    lambda_G = 0 exactly (scale invariance, eps = 0). ``method``: "closed_form" (Thm 6 / F.33, positive-
-    homogeneous phi of degree > 1/2; ``B`` may be a numpy array), "spherical" (any phi, 2-D quadrature on the
-    BN sphere, Sec. F.3.1) or "gegenbauer" (any phi; banded quadratic forms in the Gegenbauer coefficients,
-    Thms F.22/F.24, the degree doubled until the eigenvalues change by less than ``tol``). Default: closed
-    form where it applies. With ``with_error=True`` the values are Estimates.
+    At eps = 0, lambda_G = 0 exactly (scale invariance). ``method``: "closed_form" (Thm 6 / F.33, positive-
+    homogeneous phi of degree > 1/2, eps = 0; ``B`` may be a numpy array), "spherical" (any phi, eps = 0, 2-D
+    quadrature on the BN sphere, Sec. F.3.1), "gegenbauer" (any phi, eps = 0; banded quadratic forms in the
+    Gegenbauer coefficients, Thms F.22/F.24, the degree doubled until the eigenvalues change by less than
+    ``tol``) or "radial" (any phi and eps: the five moments averaged over the radius; lambda_G > 0 is the slope
+    of the scalar map mu -> mu'; past the collapse the limit at mu* = 0). Default: the first that applies.
+    With ``with_error=True`` the values are Estimates.
     """
     phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
-    if check_eps(eps) != 0:
-        raise ValueError("forward eigenvalues are derived for eps = 0 only: with eps > 0 batch norm is not scale "
-                         "invariant and lambda_G is no longer 0 (not covered yet)")
-    eigenvalues = _compute(FORWARD_EIGENVALUE_ROUTES, method, phi, batch, 0.0, tol)
-    lam_l = eigenvalues["L"]  # the routes' lambda_G is a computed check of theory's exact 0
-    eigenvalues = {**eigenvalues, "G": Estimate(np.zeros_like(lam_l.value), 0.0, lam_l.method)}
+    eps, t = _effective_eps(eps, sigma_w2)
+    eigenvalues = _compute(FORWARD_EIGENVALUE_ROUTES, method, phi, batch, t, tol)
+    if t == 0:
+        lam_l = eigenvalues["L"]  # the routes' lambda_G is a computed check of theory's exact 0
+        eigenvalues = {**eigenvalues, "G": Estimate(np.zeros_like(lam_l.value), 0.0, lam_l.method)}
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 

@@ -28,36 +28,53 @@ def _parser() -> argparse.ArgumentParser:
                          help="activation, e.g. relu, tanh, selu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
     predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
     predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
+    predict.add_argument("--sigma-w2", default="1", help="weight variance sigma_w^2 (> 0, default 1; with eps > 0 "
+                         "only eps / sigma_w^2 matters)")
     predict.add_argument("--method", default=None,
-                         help="fixed-point method: closed_form (alias laplace), spherical or gegenbauer "
+                         help="fixed-point method: closed_form (alias laplace), spherical, gegenbauer or radial "
                          "(default: best available)")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
     add_sweep_parser(commands, _Parser)
     return parser
 
 
-def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None = None) -> dict:
-    """All predictions for (phi, B, eps) as a JSON-ready dict."""
+def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None = None,
+            sigma_w2: object = 1.0) -> dict:
+    """All predictions for (phi, B, eps, sigma_w^2) as a JSON-ready dict."""
     if isinstance(batch_size, str):
         try:
             batch_size = float(batch_size) if any(ch in batch_size for ch in ".eE") else int(batch_size)
         except ValueError:
             raise ValueError(f"batch size must be a whole number, got {batch_size!r}") from None
-    point = api.fixed_point(phi, batch_size, eps=eps, method=method)
-    # forward linearization (eps = 0 only): per-layer factors and depth scales -1/log(lambda), null where undefined
-    eigenvalues = api.forward_eigenvalues(phi, point.batch_size) if point.eps == 0 else None
+    sigma_w2 = _number(sigma_w2, "sigma_w2")
+    point = api.fixed_point(phi, batch_size, eps=eps, sigma_w2=sigma_w2, method=method)
+    # forward linearization: per-layer factors and depth scales -1/log(lambda), null where undefined
+    eigenvalues = api.forward_eigenvalues(phi, point.batch_size, point.eps, sigma_w2)
     result = {
         "phi": str(parse_activation(phi)),
         "batch_size": point.batch_size,
         "eps": point.eps,
-        "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error},
+        "sigma_w2": point.sigma_w2,
+        "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error,
+                        "collapsed": point.collapsed},
+        "collapse_eps": _finite_or_none(api.collapse_eps(phi, point.batch_size, sigma_w2)),
         "forward_eigenvalues": eigenvalues,
-        "depth_scales": api.forward_depth_scales(eigenvalues) if eigenvalues is not None else None,
+        "depth_scales": api.forward_depth_scales(eigenvalues),
         # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
-    result.update(_gradient_predictions(phi, point.batch_size, point.eps))
+    result.update(_gradient_predictions(phi, point.batch_size, point.eps, sigma_w2))
     return result
+
+
+def _number(value: object, name: str) -> object:
+    """A command-line string as a float (the API checks its range); other objects pass through."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -65,14 +82,18 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _gradient_predictions(phi: str, batch_size: int, eps: float) -> dict:
-    """lambda_G, the backward eigenvalues and xi; null where the theory is not implemented (eps > 0)."""
-    if eps != 0:
-        return {"gradient_rate": None, "backward_eigenvalues": None, "depth_scale": None}
+def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float) -> dict:
+    """lambda_G, the backward eigenvalues, xi and the predicted maximum trainable depth 16 xi (R19)."""
+    rate = api.gradient_rate(phi, batch_size, eps, sigma_w2)
+    if eps == 0:
+        backward = {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size).items()}
+    else:  # the L and M eigenvalues of the backward operator are derived for eps = 0 only
+        backward = {"G": rate}
     return {
-        "gradient_rate": api.gradient_rate(phi, batch_size),
-        "backward_eigenvalues": {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size).items()},
-        "depth_scale": _finite_or_none(api.depth_scale(phi, batch_size)),
+        "gradient_rate": rate,
+        "backward_eigenvalues": backward,
+        "depth_scale": _finite_or_none(api.depth_scale(phi, batch_size, eps, sigma_w2)),
+        "max_trainable_depth": _finite_or_none(api.max_trainable_depth(phi, batch_size, eps, sigma_w2)),
     }
 
 
@@ -82,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sweep":
             print(run_sweep_command(args))
             return 0
-        result = predict(args.phi, args.batch_size, args.eps, args.method)
+        result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
     except ValueError as error:
         print(f"bnsym: error: {error}", file=sys.stderr)
         return 2
@@ -90,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         fp = result["fixed_point"]
-        print(f"phi = {result['phi']}, B = {result['batch_size']}, eps = {result['eps']}")
+        print(f"phi = {result['phi']}, B = {result['batch_size']}, eps = {result['eps']}, "
+              f"sigma_w^2 = {result['sigma_w2']}")
         print(f"BSB1 fixed point ({fp['method']}): q* = {fp['q']:.10g}, c* = {fp['c']:.10g}, mu* = {fp['mu']:.10g}")
         if result["forward_eigenvalues"] is not None:
             lam, xi = result["forward_eigenvalues"], result["depth_scales"]
@@ -98,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         if result["gradient_rate"] is not None:
             eig = result["backward_eigenvalues"]
             print(f"gradient explosion rate lambda_G = {result['gradient_rate']:.10g} per layer, "
-                  f"depth scale xi = {result['depth_scale']:.6g}; "
-                  f"backward eigenvalues L = {eig['L']:.6g}, M = {eig['M']:.6g}")
+                  f"depth scale xi = {result['depth_scale']}, max trainable depth 16 xi = "
+                  f"{result['max_trainable_depth']}")
+            if "L" in eig:
+                print(f"backward eigenvalues L = {eig['L']:.6g}, M = {eig['M']:.6g}")
     return 0
 
 

@@ -105,7 +105,7 @@ def test_with_error_spherical_is_plausible():
 def test_with_error_spherical_eps_is_plausible():
     sigma = bsb1(8, 0.8, 0.25)  # mu = 0.6
     value, error = bnsym.bn_kernel("tanh", sigma, eps=0.1, method="spherical", with_error=True)
-    image = bsb1_image(parse_activation("tanh"), 8, mu=0.6, eps=0.1, n_radial=128)  # fine rule: 256 radial nodes
+    image = bsb1_image(parse_activation("tanh"), 8, mu=0.6, eps=0.1, n_radial=256)  # a finer radial rule
     q, qc = image["q"].value, image["qc"].value
     assert np.all(np.abs(value - bsb1(8, q, qc / q)) <= 5 * error + 1e-14)
 

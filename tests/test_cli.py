@@ -23,7 +23,8 @@ BAD_ARGUMENTS = {
     "eps -1": (["--phi", "relu", "--batch-size", "8", "--eps", "-1"], "eps"),
     "eps nan": (["--phi", "relu", "--batch-size", "8", "--eps", "nan"], "eps"),
     "unknown method": (["--phi", "relu", "--batch-size", "8", "--method", "qmc"], "unknown method"),
-    "no fixed point": (["--phi", "tanh", "--batch-size", "8", "--eps", "1"], "no BSB1 fixed point"),
+    "sigma_w2 0": (["--phi", "relu", "--batch-size", "8", "--eps", "0.1", "--sigma-w2", "0"], "sigma_w2"),
+    "sigma_w2 abc": (["--phi", "relu", "--batch-size", "8", "--sigma-w2", "abc"], "sigma_w2"),
     "missing --batch-size": (["--phi", "relu"], "--batch-size"),
     "missing --phi": (["--batch-size", "8"], "--phi"),
 }
@@ -52,14 +53,33 @@ def test_predict_json_equals_the_api(capsys, spec, batch):
 
 
 def test_predict_options(capsys):
-    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "-B", "8.0", "--eps", "0.5", "--method", "spherical",
-                                   "--json"])
+    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "-B", "8.0", "--eps", "0.5", "--method", "radial",
+                                   "--sigma-w2", "2", "--json"])
     assert status == 0
     result = json.loads(out)
-    point = bnsym.fixed_point("tanh", 8, eps=0.5, method="spherical")
-    assert result["batch_size"] == 8 and result["eps"] == 0.5
+    point = bnsym.fixed_point("tanh", 8, eps=0.5, sigma_w2=2.0, method="radial")
+    assert result["batch_size"] == 8 and result["eps"] == 0.5 and result["sigma_w2"] == 2.0
     assert result["fixed_point"]["q"] == point.q and result["fixed_point"]["c"] == point.c
-    assert result["forward_eigenvalues"] is None and result["depth_scales"] is None  # derived for eps = 0 only
+    assert result["fixed_point"]["method"] == "radial" and result["fixed_point"]["collapsed"] is False
+    assert result["forward_eigenvalues"] == bnsym.forward_eigenvalues("tanh", 8, eps=0.5, sigma_w2=2.0)
+    assert result["gradient_rate"] == bnsym.gradient_rate("tanh", 8, eps=0.5, sigma_w2=2.0)
+
+
+@pytest.mark.parametrize("spec, eps", [("tanh", 0.5), ("relu", 0.1), ("relu", 10.0), ("relu(beta=2)", 1e300)])
+def test_predict_eps_keys_are_never_null(capsys, spec, eps):
+    """Every key has a value with eps > 0, past the collapse too, and the JSON is strict (no NaN or Infinity)."""
+    status, out, err = _run(capsys, ["predict", "--phi", spec, "-B", "8", "--eps", str(eps), "--json"])
+    assert status == 0 and err == ""
+    result = json.loads(out, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+
+    def no_nulls(value, path):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                no_nulls(item, f"{path}.{key}")
+        else:
+            assert value is not None, path
+    no_nulls(result, "result")
+    assert result["fixed_point"]["collapsed"] == (eps > bnsym.collapse_eps(spec, 8))
 
 
 def test_predict_text(capsys):
@@ -113,17 +133,6 @@ def test_predict_json_gradient_keys_equal_the_api(capsys, spec, batch):
     assert result["gradient_rate"] == bnsym.gradient_rate(spec, batch)
     assert result["backward_eigenvalues"] == bnsym.backward_eigenvalues(spec, batch)
     assert result["depth_scale"] == bnsym.depth_scale(spec, batch)
-
-
-def test_predict_gradient_keys_are_null_for_eps():
-    """eps > 0 has no gradient theory yet: null, never NaN/Infinity (strict JSON).
-
-    (The eps > 0 fixed point itself takes a minute for tanh, so the gradient part is called directly.)
-    """
-    from bnsym.cli import _gradient_predictions
-
-    result = json.loads(json.dumps(_gradient_predictions("tanh", 8, 0.5), allow_nan=False))
-    assert result == {"gradient_rate": None, "backward_eigenvalues": None, "depth_scale": None}
 
 
 def test_predict_text_shows_the_gradient_rate(capsys):

@@ -14,7 +14,8 @@ from conftest import HOMOGENEOUS, bn_monte_carlo, bsb1, centring, relu, sphere_f
 import bnsym
 from bnsym.core.activations import parse_activation
 from bnsym.core.symbols import B
-from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point, fixed_point_spherical
+from bnsym.meanfield.epsilon import fixed_point_radial
+from bnsym.meanfield.forward import FixedPoint, bsb1_image, derive_homogeneous_fixed_point
 
 ACCEPTANCE_BATCH_SIZES = [4, 5, 6, 8, 16, 32, 64]
 ACCEPTANCE_PHIS = {"relu": (relu, (0.0,)), "tanh": (np.tanh, ()), "identity": (lambda x: x, ())}
@@ -43,7 +44,7 @@ def test_acceptance_fixed_point_matches_spherical_integrals(spec, batch):
 def test_default_methods():
     assert bnsym.fixed_point("relu", 8).method == "closed_form"
     assert bnsym.fixed_point("tanh", 8).method == "spherical"
-    assert bnsym.fixed_point("relu", 8, eps=0.1).method == "spherical"
+    assert bnsym.fixed_point("relu", 8, eps=0.1).method == "radial"
 
 
 _RELU15_B64 = pytest.mark.xfail(strict=True, reason=(
@@ -153,7 +154,7 @@ def test_bsb1_image_with_eps_matches_monte_carlo():
 def test_eps_fixed_point_is_a_fixed_point():
     """fixed_point("tanh", 8, eps=0.1) satisfies V(Sigma*) = Sigma*, checked by randomised QMC (k = 5)."""
     point = bnsym.fixed_point("tanh", 8, eps=0.1)
-    assert point.eps == 0.1 and point.method == "spherical"
+    assert point.eps == 0.1 and point.method == "radial"
     assert point.mu < bnsym.fixed_point("tanh", 8).mu  # eps shrinks the BN output
     value, error = bnsym.bn_kernel("tanh", point.matrix, eps=0.1, method="qmc", with_error=True)
     assert np.all(np.abs(value - point.matrix) < K_SE * error)
@@ -161,7 +162,7 @@ def test_eps_fixed_point_is_a_fixed_point():
 
 def test_eps_fixed_point_error_bounds_its_residual():
     phi = parse_activation("tanh")
-    point = fixed_point_spherical(phi, 8, eps=0.1)
+    point = fixed_point_radial(phi, 8, eps=0.1)
     image = bsb1_image(phi, 8, mu=point.mu, eps=0.1, n_radial=160)  # a much finer radial rule
     q, qc = image["q"].value, image["qc"].value
     assert abs(q - point.q) <= 5 * point.error + 1e-13
@@ -173,15 +174,16 @@ def test_eps_tends_to_zero():
 
 
 @pytest.mark.parametrize("spec", ["tanh", "relu"])
-def test_large_eps_has_no_fixed_point(spec):
-    """No fixed point with mu > 0 for eps >= 1 (B = 8).
+def test_large_eps_collapses(spec):
+    """No fixed point with mu > 0 for eps >= 1 (B = 8): the attracting one is mu* = 0, flagged, not an error.
 
     With G Sigma G = mu G, y = G h has |y|^2 = mu r^2 (r ~ chi_{B-1}), and the BN output is
     n_eps(y) = y / sqrt(|y|^2/B + eps), so |n_eps(y)|^2 < mu r^2 / eps. tanh and relu are 1-Lipschitz
     with phi(0) = 0, so the next mu' = E|G phi(n_eps(y))|^2/(B-1) <= E|n_eps(y)|^2/(B-1) < mu E[r^2]/((B-1) eps)
     = mu / eps: the map mu -> mu' is below mu/eps times a factor < 1 (for small mu tanh is linear and
     the factor tends to 1, for larger mu the normalisation and the saturation shrink it). For eps >= 1
-    every mu > 0 shrinks, so the batch collapses to mu* = 0 and bnsym must refuse.
+    every mu > 0 shrinks, so the batch collapses to mu* = 0 (and Sigma* = phi(0)^2 11^T = 0).
     """
-    with pytest.raises(ValueError, match="no BSB1 fixed point"):
-        bnsym.fixed_point(spec, 8, eps=1.0)
+    point = bnsym.fixed_point(spec, 8, eps=1.0)
+    assert point.collapsed and point.mu == 0 and point.q == 0
+    assert bnsym.collapse_eps(spec, 8) <= 1.0 + 1e-12  # tanh: exactly phi'(0)^2 = 1, up to rounding

@@ -22,3 +22,16 @@ def gauss_jacobi(n: int, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
         beta[0] = 4 * (1 + a) * (1 + b) / ((2 + a + b) ** 2 * (3 + a + b))  # k = 1, (1 + a + b) cancelled
     nodes, vectors = eigh_tridiagonal(diag, np.sqrt(beta))
     return nodes, vectors[0] ** 2
+
+
+def chi2_rule(dof: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes s and weights (summing to 1) of the n-point Gauss rule for s ~ chi^2 with ``dof`` degrees of freedom.
+
+    s = 2 x with x ~ Gamma(dof/2): generalised Gauss-Laguerre for the weight x^a e^(-x), a = dof/2 - 1, by
+    Golub-Welsch on the monic recurrence (diagonal 2k + a + 1, off-diagonal sqrt(k (k + a))), so that the mass
+    Gamma(a + 1), which overflows for dof > 340 (SciPy's ``roots_genlaguerre``), never appears.
+    """
+    a = dof / 2 - 1
+    k = np.arange(n, dtype=float)
+    nodes, vectors = eigh_tridiagonal(2 * k + a + 1, np.sqrt(k[1:] * (k[1:] + a)))
+    return 2 * nodes, vectors[0] ** 2

@@ -24,6 +24,9 @@ mu = sp.Symbol("mu", positive=True)  # Sigma^G = mu G for a BSB1 Sigma
 mu_star = sp.Symbol("mu^*", positive=True)  # mu at the fixed point Sigma*
 ell = sp.Symbol("ell", positive=True)  # an eigenvalue of a perturbation Lam of Sigma^G
 g = sp.Symbol("g", positive=True)  # the diagonal (B-1)/B of G
+epsilon = sp.Symbol("epsilon", nonnegative=True)  # the batch-norm stabiliser, n_eps(y) = sqrt(B) y/sqrt(|y|^2 + B eps)
+kappa = sp.Symbol("kappa", positive=True)  # |y| / sqrt(|y|^2 + B eps): the radial shrink of the BN output
+sigma_w2, sigma_b2 = sp.symbols("sigma_w^2 sigma_b^2", positive=True)  # weight and bias variances
 v_star = sp.Symbol("v^*", positive=True)  # the coefficient that Thm 6 divides by, as printed
 
 # J_phi(1), J_phi(rho) and J_phi'(rho), with J_phi(c) the normalised kernel of phi (Prop E.10)
@@ -41,3 +44,26 @@ r, k, r_d = sp.symbols("r k r_d", positive=True)  # GSC rate, dilution ratio, di
 P_n = sp.Symbol("P_n", positive=True)  # prod_{b <= n} (1 + k_b^-2) over n composed blocks (Proposition 7)
 E_phi = sp.Symbol(r"E[\phi]", real=True)  # Gaussian moments of phi, z ~ N(0, 1)
 E_phi2, E_dphi2 = sp.symbols(r"E[\phi^2] E[\phi'^2]", positive=True)
+
+# Daneshmand et al. 2020 (rank collapse) ---------------------------------------------------------------------
+
+d = sp.Symbol("d", integer=True, positive=True)  # width: H is d features x N samples, M = H H^T / N is d x d
+gamma = sp.Symbol("gamma", positive=True)  # strength of the residual branch, H + gamma W H
+tau = sp.Symbol("tau", positive=True)  # threshold of the soft rank rank_tau (eq. 3)
+n_dof = sp.Symbol("nu", positive=True)  # degrees of freedom of a chi-square variable
+alpha_reg = sp.Symbol("alpha_reg", positive=True)  # the regularity constant alpha of Def. 3 (not Yang's alpha)
+# the invariants of a d x d matrix M that Lemma 7's delta_F is written in
+frob2, trace_m3, diag_m2_sq = sp.symbols("||M||_F^2 Tr(M^3) Tr(diag(M^2)^2)", positive=True)
+
+# Bjorck et al. 2018 (products of random matrices, conditioning, SGD noise) ----------------------------------
+
+M_factors = sp.Symbol("M", integer=True, positive=True)  # number of Gaussian factors in X = X_1 X_2 ... X_M
+x_sq = sp.Symbol("x", positive=True)  # a squared singular value of X (an eigenvalue of X X^T)
+varphi = sp.Symbol("varphi", positive=True)  # the angle that parametrises Theorem 1's density, 0 < varphi < pi/(M+1)
+vartheta = sp.Symbol("vartheta", positive=True)  # distance to the hard edge, vartheta = pi/(M+1) - varphi
+k_moment = k  # the order of a moment E[x^k] (the same positive symbol as the dilution ratio k)
+N_width = sp.Symbol("N", integer=True, positive=True)  # the size of each N x N factor; a dataset size in eq. (2)
+# kappa (declared above) also names a condition number sigma_max / sigma_min here
+eta = sp.Symbol("eta", positive=True)  # a (gradient-descent) learning rate
+n_batch = sp.Symbol("n", integer=True, positive=True)  # minibatch size |B| in eq. (2); summands in Table 1
+m_align = sp.Symbol("m", real=True)  # mean-to-standard-deviation ratio of a gradient summand

@@ -38,10 +38,13 @@ def check_batch_size(batch_size: object, array_ok: bool = False) -> int | np.nda
     return values.astype(int).reshape(np.shape(batch_size)) if many else int(values[0])
 
 
-def check_eps(eps: object) -> float:
-    """eps (the batch-norm stabiliser) must be a finite number >= 0."""
+def check_eps(eps: object, array_ok: bool = False) -> float | np.ndarray:
+    """eps (the batch-norm stabiliser) must be a finite number >= 0; with ``array_ok`` a float array of them too."""
+    if array_ok and np.ndim(eps) > 0:
+        values = [check_eps(item) for item in np.asarray(eps, dtype=object).ravel().tolist()]
+        return np.array(values, dtype=float).reshape(np.shape(eps))
     try:
-        if isinstance(eps, bool):
+        if isinstance(eps, (bool, np.bool_)):
             raise TypeError
         value = float(eps)
     except (TypeError, ValueError):
@@ -49,6 +52,20 @@ def check_eps(eps: object) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"eps must be a finite number >= 0 (it is added to a variance), got {eps!r}")
     return value
+
+
+def check_variance(value: object, name: str, positive: bool) -> float:
+    """A weight or bias variance (``name``): a finite number, > 0 if ``positive`` else >= 0."""
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        bound = "> 0 (a zero weight variance cuts the network)" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite variance {bound}, got {value!r}")
+    return number
 
 
 def check_covariance(sigma: object) -> np.ndarray:

@@ -9,7 +9,8 @@ The fixed point is Sigma* = q [(1 - c) I + c 11^T] (BSB1: one diagonal value, on
 * Spherical route (any phi; Thm 4 / F.5): q* = E[phi(x_1)^2], q* c* = E[phi(x_1) phi(x_2)] for two
   coordinates of a vector uniform on the sphere of radius sqrt(B) in 1^perp.
 * eps > 0: the BN output of a BSB1 input with G Sigma G = mu G is kappa(r) x, x as above,
-  kappa(r) = (1 + B eps / (mu r^2))^(-1/2), r ~ chi_{B-1}; the fixed point solves mu = q(mu) - q c(mu).
+  kappa(r) = (1 + B eps / (mu r^2))^(-1/2), r ~ chi_{B-1} (:mod:`.radial`); the fixed point, which now depends
+  on the scale, is in :mod:`.epsilon`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from functools import cache
 
 import numpy as np
 import sympy as sp
-from scipy.optimize import brentq
-from scipy.special import roots_genlaguerre
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
@@ -29,6 +28,7 @@ from ..core.geometry import bsb1_matrix, bsb1_mu
 from ..core.symbols import J1, B, Jrho, alpha, c
 from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel
 from .laplace import derive_bsb1_scale
+from .radial import radial_image
 from .sphere import expect_pair_with_error
 
 
@@ -45,6 +45,8 @@ class FixedPoint:
     eps: float = 0.0
     method: str = "closed_form"
     error: float = 0.0
+    collapsed: bool = False  # eps past the collapse: mu* = 0 and Sigma* = phi(0)^2 11^T (not an error)
+    sigma_w2: float = 1.0  # the weight variance; with eps > 0 only eps / sigma_w2 matters
 
     @property
     def mu(self) -> float:
@@ -98,28 +100,18 @@ def _pair_moments(phi: Activation, batch_size: int, scale: float, n: int) -> np.
     return np.array([q, qc, e1, e2])
 
 
-def _radial_average(phi: Activation, batch_size: int, mu: float, eps: float, n: int, n_radial: int) -> np.ndarray:
-    """E_r[(q, q c, errors)] over r ~ chi_{B-1}, the BN output scaled by kappa(r) = (1 + B eps/(mu r^2))^(-1/2)."""
-    nodes, weights = roots_genlaguerre(n_radial, (batch_size - 1) / 2 - 1)  # r^2 / 2 ~ Gamma((B-1)/2)
-    weights = weights / weights.sum()
-    kappa = (1 + batch_size * eps / (2 * mu * nodes)) ** -0.5
-    return weights @ np.array([_pair_moments(phi, batch_size, k, n) for k in kappa])
-
-
 def bsb1_image(phi: Activation, batch_size: int, mu: float = 1.0, eps: float = 0.0, n: int = 64,
-               n_radial: int = 48) -> dict[str, Estimate]:
+               n_radial: int = 64) -> dict[str, Estimate]:
     """{"q": q, "qc": q c}: V_{B_phi}(Sigma) = BSB1(q, q c) for any BSB1 Sigma with G Sigma G = mu G.
 
-    For eps = 0 the result does not depend on mu. For eps > 0 the radius r ~ chi_{B-1} is integrated with
-    generalised Gauss-Laguerre in r^2 / 2 ~ Gamma((B-1)/2); the error estimate adds the change from
-    n_radial to 2 n_radial radial nodes to the angular one.
+    For eps = 0 the result does not depend on mu. For eps > 0 it is the radial quadrature of the tabulated
+    angular moments (:func:`~bnsym.meanfield.radial.radial_image`, ``n_radial`` Gauss nodes in r^2 ~ chi^2_{B-1});
+    its error adds the change from n_radial / 2 nodes to the table's error.
     """
     if eps == 0:
         q, qc, e_q, e_qc = _pair_moments(phi, batch_size, 1.0, n)
     else:
-        coarse = _radial_average(phi, batch_size, mu, eps, n, n_radial)
-        q, qc, e_q, e_qc = _radial_average(phi, batch_size, mu, eps, n, 2 * n_radial)
-        e_q, e_qc = np.array([e_q, e_qc]) + np.abs(np.array([q, qc]) - coarse[:2])
+        (q, qc), (e_q, e_qc) = radial_image(phi, batch_size, mu, eps, n_radial)
     return {"q": Estimate(q, e_q, "spherical"), "qc": Estimate(qc, e_qc, "spherical")}
 
 
@@ -143,21 +135,12 @@ def _from_image(image: dict[str, Estimate], batch_size: int, eps: float) -> Fixe
                       error=max(q.error, qc.error))
 
 
-def fixed_point_spherical(phi: Activation, batch_size: int, eps: float = 0.0, n: int = 64) -> FixedPoint:
-    """BSB1 fixed point by spherical integration for any phi (Thm 4 / F.5); eps > 0 solves for mu*."""
-    if eps == 0:
-        return _from_image(bsb1_image(phi, batch_size, n=n), batch_size, eps)
+def fixed_point_spherical(phi: Activation, batch_size: int, n: int = 64) -> FixedPoint:
+    """BSB1 fixed point by spherical integration for any phi at eps = 0 (Thm 4 / F.5): one step from any BSB1 input.
 
-    def excess(log_mu: float) -> float:
-        image = bsb1_image(phi, batch_size, np.exp(log_mu), eps, n=n)
-        return np.log(image["q"].value - image["qc"].value) - log_mu
-
-    lo, hi = -30.0, 10.0
-    if not (excess(lo) > 0 > excess(hi)):
-        raise ValueError(f"no BSB1 fixed point with mu > 0 for {phi} at eps = {eps}: the map mu -> q(mu) - q c(mu) "
-                         "stays below the identity, so the centred covariance shrinks to 0 layer by layer (mu* = 0)")
-    mu = float(np.exp(brentq(excess, lo, hi, xtol=1e-13)))
-    return _from_image(bsb1_image(phi, batch_size, mu, eps, n=n), batch_size, eps)
+    eps > 0: :func:`bnsym.meanfield.epsilon.fixed_point_radial`.
+    """
+    return _from_image(bsb1_image(phi, batch_size, n=n), batch_size, 0.0)
 
 
 def default_fixed_point(phi: Activation, batch_size: int) -> FixedPoint:

@@ -95,8 +95,10 @@ def expect_pair(
     kinks: tuple[float, ...] = (),
     n: int = 64,
     scale: float = 1.0,
-) -> float:
+) -> float | np.ndarray:
     """E[f(s x_1, s x_2)] for two coordinates x_1, x_2 of the batch-norm output (uniform on its sphere).
+
+    ``f`` may return a stack of integrands, shape (m, *shape of its arguments): the result is then an array of m.
 
     ``kinks`` are the points where f is not smooth as a function of either argument; ``scale`` = s
     multiplies the output (eps > 0 shrinks it). Uses n radial and n angular nodes per smooth piece.
@@ -126,11 +128,12 @@ def expect_pair(
     w_psi = width[..., None] * w / 2 / (2 * np.pi)
     r = radius[:, None, None]
     values = f(r * np.cos(psi), r * np.cos(psi - theta0))
-    return float(np.sum(w_u[:, None, None] * w_psi * values))
+    total = np.sum(w_u[:, None, None] * w_psi * values, axis=(-3, -2, -1))
+    return float(total) if np.ndim(total) == 0 else total
 
 
 def expect_pair_with_error(f, batch_size: int, kinks: tuple[float, ...] = (), n: int = 64,
-                           scale: float = 1.0) -> tuple[float, float]:
+                           scale: float = 1.0) -> tuple[float | np.ndarray, float | np.ndarray]:
     """:func:`expect_pair` with n and 2n nodes: (value at 2n, |difference|) as an error estimate."""
     coarse = expect_pair(f, batch_size, kinks, n, scale)
     fine = expect_pair(f, batch_size, kinks, 2 * n, scale)

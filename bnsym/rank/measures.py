@@ -1,0 +1,111 @@
+"""Rank notions of Daneshmand et al. 2020 (eqs. 3-4, Lemma 1), for H of shape (..., d, N).
+
+H is d features x N samples, as in the paper (columns are samples), with any leading axes (networks, layers).
+M(H) = H H^T / N is the d x d second-moment matrix of the features, with eigenvalues lambda_i = sigma_i^2 / N.
+
+* soft rank rank_tau(H) = #{i : lambda_i >= tau} (eq. 3; :func:`rank_tau`);
+* rank lower bound r(H) = Tr(M)^2 / ||M||_F^2 = ||lambda||_1^2 / ||lambda||_2^2 (eq. 4; :func:`rank_lower_bound`);
+* numerical rank: singular values above sigma_max max(d, N) eps of H's float type, torch's default and the
+  paper's footnote 2 (:func:`numerical_rank`).
+
+Lemma 1, rank(H) >= r(H) and, when Tr M = d (batch-norm outputs), rank_tau(H) >= (1 - tau)^2 r(H), is derived
+with its equality cases in :func:`derive_rank_bounds`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+import torch
+
+from ..core.derivation import Derivation
+from ..core.symbols import d, tau
+
+
+def as_features(H: np.ndarray | torch.Tensor, name: str = "H") -> torch.Tensor:
+    """H as a torch tensor of shape (..., d, N) with finite entries (ValueError otherwise); keeps float32/64."""
+    h = torch.as_tensor(H)
+    if not (h.is_floating_point()):
+        h = h.to(torch.float64)
+    if h.ndim < 2:
+        raise ValueError(f"{name} must be a matrix of d features x N samples (..., d, N), got shape {tuple(h.shape)}")
+    if h.shape[-1] == 0 or h.shape[-2] == 0:
+        raise ValueError(f"{name} has an empty dimension: shape {tuple(h.shape)}")
+    if not torch.isfinite(h).all():
+        raise ValueError(f"{name} has NaN or infinite entries")
+    return h
+
+
+def second_moment(H: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """M(H) = H H^T / N, shape (..., d, d), for H of shape (..., d, N) (eq. 2)."""
+    h = as_features(H)
+    return h @ h.mT / h.shape[-1]
+
+
+def _eigenvalues(H) -> torch.Tensor:
+    """lambda_i = sigma_i(H)^2 / N, the eigenvalues of M(H), in float64."""
+    h = as_features(H).to(torch.float64)
+    return torch.linalg.svdvals(h).square() / h.shape[-1]
+
+
+def rank_tau(H: np.ndarray | torch.Tensor, tau: float = 0.5) -> np.ndarray:
+    """The soft rank #{i : sigma_i(H)^2 / N >= tau} of H (d features x N samples; eq. 3)."""
+    if not (np.isfinite(tau) and tau > 0):
+        raise ValueError(f"tau must be a positive threshold on sigma^2 / N, got {tau}")
+    return (_eigenvalues(H) >= tau).sum(-1).numpy()
+
+
+def rank_lower_bound(H: np.ndarray | torch.Tensor) -> np.ndarray:
+    """r(H) = Tr(M)^2 / ||M||_F^2 with M = H H^T / N, H d features x N samples (eq. 4)."""
+    lam = _eigenvalues(H)
+    squares = lam.square().sum(-1)
+    if (squares == 0).any():
+        raise ValueError("r(H) is undefined for H = 0 (it divides by ||M||_F^2)")
+    return (lam.sum(-1).square() / squares).numpy()
+
+
+def numerical_rank(H: np.ndarray | torch.Tensor, rtol: float | None = None) -> np.ndarray:
+    """#{i : sigma_i(H) > rtol sigma_max} for H d features x N samples, computed in H's own float type.
+
+    The default rtol = max(d, N) eps (eps of float32 or float64) is torch.linalg.matrix_rank's, which the paper
+    uses (footnote 2): the numerical rank of a float32 representation differs from that of a float64 one.
+    """
+    h = as_features(H)
+    if rtol is None:
+        rtol = max(h.shape[-2:]) * torch.finfo(h.dtype).eps
+    if not (np.isfinite(rtol) and rtol >= 0):
+        raise ValueError(f"rtol must be a finite number >= 0, got {rtol}")
+    s = torch.linalg.svdvals(h)
+    return (s > rtol * s[..., :1]).sum(-1).numpy()
+
+
+def derive_rank_bounds() -> Derivation:
+    """Lemma 1: rank(H) >= r(H) and rank_tau(H) >= (1 - tau)^2 r(H) when Tr M = d, with the equality cases.
+
+    Cauchy-Schwarz on the h eigenvalues of a set S: (sum_S lambda)^2 <= h sum_S lambda^2. Its gap is Lagrange's
+    identity, shown for h = 4. Part 1 takes S = the nonzero eigenvalues: equality iff they are all equal. Part 2
+    takes S = {lambda_i >= tau}, whose sum is at least d - (d - h) tau >= (1 - tau) d; the bound is never attained
+    for tau > 0 but is sharp: h eigenvalues equal and d - h just below tau give ratio -> 1 as d -> oo.
+    """
+    out = Derivation("Lemma 1: the rank lower bounds r(H) and (1 - tau)^2 r(H)")
+    lam = sp.symbols("lambda_1:5", real=True)
+    gap = 4 * sum(x**2 for x in lam) - sum(lam) ** 2
+    pairs = sum((lam[i] - lam[j]) ** 2 for i in range(4) for j in range(i + 1, 4))
+    out.step("Cauchy-Schwarz for h = 4 numbers: its gap h sum(lambda^2) - (sum lambda)^2 is Lagrange's sum of "
+             "squares, hence >= 0, and 0 iff all are equal:",
+             sp.Eq(sp.Symbol("gap - sum_{i<j} (lambda_i - lambda_j)^2"), sp.expand(gap - pairs)),
+             name="lagrange_identity")
+    a, h, eps = sp.symbols("a h epsilon", positive=True)
+    equal = (h * a) ** 2 / (h * a**2)
+    out.step("Part 1, equality case: h equal nonzero eigenvalues a give r = h = rank:",
+             sp.Eq(sp.Symbol("r(H)"), sp.simplify(equal)), name="equal_spectrum")
+    top = (d - (d - h) * (tau - eps)) / h  # h equal eigenvalues, the other d - h at tau - eps, Tr M = d
+    r_family = d**2 / (h * top**2 + (d - h) * (tau - eps) ** 2)
+    ratio = sp.simplify((h / ((1 - tau) ** 2 * r_family)).subs(eps, 0))
+    out.step("Part 2, the near-extremal family (h eigenvalues equal, d - h just below tau, Tr M = d): "
+             "rank_tau / ((1 - tau)^2 r) is",
+             sp.Eq(sp.Symbol("rank_tau/((1-tau)^2 r)"), ratio), name="part2_ratio")
+    out.step("It tends to 1 as d grows at fixed h: the constant (1 - tau)^2 cannot be improved.",
+             sp.Eq(sp.Symbol("lim_{d->oo} rank_tau/((1-tau)^2 r)"), sp.factor(sp.limit(ratio, d, sp.oo))),
+             name="part2_limit")
+    return out

@@ -1,0 +1,215 @@
+"""Torch Monte Carlo for Bjorck et al. (2018): Gaussian products, minibatch noise, residual nets, digits training.
+
+Everything is batched: many products, draws or networks in one tensor op (float64 for theory checks, float32
+for training), on :func:`~bnsym.sim.device.default_device`. Residual networks are fully connected ResNet-v1
+blocks, x' = ReLU(x + W_2 ReLU(W_1 x)) or, with batch norm, x' = ReLU(x + BN(W_2 ReLU(BN(W_1 x)))), with Xavier
+normal weights and BN without affine parameters (gamma = 1, beta = 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .device import configure_torch, default_device, generator
+
+DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
+
+
+def gaussian_factors(runs: int, m: int, n: int, seed: int, device=None) -> torch.Tensor:
+    """(runs, M, N, N) independent factors with i.i.d. N(0, 1/N) entries (float64)."""
+    configure_torch()
+    device = device or default_device()
+    return torch.randn(runs, m, n, n, generator=generator(seed, device), device=device,
+                       dtype=torch.float64) / n**0.5
+
+
+def squared_singular_values(factors: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues of X X^T for X = X_1 ... X_M, factors (..., M, N, N); shape (..., N)."""
+    product = factors[..., 0, :, :]
+    for i in range(1, factors.shape[-3]):
+        product = product @ factors[..., i, :, :]
+    return torch.linalg.svdvals(product).square()
+
+
+def minibatch_noise(per_example: torch.Tensor, batch: int, draws: int, replacement: bool, seed: int) -> np.ndarray:
+    """||mean of a minibatch - full mean||^2 for ``draws`` random minibatches of per-example gradients (N, d)."""
+    gen = generator(seed, per_example.device)
+    n = per_example.shape[0]
+    if replacement:
+        index = torch.randint(n, (draws, batch), generator=gen, device=per_example.device)
+    else:
+        index = torch.rand(draws, n, generator=gen, device=per_example.device).argsort(dim=1)[:, :batch]
+    error = per_example[index].mean(1) - per_example.mean(0)
+    return error.square().sum(-1).cpu().numpy()
+
+
+def _bn(h: torch.Tensor, eps: float) -> torch.Tensor:
+    """Batch norm over the batch axis -2 of (..., B, n), biased variance."""
+    centred = h - h.mean(-2, keepdim=True)
+    return centred / torch.sqrt(centred.square().mean(-2, keepdim=True) + eps)
+
+
+def residual_block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, batch_norm: bool | torch.Tensor,
+                   eps: float = 1e-5) -> torch.Tensor:
+    """One block on rows x (..., B, n) with weights (..., n, n); ``batch_norm`` a bool or a mask that
+    broadcasts against x (BN in some networks of the batch only)."""
+    def norm(h):
+        return torch.where(batch_norm, _bn(h, eps), h) if torch.is_tensor(batch_norm) else _bn(h, eps) if batch_norm \
+            else h
+
+    h = torch.relu(norm(x @ w1.mT)) @ w2.mT
+    return torch.relu(x + norm(h))
+
+
+@dataclass(frozen=True)
+class ResidualRun:
+    """Per network (axis 0) and block l = 0..L (axis 1): q = mean x^2, and per-unit batch |mean| and variance
+    averaged over units."""
+
+    q: np.ndarray
+    abs_mean: np.ndarray
+    variance: np.ndarray
+
+
+def simulate_residual(width: int, batch: int, blocks: int, n_networks: int, batch_norm: bool, seed: int,
+                      device=None) -> ResidualRun:
+    """Fresh Xavier networks on Gaussian inputs x_0 ~ N(0, 1) of shape (B, n); statistics after every block."""
+    configure_torch()
+    device = device or default_device()
+    gen = generator(seed, device)
+    x = torch.randn(n_networks, batch, width, generator=gen, device=device, dtype=torch.float64)
+    stats = []
+    for block in range(blocks + 1):
+        if block:
+            w = torch.randn(2, n_networks, width, width, generator=gen, device=device, dtype=torch.float64)
+            x = residual_block(x, w[0] / width**0.5, w[1] / width**0.5, batch_norm)
+        stats.append(torch.stack([x.square().mean((-2, -1)), x.mean(-2).abs().mean(-1), x.var(-2).mean(-1)]))
+    q, abs_mean, variance = torch.stack(stats, -1).cpu().numpy()
+    return ResidualRun(q, abs_mean, variance)
+
+
+# --- digits -------------------------------------------------------------------------------------------------
+
+
+def digits(seed: int = 0, test_fraction: float = 0.2, device=None) -> tuple[torch.Tensor, ...]:
+    """scikit-learn's 8 x 8 digits (1797 images), standardised per pixel on the training split, float32."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    order = np.random.default_rng(seed).permutation(len(data.target))
+    n_test = int(round(test_fraction * len(order)))
+    test, train = order[:n_test], order[n_test:]
+    x = data.data.astype(np.float32)
+    mean, std = x[train].mean(0), x[train].std(0) + 1e-6
+    x = (x - mean) / std
+    device = device or default_device()
+    as_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=device)  # noqa: E731
+    return (as_t(x[train], torch.float32), as_t(data.target[train], torch.long),
+            as_t(x[test], torch.float32), as_t(data.target[test], torch.long))
+
+
+def init_resnets(configs: int, blocks: int, width: int, seed: int, device=None) -> list[torch.Tensor]:
+    """Xavier-normal parameters of ``configs`` digit ResNets: W_in (64 -> n), blocks (n -> n), W_out, b_out."""
+    gen = generator(seed, device or default_device())
+    device = device or default_device()
+
+    def xavier(*shape):
+        return torch.randn(configs, *shape, generator=gen, device=device) * (2 / (shape[-1] + shape[-2])) ** 0.5
+
+    return [xavier(width, 64), xavier(blocks, 2, width, width) if blocks else torch.zeros(configs, 0, 2, width, width,
+                                                                                        device=device),
+            xavier(10, width), torch.zeros(configs, 10, device=device)]
+
+
+def resnet_logits(params: list[torch.Tensor], x: torch.Tensor, batch_norm: torch.Tensor,
+                  record: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits (C, B, 10) of C networks on inputs x (B, 64) or (C, B, 64); ``batch_norm`` (C,) bool picks BN per
+    network. With ``record``, the per-block mean x^2 of each network, (C,) each."""
+    w_in, w_blocks, w_out, b_out = params
+    h = x @ w_in.mT
+    bn = batch_norm[:, None, None]
+    moments = []
+    for block in range(w_blocks.shape[1]):
+        w1, w2 = w_blocks[:, block, 0], w_blocks[:, block, 1]
+        h = residual_block(h, w1, w2, bn)
+        if record:
+            moments.append(h.square().mean((-2, -1)))
+    return h @ w_out.mT + b_out[:, None, :], moments
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per network, (C,)."""
+    return torch.nn.functional.cross_entropy(logits.transpose(1, 2), y.expand(logits.shape[0], -1),
+                                             reduction="none").mean(1)
+
+
+@dataclass(frozen=True)
+class TrainingGrid:
+    """Per configuration: learning rate, BN flag, seed, whether it diverged (loss > 10^3 or not finite),
+    and final train/test accuracy (NaN if diverged)."""
+
+    lr: np.ndarray
+    batch_norm: np.ndarray
+    seed: np.ndarray
+    diverged: np.ndarray
+    train_accuracy: np.ndarray
+    test_accuracy: np.ndarray
+
+
+def train_grid(data: tuple[torch.Tensor, ...], blocks: int, width: int, lrs: np.ndarray, seeds: int, steps: int,
+               batch: int = 128, momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> TrainingGrid:
+    """SGD (the paper's momentum and weight decay) on every (lr, BN or not, seed) at once, as one batched net."""
+    x_train, y_train, x_test, y_test = data
+    device = x_train.device
+    grid = np.array([(lr, bn, s) for bn in (False, True) for lr in lrs for s in range(seeds)], dtype=object)
+    lr_t = torch.as_tensor(grid[:, 0].astype(float), dtype=torch.float32, device=device)
+    bn_t = torch.as_tensor(grid[:, 1].astype(bool), device=device)
+    params = [p.requires_grad_() for p in init_resnets(len(grid), blocks, width, seed, device)]
+    velocity = [torch.zeros_like(p) for p in params]
+    alive = torch.ones(len(grid), dtype=torch.bool, device=device)
+    gen = generator(seed + 1, device)
+    for _ in range(steps):
+        index = torch.randint(len(y_train), (batch,), generator=gen, device=device)
+        loss = _loss(resnet_logits(params, x_train[index], bn_t)[0], y_train[index])
+        alive &= torch.isfinite(loss) & (loss <= DIVERGED_LOSS)
+        grads = torch.autograd.grad(torch.where(alive, loss, 0.0).sum(), params)
+        with torch.no_grad():
+            for p, v, g in zip(params, velocity, grads):
+                shape = (-1,) + (1,) * (p.ndim - 1)
+                v.mul_(momentum).add_(torch.nan_to_num(g) + weight_decay * p)
+                p.sub_(torch.where(alive.view(shape), lr_t.view(shape) * v, 0.0))
+                p.copy_(torch.where(alive.view(shape), p, 0.0))  # a diverged network is parked at 0
+    with torch.no_grad():
+        accuracy = [(resnet_logits(params, xs, bn_t)[0].argmax(-1) == ys).float().mean(1) for xs, ys in
+                    ((x_train, y_train), (x_test, y_test))]
+    nan = torch.tensor(float("nan"), device=device)
+    train_acc, test_acc = (torch.where(alive, a, nan).cpu().numpy() for a in accuracy)
+    return TrainingGrid(grid[:, 0].astype(float), grid[:, 1].astype(bool), grid[:, 2].astype(int),
+                        ~alive.cpu().numpy(), train_acc, test_acc)
+
+
+def loss_along_step(data: tuple[torch.Tensor, ...], blocks: int, width: int, lr: float, batch_norm: bool,
+                    ts: np.ndarray, batch: int = 128, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Batch loss l(t) = L(theta - t lr g) and the per-block mean x^2 along the step, at initialisation.
+
+    Returns (loss (T,), block moments (T, blocks), |g|^2) for one network; the first-order prediction is
+    l(0) - t lr |g|^2.
+    """
+    x_train, y_train = data[0], data[1]
+    device = x_train.device
+    index = torch.randint(len(y_train), (batch,), generator=generator(seed + 1, device), device=device)
+    xb, yb = x_train[index], y_train[index]
+    bn = torch.tensor([batch_norm], device=device)
+    params = [p.requires_grad_() for p in init_resnets(1, blocks, width, seed, device)]
+    grads = torch.autograd.grad(_loss(resnet_logits(params, xb, bn)[0], yb).sum(), params)
+    t = torch.as_tensor(np.asarray(ts, dtype=np.float32), device=device)
+    with torch.no_grad():
+        path = [p.detach() - t.view((-1,) + (1,) * (p.ndim - 1)) * lr * g for p, g in zip(params, grads)]
+        logits, moments = resnet_logits(path, xb, bn.expand(len(t)), record=True)
+        losses = _loss(logits, yb)
+    squared_norm = float(sum(g.square().sum() for g in grads))
+    block_moments = torch.stack(moments, -1).cpu().numpy() if moments else np.zeros((len(t), 0))
+    return losses.cpu().numpy(), block_moments, squared_norm
