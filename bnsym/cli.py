@@ -1,4 +1,4 @@
-"""The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``."""
+"""The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``; ``bnsym sweep ...`` (:mod:`.sweep`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from . import api
 from .core.activations import parse_activation
 from .dilution import normalized_gsc_rate
+from .sweep.cli import add_sweep_parser, run_sweep_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="fixed-point method: closed_form (alias laplace), spherical, gegenbauer or radial "
                          "(default: best available)")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
+    add_sweep_parser(commands, _Parser)
     return parser
 
 
@@ -111,6 +113,9 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "sweep":
+            print(run_sweep_command(args))
+            return 0
         result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
     except ValueError as error:
         print(f"bnsym: error: {error}", file=sys.stderr)
