@@ -53,12 +53,13 @@ nbtest: $(STAMP)
 
 # jupyter-cache keys a notebook on its own cells only. A change of BNSYM_SCALE, of the bnsym
 # sources or of the pinned dependencies would otherwise leave stale cached results, so such a
-# change drops the execution cache (and only then: an unchanged rebuild stays fast).
+# change drops the execution cache and the chapters' sweep results in _build/sweeps (and only
+# then: an unchanged rebuild stays fast).
 book: $(STAMP)
 	scale="$${BNSYM_SCALE:-book}"; \
 	key="$$scale $$(cat pyproject.toml constraints.txt $$(find bnsym -name '*.py' | LC_ALL=C sort) | sha1sum | cut -c1-16)"; \
 	if [ "$$(cat _build/.bnsym_cache_key 2>/dev/null)" != "$$key" ]; then \
-	  rm -rf _build/.jupyter_cache _build/jupyter_execute _build/.doctrees; \
+	  rm -rf _build/.jupyter_cache _build/jupyter_execute _build/.doctrees _build/sweeps; \
 	fi; \
 	mkdir -p _build; echo "$$key" > _build/.bnsym_cache_key; \
 	echo "BNSYM_SCALE=$$scale"; \

@@ -1,4 +1,4 @@
-"""The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``."""
+"""The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``; ``bnsym sweep ...`` (:mod:`.sweep`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from . import api
 from .core.activations import parse_activation
 from .dilution import normalized_gsc_rate
+from .sweep.cli import add_sweep_parser, run_sweep_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="fixed-point method: closed_form (alias laplace), spherical, gegenbauer or radial "
                          "(default: best available)")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
+    add_sweep_parser(commands, _Parser)
     return parser
 
 
@@ -62,13 +64,17 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
     result.update(_gradient_predictions(phi, point.batch_size, point.eps, sigma_w2))
-    if point.eps == 0:  # the cross-batch routes need eps = 0; the key is left out otherwise
-        result["cross_batch"] = _cross_batch_predictions(phi, point.batch_size)
+    cross_batch = _cross_batch_predictions(phi, point.batch_size, point.eps)
+    if cross_batch is not None:  # the cross-batch routes need eps = 0; the key is left out otherwise
+        result["cross_batch"] = cross_batch
     return result
 
 
-def _cross_batch_predictions(phi: str, batch_size: int) -> dict:
-    """Two batches through one network (App. H): c*_cross, lambda_x^2 and the gradient-correlation factor."""
+def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | None:
+    """Two batches through one network (App. H): c*_cross, lambda_x^2 and the gradient-correlation factor
+    (None for eps > 0, where no route exists)."""
+    if eps != 0:
+        return None
     rate = api.cross_batch_rate(phi, batch_size)
     return {"fixed_point": api.cross_batch_fixed_point(phi, batch_size), "rate": rate,
             "gradient_correlation_rate": rate / api.gradient_rate(phi, batch_size)}
@@ -107,6 +113,9 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "sweep":
+            print(run_sweep_command(args))
+            return 0
         result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
     except ValueError as error:
         print(f"bnsym: error: {error}", file=sys.stderr)

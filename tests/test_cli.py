@@ -163,3 +163,38 @@ def test_predict_text_shows_forward_eigenvalues(capsys):
     status, out, _ = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8"])
     lam = bnsym.forward_eigenvalues("relu", 8)
     assert status == 0 and f"lambda_L = {lam['L']:.10g}" in out
+
+
+SWEEP_ERRORS = {
+    "bad depth range": (["sweep", "trainability", "--depths", "5:x", "--batch-sizes", "8"], "--depths"),
+    "zero step": (["sweep", "trainability", "--depths", "5:60:0", "--batch-sizes", "8"], "--depths"),
+    "bad batch list": (["sweep", "trainability", "--depths", "5", "--batch-sizes", "8,a"], "--batch-sizes"),
+    "bad optimizer": (["sweep", "trainability", "--depths", "5", "--batch-sizes", "8", "--optimizer", "adam"],
+                      "optimizer"),
+    "no results": (["sweep", "show", "/nonexistent/bnsym-sweep"], "no sweep results"),
+    "missing --depths": (["sweep", "trainability", "--batch-sizes", "8"], "--depths"),
+}
+
+
+@pytest.mark.parametrize("case", SWEEP_ERRORS)
+def test_sweep_bad_input_is_one_line_on_stderr(capsys, case):
+    argv, fragment = SWEEP_ERRORS[case]
+    status, out, err = _run(capsys, argv)
+    assert status == 2 and out == ""
+    assert err.startswith("bnsym: error:") and fragment in err and err.count("\n") == 1
+
+
+def test_sweep_show_prints_the_table_and_writes_the_png(capsys, tmp_path):
+    from bnsym.sweep import Store
+
+    store = Store(tmp_path)
+    for depth, accuracy in ((5, 0.9), (50, 0.1)):
+        config = {"depth": depth, "batch_size": 8, "seed": 1}
+        store.save({"key": f"k{depth}", "task": "trainability", "config": config, "error": None, "seconds": 1.0,
+                    "result": {"test_accuracy": accuracy, "chance": 0.1}})
+    status, out, err = _run(capsys, ["sweep", "show", str(tmp_path)])
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["depth", "batch_size", "test", "accuracy", "trains"]
+    assert [line.split()[-1] for line in lines[2:4]] == ["True", "False"]
+    assert (tmp_path / "heatmap.png").stat().st_size > 0

@@ -1,0 +1,34 @@
+"""Sweeps: a grid of configurations mapped onto a Dask cluster, each result cached on disk under its hash.
+
+Write a task once, as an importable function of one JSON-ready dict, and run any list of configurations::
+
+    from bnsym import sweep
+
+    configs = [{"depth": d, "batch_size": b} for d in (5, 10, 20) for b in (8, 32)]
+    result = sweep.run("trainability", configs, out="_build/sweeps/mine")  # or "package.module:function"
+    result.rows()       # one dict per configuration: the config merged with the task's result
+    result.failures     # records whose task raised (their "error" says what); the others are unaffected
+
+* **Where it runs.** ``run`` opens :func:`connect` for the sweep: the cluster at ``scheduler=`` or at
+  ``$BNSYM_DASK_SCHEDULER`` (e.g. ``tcp://HOST:8786``, a dask-jobqueue or Kubernetes cluster), else a
+  LocalCluster with one single-threaded worker process per core. Pass ``client=`` to reuse an open client
+  for several sweeps (``with sweep.connect(n_workers=2) as client: ...``).
+* **Cache and resume.** Each result is ``<out>/<key>.json`` with key = sha256 of (task, its ``version``
+  attribute, config); a rerun computes only what is missing or failed, so an interrupted sweep resumes.
+* **Seeds.** A configuration without ``"seed"`` gets one from its key: results are deterministic per
+  configuration, whichever worker runs them.
+* **Progress.** A bar where stderr is a terminal (``progress=True`` forces it), never in an executed notebook.
+* **A new experiment.** A function ``task(config: dict) -> dict`` in an importable module; run it by its
+  ``"module:function"`` path, or register it in :data:`EXPERIMENTS` (with a ``show`` function for
+  ``bnsym sweep show DIR``). ``trainability`` (:mod:`bnsym.train.trainability`) is the first.
+
+Command line: ``bnsym sweep trainability --depths 5:60:5 --batch-sizes 4,8,16,32,64,128 [--scheduler ADDR]
+[--out DIR]`` and ``bnsym sweep show DIR``.
+"""
+
+from .experiments import EXPERIMENTS, Experiment, resolve
+from .runner import SCHEDULER_ENV, SweepResult, connect, execute, run
+from .store import Store, config_key, seed_of
+
+__all__ = ["EXPERIMENTS", "SCHEDULER_ENV", "Experiment", "Store", "SweepResult", "config_key", "connect", "execute",
+           "resolve", "run", "seed_of"]

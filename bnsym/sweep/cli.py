@@ -1,0 +1,88 @@
+"""``bnsym sweep trainability ...`` and ``bnsym sweep show DIR``: the sweep runner on the command line.
+
+Only the parser is built at import; Dask and torch are imported when a sweep command runs, so that
+``bnsym predict`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+SHOW_PNG = "heatmap.png"
+
+
+def int_list(text: str, name: str) -> list[int]:
+    """``"4,8,16"`` or ``"start:stop:step"`` (stop included) as a list of positive ints; ValueError naming ``name``."""
+    try:
+        if ":" in text:
+            start, stop, step = (int(part) for part in text.split(":"))
+            if step < 1:
+                raise ValueError
+            values = list(range(start, stop + 1, step))
+        else:
+            values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{name} must be a comma list (4,8,16) or start:stop:step with step >= 1 "
+                         f"(stop included), got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{name} must name at least one value, all >= 1, got {text!r}")
+    return values
+
+
+def add_sweep_parser(commands: argparse._SubParsersAction, parser_class: type) -> None:
+    """The ``sweep`` command and its two sub-commands."""
+    sweep = commands.add_parser("sweep", help="run a grid of training runs on Dask, or show its results")
+    kinds = sweep.add_subparsers(dest="sweep_command", required=True, parser_class=parser_class)
+    train = kinds.add_parser("trainability", help="test accuracy over depth x batch size (Yang et al. Fig 3)")
+    train.add_argument("--depths", required=True, help="e.g. 5:60:5 (stop included) or 5,10,20")
+    train.add_argument("--batch-sizes", required=True, help="e.g. 4,8,16,32,64,128")
+    train.add_argument("--phi", default="relu", help="activation (default relu)")
+    train.add_argument("--optimizer", default="sgd", help="sgd or rmsprop (default sgd)")
+    train.add_argument("--ghost-batch", type=int, default=None,
+                       help="examples per step, BN over sub-batches of the batch size (ghost batch norm)")
+    train.add_argument("--width", type=int, default=None, help="width N (default 128)")
+    train.add_argument("--epochs", type=int, default=None, help="epochs (default 2)")
+    train.add_argument("--seeds", type=int, default=None, help="networks per cell, trained at once (default 2)")
+    train.add_argument("--scheduler", default=None,
+                       help="address of a running Dask scheduler, e.g. tcp://HOST:8786 (default: "
+                       "$BNSYM_DASK_SCHEDULER, else a local cluster with one worker per core)")
+    train.add_argument("--out", default="bnsym-sweeps/trainability", help="results directory (resumable cache)")
+    show = kinds.add_parser("show", help="print a sweep's table and write its heat map PNG")
+    show.add_argument("directory", help="the sweep's results directory (its --out)")
+    show.add_argument("--png", default=None, help=f"where to write the heat map (default DIR/{SHOW_PNG})")
+
+
+def run_sweep_command(args: argparse.Namespace) -> str:
+    """Run the parsed ``sweep`` command; the text to print. ValueError on bad input."""
+    from .experiments import shower
+    from .store import Store
+
+    if args.sweep_command == "show":
+        return _show(Store(args.directory).records(), Path(args.png or Path(args.directory) / SHOW_PNG), shower)
+    from ..train.trainability import grid
+    from .runner import run
+
+    options = {"phi": args.phi, "optimizer": args.optimizer, "ghost_batch": args.ghost_batch, "width": args.width,
+               "epochs": args.epochs, "n_seeds": args.seeds}
+    configs = grid(int_list(args.depths, "--depths"), int_list(args.batch_sizes, "--batch-sizes"),
+                   **{key: value for key, value in options.items() if value is not None})
+    result = run("trainability", configs, args.out, scheduler=args.scheduler)
+    summary = f"{len(result.records)} cells: {result.executed} run, {result.cached} from the cache, " \
+              f"{len(result.failures)} failed; results in {args.out}"
+    failures = [f"failed: {record['config']}: {record['error']}" for record in result.failures]
+    done = [record for record in result.records if record["error"] is None]
+    png = Path(args.out) / SHOW_PNG
+    return "\n".join([summary, *failures, *([_show(done, png, shower)] if done else [])])
+
+
+def _show(records: list[dict], png: Path, shower) -> str:
+    tasks = sorted({record["task"] for record in records})
+    if not tasks:
+        raise ValueError("the directory holds no sweep results")
+    if len(tasks) > 1:
+        raise ValueError(f"the directory mixes tasks {tasks}: show one task's results per directory")
+    show = shower(tasks[0])
+    if show is None:
+        raise ValueError(f"task {tasks[0]!r} has no show function (register one in bnsym.sweep.EXPERIMENTS)")
+    return f"{show(records, png)}\nheat map: {png}"

@@ -1,0 +1,125 @@
+"""Map a list of configurations onto a ``distributed.Client``, caching each result on disk (see :mod:`.store`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+from distributed import Client, LocalCluster, as_completed
+from tqdm import tqdm
+
+from .experiments import resolve, version
+from .store import Store, config_key, seed_of
+
+SCHEDULER_ENV = "BNSYM_DASK_SCHEDULER"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """One record per configuration, in the order given; how many ran now and how many came from the cache."""
+
+    records: tuple[dict, ...]
+    executed: int
+    cached: int
+
+    @property
+    def failures(self) -> list[dict]:
+        """The records whose task failed (``record["error"]`` says how)."""
+        return [record for record in self.records if record["error"] is not None]
+
+    def rows(self) -> list[dict]:
+        """Configuration and result merged into one dict per successful record."""
+        return [{**record["config"], **record["result"]} for record in self.records if record["error"] is None]
+
+
+@contextmanager
+def connect(scheduler: str | None = None, n_workers: int | None = None) -> Iterator[Client]:
+    """A client of the cluster at ``scheduler`` (or ``$BNSYM_DASK_SCHEDULER``), else of a new LocalCluster.
+
+    The LocalCluster has ``n_workers`` (default: one per core) single-threaded worker processes; it is closed on
+    exit. An existing cluster is left running.
+    """
+    address = scheduler or os.environ.get(SCHEDULER_ENV)
+    if address:
+        with Client(address) as client:
+            yield client
+        return
+    if n_workers is not None and not (isinstance(n_workers, int) and n_workers >= 1):
+        raise ValueError(f"n_workers must be a whole number >= 1, got {n_workers!r}")
+    n_workers = n_workers or os.cpu_count() or 1
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def execute(task: str, config: Mapping[str, Any]) -> dict:
+    """Run one task on a worker: ``{"result", "error", "seconds", "cpu_seconds"}`` (wall-clock and the worker
+    process's CPU time); an exception becomes the error's text."""
+    start, cpu = time.perf_counter(), time.process_time()
+    try:
+        result, error = resolve(task)(dict(config)), None
+    except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, the sweep goes on
+        result, error = None, "".join(traceback.format_exception_only(exc)).strip()
+    return {"result": result, "error": error, "seconds": time.perf_counter() - start,
+            "cpu_seconds": time.process_time() - cpu}
+
+
+def _show_progress(progress: bool | None) -> bool:
+    """An explicit choice, else a bar only where stderr is a terminal (never in an executed notebook)."""
+    return sys.stderr.isatty() if progress is None else bool(progress)
+
+
+def keyed(task: str, configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict]]:
+    """(key, configuration) pairs; a configuration without ``"seed"`` gets the seed of its key.
+
+    Each configuration goes through the task's ``validate`` attribute, if it has one, before anything runs.
+    """
+    if isinstance(configs, Mapping) or not all(isinstance(config, Mapping) for config in configs):
+        raise ValueError("configs must be a list of dicts, one per task")
+    function = resolve(task)
+    stamp, validate = version(function), getattr(function, "validate", None)
+    pairs = []
+    for config in configs:
+        if validate is not None:
+            validate(config)
+        key = config_key(task, config, stamp)
+        pairs.append((key, dict(config) if "seed" in config else {**config, "seed": seed_of(key)}))
+    return pairs
+
+
+def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike, client: Client | None = None,
+        scheduler: str | None = None, progress: bool | None = None) -> SweepResult:
+    """Run ``task`` on every configuration not already stored under ``out``; store and return all records.
+
+    ``client``: an open :class:`distributed.Client`; without one, :func:`connect` (``scheduler`` or a LocalCluster)
+    is opened for this sweep only, and only if something is left to compute. A failed task (an exception, or a
+    worker lost more often than Dask allows) is recorded with its error and the sweep goes on.
+    """
+    store = Store(out)
+    pairs = keyed(task, configs)
+    records = {key: store.done(key) for key, _ in pairs}
+    pending = {key: config for key, config in pairs if records[key] is None}
+    if pending and client is None:
+        with connect(scheduler) as own:
+            return run(task, configs, out, own, progress=progress)
+    futures = {client.submit(execute, task, config, key=f"bnsym-sweep-{key}", pure=False): key
+               for key, config in pending.items()}
+    bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not (futures and _show_progress(progress)))
+    for future in as_completed(futures):
+        key = futures[future]
+        try:
+            outcome = future.result()
+        except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker: recorded, the sweep goes on
+            outcome = {"result": None, "error": f"{type(exc).__name__}: {exc}", "seconds": None, "cpu_seconds": None}
+        records[key] = {"key": key, "task": task, "config": pending[key], **outcome}
+        store.save(records[key])
+        future.release()
+        bar.update()
+    bar.close()
+    ordered = tuple(records[key] for key, _ in pairs)
+    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))

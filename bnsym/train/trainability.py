@@ -1,0 +1,104 @@
+"""The trainability experiment (Yang et al. 2019, Sec. 4, Figs 3 and 5) as a sweep task, and its analysis.
+
+One cell of a grid is one configuration: ``run_cell({"depth": 20, "batch_size": 8, ...})`` trains
+``n_seeds`` BN MLPs on digits (:func:`bnsym.train.loop.train`) and returns their test accuracies. A cell
+*trains* when its mean test accuracy is more than :data:`MARGIN` above chance. The paper predicts that
+networks deeper than 16 xi(B) = 16 / log lambda_G(B) do not train (R19); :func:`line_agreement` counts how
+often that holds on a grid, and :func:`best_factor` finds the factors c for which "trains iff depth < c xi"
+misclassifies fewest cells.
+
+Learning rate: lr = ``lr_per_example`` x (examples per step), the paper's linear scaling. The paper's 1e-5 B
+is for 10 epochs of 60000 MNIST images; on 1437 digits for an epoch or two it leaves shallow networks near
+chance, so the default is the optimiser's entry of :data:`LR_PER_EXAMPLE`, the best of the chapter's
+learning-rate check (depth 8 and 24, B = 8 and 32, one epoch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..core.activations import parse_activation
+from ..core.validation import check_eps
+from .loop import check_training, train
+
+LR_PER_EXAMPLE = {"sgd": 1e-2, "rmsprop": 1e-4}  # lr / B per optimiser, from the chapter's learning-rate check
+MARGIN = 0.10  # a cell trains when its test accuracy exceeds chance by more than 10 points
+DEFAULTS: dict[str, Any] = {"phi": "relu", "width": 128, "eps": 1e-3, "optimizer": "sgd",
+                            "lr_per_example": None, "epochs": 2, "ghost_batch": None, "n_seeds": 2}
+GRID_KEYS = ("depth", "batch_size")
+
+
+def run_cell(config: Mapping[str, Any]) -> dict:
+    """Train the configuration's seeds; ``{"test_accuracy": mean, "test_accuracies": [...], "chance", ...}``.
+
+    ``config`` needs ``depth`` and ``batch_size``; the other keys default to :data:`DEFAULTS` (``seed``: 0;
+    ``lr_per_example``: the optimiser's :data:`LR_PER_EXAMPLE`).
+    """
+    c = validate(config)
+    # One single-threaded task per worker process: more threads would oversubscribe the cores, and these
+    # small products run fastest on one thread.
+    torch.set_num_threads(1)
+    run = train(c["phi"], c["depth"], c["width"], c["batch_size"], optimizer=c["optimizer"], eps=c["eps"],
+                lr=c["lr_per_example"] * (c["ghost_batch"] or c["batch_size"]), epochs=c["epochs"],
+                ghost_batch=c["ghost_batch"], n_seeds=c["n_seeds"], seed=c["seed"])
+    return {"test_accuracy": float(run.test_accuracy.mean()), "test_accuracies": run.test_accuracy.tolist(),
+            "train_loss": [float(x) for x in run.train_loss], "chance": run.chance}
+
+
+def validate(config: Mapping[str, Any]) -> dict:
+    """The configuration completed with :data:`DEFAULTS`; ValueError naming a bad or unknown setting."""
+    unknown = set(config) - set(DEFAULTS) - {*GRID_KEYS, "seed"}
+    if unknown:
+        raise ValueError(f"unknown trainability settings {sorted(unknown)}; known: {sorted({*DEFAULTS, *GRID_KEYS})}")
+    missing = set(GRID_KEYS) - set(config)
+    if missing:
+        raise ValueError(f"a trainability cell needs {sorted(missing)}")
+    c = {**DEFAULTS, "seed": 0, **config}
+    if c["optimizer"] in LR_PER_EXAMPLE and c["lr_per_example"] is None:
+        c["lr_per_example"] = LR_PER_EXAMPLE[c["optimizer"]]
+    parse_activation(c["phi"])
+    check_eps(c["eps"])
+    check_training(c["depth"], c["width"], c["batch_size"], c["ghost_batch"] or c["batch_size"], c["optimizer"],
+                   c["lr_per_example"], c["epochs"], c["n_seeds"])
+    return c
+
+
+run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
+run_cell.validate = validate  # the sweep runner checks every configuration before submitting any
+
+
+def grid(depths: Sequence[int], batch_sizes: Sequence[int], **settings: Any) -> list[dict]:
+    """Configurations of a depth x batch-size grid, ``settings`` shared (e.g. ``optimizer="rmsprop"``)."""
+    return [{"depth": int(d), "batch_size": int(b), **settings} for d in depths for b in batch_sizes]
+
+
+def trains(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Whether each cell's mean test accuracy exceeds its chance level by more than :data:`MARGIN`."""
+    return np.array([row["test_accuracy"] > row["chance"] + MARGIN for row in rows], dtype=bool)
+
+
+def line_agreement(depths: np.ndarray, max_depths: np.ndarray, trained: np.ndarray) -> dict[str, float | int]:
+    """Fractions of the cells above the line (depth > max depth) and below it that train."""
+    depths, max_depths, trained = (np.asarray(a) for a in (depths, max_depths, trained))
+    above = depths > max_depths
+    return {"n_above": int(above.sum()), "n_below": int((~above).sum()),
+            "train_above": float(trained[above].mean()) if above.any() else float("nan"),
+            "train_below": float(trained[~above].mean()) if (~above).any() else float("nan")}
+
+
+def best_factor(depths: np.ndarray, xi: np.ndarray, trained: np.ndarray) -> tuple[float, float, int]:
+    """(low, high, errors): every c in (low, high] makes "trains iff depth < c xi" miss ``errors`` cells, the fewest.
+
+    The rule changes only where c crosses a ratio depth / xi, so scanning the intervals between those ratios is
+    exact; of several best intervals the one of smallest c is returned. ``high`` is inf when the best rule
+    predicts every cell to train.
+    """
+    ratios = np.asarray(depths, float) / np.asarray(xi, float)
+    trained = np.asarray(trained, bool)
+    bounds = np.concatenate([[0.0], np.unique(ratios), [np.inf]])  # c in (bounds[j], bounds[j + 1]]: ratio <= bounds[j]
+    errors = [int(np.sum((ratios <= bounds[j]) != trained)) for j in range(len(bounds) - 1)]
+    best = int(np.argmin(errors))
+    return float(bounds[best]), float(bounds[best + 1]), errors[best]

@@ -1,0 +1,103 @@
+"""bnsym.sweep against a real LocalCluster of 2 worker processes: completion, a killed worker, the cache,
+failures, and identical results with 1 and 2 workers.
+
+The cells are trainability runs of tiny networks (width 8, a few layers, one epoch), a fraction of a second each.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from bnsym import sweep
+from bnsym.train.trainability import grid
+
+TINY = {"width": 8, "epochs": 1, "n_seeds": 1}
+CONFIGS = grid([2, 3], [16, 64], **TINY)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with sweep.connect(n_workers=2) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def two_worker_run(client, tmp_path_factory):
+    out = tmp_path_factory.mktemp("two")
+    return out, sweep.run("trainability", CONFIGS, out, client=client)
+
+
+def test_a_tiny_grid_completes(two_worker_run):
+    out, result = two_worker_run
+    assert (result.executed, result.cached, result.failures) == (len(CONFIGS), 0, [])
+    assert len(list(out.glob("*.json"))) == len(CONFIGS)
+    assert [(row["depth"], row["batch_size"]) for row in result.rows()] == [(c["depth"], c["batch_size"])
+                                                                           for c in CONFIGS]
+    assert all(0 <= row["test_accuracy"] <= 1 for row in result.rows())
+
+
+def test_a_rerun_executes_zero_tasks(two_worker_run):
+    out, first = two_worker_run
+    again = sweep.run("trainability", CONFIGS, out)  # no client: none is started when nothing is left to run
+    assert (again.executed, again.cached) == (0, len(CONFIGS))
+    assert again.records == first.records
+
+
+def test_results_are_identical_with_one_and_two_workers(two_worker_run, tmp_path):
+    _, two = two_worker_run
+    with sweep.connect(n_workers=1) as one_worker:
+        one = sweep.run("trainability", CONFIGS, tmp_path, client=one_worker)
+    assert [record["result"] for record in one.records] == [record["result"] for record in two.records]
+
+
+def test_killing_a_worker_mid_sweep_still_completes(client, tmp_path):
+    configs = grid([2, 3, 4, 5], [4, 8], **TINY)  # 8 cells of about a second
+    pids = list(client.run(os.getpid).values())
+    killed = {}
+
+    def kill_after_first_result():
+        while not list(tmp_path.glob("*.json")):
+            time.sleep(0.01)
+        killed["done_before"] = len(list(tmp_path.glob("*.json")))
+        os.kill(pids[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_after_first_result, daemon=True)
+    killer.start()
+    result = sweep.run("trainability", configs, tmp_path, client=client)
+    killer.join(timeout=10)
+    assert killed["done_before"] < len(configs), "the worker was killed only after the sweep had finished"
+    assert pids[0] not in client.run(os.getpid).values()
+    assert result.failures == [] and len(result.rows()) == len(configs)
+
+
+def test_a_failed_task_is_recorded_and_retried(client, tmp_path):
+    configs = [{"x": 1}, {"x": 2}]
+    result = sweep.run("math:sqrt", configs, tmp_path, client=client)  # sqrt of a dict raises TypeError
+    assert len(result.failures) == 2 and all("TypeError" in r["error"] for r in result.failures)
+    assert sweep.run("math:sqrt", configs, tmp_path, client=client).executed == 2  # failures are not cached
+
+
+def test_keys_and_seeds_are_deterministic():
+    a, b = sweep.config_key("t", {"x": 1, "y": 2}), sweep.config_key("t", {"y": 2, "x": 1})
+    assert a == b != sweep.config_key("t", {"x": 1, "y": 2}, version="2")
+    assert sweep.seed_of(a) == int(a[:8], 16)
+
+
+@pytest.mark.parametrize("task, configs, message", [
+    ("nosuchtask", [{}], "registered experiment"),
+    ("bnsym.nosuch:f", [{}], "cannot be imported"),
+    ("trainability", {"depth": 2}, "list of dicts"),
+    ("trainability", [{"depth": 2}], "batch_size"),
+    ("trainability", [{"depth": 2, "batch_size": 8, "optimizer": "adam"}], "optimizer"),
+    ("trainability", [{"depth": 2, "batch_size": 8, "lr": 0.1}], "unknown trainability settings"),
+    ("trainability", [{"depth": 2, "batch_size": 8, "width": float("nan")}], "width"),
+])
+def test_bad_sweeps_fail_before_anything_runs(tmp_path, task, configs, message):
+    with pytest.raises(ValueError, match=message):
+        sweep.run(task, configs, tmp_path)
+    assert not tmp_path.joinpath("x").exists() and list(tmp_path.iterdir()) == []

@@ -1,0 +1,86 @@
+"""The training harness: batch norm variants agree, evaluation statistics, the scale-invariance identity, data,
+and the 16 xi line analysis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bnsym import parse_activation
+from bnsym.sim import batch_norm
+from bnsym.train import best_factor, digits, line_agreement, train
+from bnsym.train.dynamics import FirstSteps, first_steps
+from bnsym.train.networks import forward, grouped_batch_norm, init_weights, predict
+from bnsym.train.trainability import validate
+
+ROUNDING = 1e-12  # float64 comparisons of two orders of the same arithmetic
+
+
+def test_fused_and_ghost_batch_norm_equal_the_definition():
+    h = torch.randn(3, 5, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(grouped_batch_norm(h, 1e-3), batch_norm(h, 1e-3), rtol=0, atol=ROUNDING)
+    ghost = grouped_batch_norm(h, 1e-3, group=8)
+    parts = torch.cat([batch_norm(part, 1e-3) for part in h.split(8, dim=-1)], dim=-1)
+    assert torch.allclose(ghost, parts, rtol=0, atol=ROUNDING)
+
+
+def test_population_statistics_equal_full_batch_norm_on_the_reference_set():
+    data = digits(torch.float64)
+    weights = init_weights(2, 3, 16, data.n_features, 10, torch.Generator().manual_seed(1), torch.float64)
+    relu = parse_activation("relu")
+    logits, _ = forward(weights, data.x_train.T.expand(2, -1, -1), relu, 1e-3)
+    population = predict(weights, data.x_train, data.x_train, relu, 1e-3)
+    assert torch.allclose(logits, population, rtol=0, atol=1e-10)
+
+
+def test_digits_split():
+    data = digits(torch.float64)
+    assert (len(data.y_train), len(data.y_test), data.n_features) == (1437, 360, 64)
+    assert data.x_train.mean(0).abs().max() < ROUNDING
+    assert data.chance == np.bincount(data.y_test.numpy()).max() / 360
+
+
+def test_training_is_deterministic_and_learns():
+    torch.set_num_threads(1)  # tiny products: threads only add overhead
+    runs = [train("relu", 2, 32, 16, lr=0.16, epochs=2, n_seeds=2, seed=3) for _ in range(2)]
+    assert torch.equal(runs[0].test_accuracy, runs[1].test_accuracy)
+    assert (runs[0].test_accuracy > runs[0].chance + 0.5).all()
+
+
+def test_scale_invariance_identity_holds_at_eps_0_and_fails_at_eps_positive():
+    exact = first_steps("relu", 4, 16, 8, lr=0.5, steps=3, n_seeds=2).scale_invariance_residual()
+    assert np.abs(exact).max() < ROUNDING
+    broken = first_steps("relu", 4, 16, 8, lr=0.5, steps=3, n_seeds=2, eps=1.0).scale_invariance_residual()
+    assert np.abs(broken).max() > 1e3 * ROUNDING  # the check can fail: eps > 0 breaks scale invariance
+
+
+def test_log_growth_of_a_geometric_sequence():
+    """log_growth is minus the slope of log |dL/dh|^2: exactly log(rate) on a geometric sequence."""
+    layers = np.arange(1, 11)
+    grad_h = np.sqrt(1.5 ** (10 - layers))[None, None, :]
+    steps = FirstSteps(np.ones((1, 1, 11)), np.ones((1, 1, 11)), grad_h, lr=1.0)
+    assert steps.log_growth(2, 9)[0] == pytest.approx(np.log(1.5), abs=ROUNDING)
+
+
+def test_line_agreement_and_best_factor():
+    depths = np.array([5, 10, 20, 40, 5, 10, 20, 40])
+    xi = np.array([2.0] * 4 + [4.0] * 4)  # ratios 2.5, 5, 10, 20 | 1.25, 2.5, 5, 10
+    trained = depths / xi < 6
+    fractions = line_agreement(depths, 4 * xi, trained)  # lines at 8 and 16: 3 + 2 cells above, 2 of them train
+    assert (fractions["n_above"], fractions["n_below"]) == (5, 3)
+    assert fractions["train_above"] == 0.4 and fractions["train_below"] == 1.0
+    assert best_factor(depths, xi, trained) == (5.0, 10.0, 0)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"depth": 2, "batch_size": 8, "ghost_batch": 12}, "multiple of batch_size"),
+    ({"depth": 0, "batch_size": 8}, "depth"),
+    ({"depth": 2, "batch_size": 1}, "batch_size"),
+    ({"depth": 2, "batch_size": 8, "phi": "swish"}, "unknown activation"),
+    ({"depth": 2, "batch_size": 8, "eps": -1}, "eps"),
+    ({"depth": 2, "batch_size": 8, "lr_per_example": 0}, "lr"),
+])
+def test_bad_configurations_name_the_argument(config, message):
+    with pytest.raises(ValueError, match=message):
+        validate(config)
