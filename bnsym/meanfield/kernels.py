@@ -130,14 +130,19 @@ def _homogeneous_parts(phi: Activation) -> tuple[float, float, float]:
 def phi_kernel(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi(c) = (a^2 + b^2) J_alpha(c) - 2ab J_alpha(-c) (Cor E.19); J_phi(1) = a^2 + b^2."""
     alpha, a, b = _homogeneous_parts(phi)
-    return (a * a + b * b) * arccos_kernel(alpha, corr) - 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
+    value = (a * a + b * b) * arccos_kernel(alpha, corr)
+    if a * b:  # relu^alpha has b = 0: no second kernel to evaluate
+        value = value - 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
+    return value
 
 
 def phi_kernel_derivative(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi'(c) = (a^2 + b^2) J_alpha'(c) + 2ab J_alpha'(-c)."""
     alpha, a, b = _homogeneous_parts(phi)
-    return ((a * a + b * b) * arccos_kernel_derivative(alpha, corr)
-            + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr)))
+    value = (a * a + b * b) * arccos_kernel_derivative(alpha, corr)
+    if a * b:
+        value = value + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
+    return value
 
 
 def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
