@@ -196,11 +196,14 @@ def write(name: str, question: str, args: argparse.Namespace, rows: Sequence[dic
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2, default=float) + "\n")
     for line in rows:
+        timing = f" {line['ours_median_s'] * 1e3:.3g} ms" if "ours_median_s" in line else ""
         ratio = f", ratio {line['ratio']:.1f}x (minima {line['ratio_of_minima']:.1f}x)" if "ratio" in line else ""
+        errors = "".join(f", {key} {line[key]:.1e}" if isinstance(line[key], float) else f", {key} {line[key]}"
+                         for key in ("ours_error", "peer_error") if key in line)
         mark = "" if line.get("met") is None else ("  [target met]" if line["met"] else "  [target NOT met]")
         threads_note = f" [{line['threads']} thread(s)]" if "threads" in line else ""
-        print(f"{name}: {line['case']}{threads_note}: {line['ours']} {line['ours_median_s'] * 1e3:.3g} ms"
-              f"{ratio}{mark}")
+        print(f"{name}: {line['case']}{threads_note}: {line['ours']}{timing} vs {line.get('peer')}"
+              f"{ratio}{errors}{mark}")
     print(f"wrote {output}")
     return result
 

@@ -145,19 +145,26 @@ def phi_kernel_derivative(phi: Activation, corr: np.ndarray) -> np.ndarray:
     return value
 
 
-def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
-    """V_phi(Sigma) = E[phi(h) phi(h)^T], h ~ N(0, Sigma), for positive-homogeneous phi (Prop E.10).
+def pair_kernel(phi: Activation, s11: np.ndarray, s22: np.ndarray, s12: np.ndarray) -> np.ndarray:
+    """E[phi(h_1) phi(h_2)], (h_1, h_2) ~ N(0, [[s11, s12], [s12, s22]]), for positive-homogeneous phi (Prop E.10):
 
-    Broadcasts over leading axes of ``sigma`` (..., B, B). Zero-variance coordinates give zero rows
-    (phi(0) = 0 for alpha > 0).
+        c_alpha (s11 s22)^(alpha/2) J_phi(s12 / sqrt(s11 s22)),   0 where a variance is 0 (phi(0) = 0, alpha > 0).
+
+    Broadcasts over the arrays.
     """
     alpha, _, _ = _homogeneous_parts(phi)
-    sigma = np.asarray(sigma, dtype=float)
-    root = np.sqrt(np.clip(np.diagonal(sigma, axis1=-2, axis2=-1), 0.0, None))
-    scale = root[..., :, None] * root[..., None, :]  # sqrt(S_ii S_jj) without overflow
-    corr = np.divide(sigma, scale, out=np.zeros_like(sigma), where=scale > 0)
+    scale = np.sqrt(np.clip(s11, 0.0, None)) * np.sqrt(np.clip(s22, 0.0, None))  # no overflow of s11 s22
+    corr = np.divide(s12, scale, out=np.zeros(np.broadcast(s12, scale).shape), where=scale > 0)
     return np.where(scale > 0, c_alpha(alpha) * scale**alpha * phi_kernel(phi, corr), 0.0)
 
+
+def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
+    """V_phi(Sigma) = E[phi(h) phi(h)^T], h ~ N(0, Sigma), for positive-homogeneous phi: :func:`pair_kernel`
+    on every entry. Broadcasts over leading axes of ``sigma`` (..., B, B); zero-variance coordinates give zero rows.
+    """
+    sigma = np.asarray(sigma, dtype=float)
+    diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
+    return pair_kernel(phi, diagonal[..., :, None], diagonal[..., None, :], sigma)
 
 
 @cache

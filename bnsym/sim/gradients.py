@@ -67,13 +67,14 @@ class GradientRun:
 def batch_norm_forward(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """z = (h - mean h) / s and s = sqrt(var h + eps) along the batch (last) axis."""
     centred = h - h.mean(-1, keepdim=True)
-    s = torch.sqrt(centred.square().mean(-1, keepdim=True) + eps)
+    s = torch.sqrt(torch.linalg.vector_norm(centred, dim=-1, keepdim=True).square() / h.shape[-1] + eps)
     return centred / s, s
 
 
 def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
     """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s (per neuron)."""
-    return (grad_z - grad_z.mean(-1, keepdim=True) - z * (grad_z * z).mean(-1, keepdim=True)) / s
+    correlation = torch.linalg.vecdot(grad_z, z).unsqueeze(-1) / z.shape[-1]
+    return (grad_z - grad_z.mean(-1, keepdim=True)).addcmul_(z, correlation, value=-1).div_(s)
 
 
 def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root: torch.Tensor, delta: torch.Tensor,
