@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             start = time.perf_counter()
             times = time_interleaved(cases, args.repeats, sync, warmup=False)
             elapsed = time.perf_counter() - start
-            bandwidth = copy_bandwidth(device)
+            bandwidth = copy_bandwidth(device, megabytes=8 if args.smoke else 256)
         for kind in runs:
             fb = kind == "forward+backward"
             rows.append(row(kind, "gram sampler", times[(kind, "gram")], "explicit weights",
