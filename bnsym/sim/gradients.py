@@ -36,6 +36,7 @@ from .networks import (
     SAMPLERS,
     _batched_inputs,
     _gram_preactivations,
+    batch_norm_forward,
     centred_factor,
     gram,
 )
@@ -64,13 +65,6 @@ class GradientRun:
         return (self.gradients[:, 1:] * self.grams[:, :-1]).sum((-2, -1)).numpy()
 
 
-def batch_norm_forward(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """z = (h - mean h) / s and s = sqrt(var h + eps) along the batch (last) axis."""
-    centred = h - h.mean(-1, keepdim=True)
-    s = torch.sqrt(torch.linalg.vector_norm(centred, dim=-1, keepdim=True).square() / h.shape[-1] + eps)
-    return centred / s, s
-
-
 def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
     """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s (per neuron)."""
     correlation = torch.linalg.vecdot(grad_z, z).unsqueeze(-1) / z.shape[-1]
@@ -89,7 +83,7 @@ def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root
     """
     factor = centred_factor(delta_gram, robust)
     y = normals(*delta.shape[:-1], factor.root.shape[-1], dtype=delta.dtype) @ factor.root.mT
-    coefficients = inverse_root @ (inverse_root.mT @ (h.mT @ delta - x.mT @ y)) / x.shape[-2]
+    coefficients = inverse_root @ (inverse_root.mT @ torch.baddbmm(h.mT @ delta, x.mT, y, alpha=-1)) / x.shape[-2]
     return torch.baddbmm(y, x, coefficients), factor.exact.all()
 
 
@@ -111,7 +105,7 @@ def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, 
             h, factor = _gram_preactivations(x, normals, robust)
             exact = exact & factor.exact.all()
             memo = (h, factor.inverse_root)
-        z, s = batch_norm_forward(h, eps)
+        z, s = batch_norm_forward(h, eps, centred=sampler == "gram")  # the Gram sampler draws G h
         saved.append((z, s, memo))
         x = activation.torch(z)
         xs.append(x)

@@ -28,10 +28,20 @@ _CHUNK_BYTES = 512 * 2**20  # the "weights" sampler keeps one chunk's W under th
 _PROGRESS_FLOPS = 2e10  # show a progress bar by default above this many multiply-adds
 
 
+def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(BN(h), s): BN(h) = (h - mean h) / s, s = sqrt(var h + eps) along the last (batch) axis, var biased (1/B).
+
+    ``centred``: h already has batch mean 0 (the Gram sampler draws G h), so the centring pass is skipped.
+    """
+    if not centred:
+        h = h - h.mean(-1, keepdim=True)
+    s = torch.sqrt(torch.linalg.vector_norm(h, dim=-1, keepdim=True).square() / h.shape[-1] + eps)
+    return h / s, s
+
+
 def batch_norm(h: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     """BN(h) = (h - mean(h)) / sqrt(var(h) + eps) along the last (batch) axis, var biased (1/B)."""
-    centred = h - h.mean(-1, keepdim=True)
-    return centred / torch.sqrt(centred.square().mean(-1, keepdim=True) + eps)
+    return batch_norm_forward(h, eps)[0]
 
 
 def gram(x: torch.Tensor) -> torch.Tensor:
@@ -245,7 +255,7 @@ def simulate_forward(
             else:
                 h, factor = _gram_preactivations(out, normals, robust)
                 exact = exact & factor.exact.all()
-            out = activation.torch(batch_norm(h, eps))
+            out = activation.torch(batch_norm_forward(h, eps, centred=sampler == "gram")[0])
             grams.append(gram(out))
         return torch.stack(grams, dim=1), exact
 
