@@ -38,7 +38,7 @@ from .networks import (
     _gram_preactivations,
     batch_norm_forward,
     centred_factor,
-    gram,
+    gram_of_rows,
 )
 
 
@@ -65,10 +65,11 @@ class GradientRun:
         return (self.gradients[:, 1:] * self.grams[:, :-1]).sum((-2, -1)).numpy()
 
 
-def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-    """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s (per neuron)."""
-    correlation = torch.linalg.vecdot(grad_z, z).unsqueeze(-1) / z.shape[-1]
-    return (grad_z - grad_z.mean(-1, keepdim=True)).addcmul_(z, correlation, value=-1).div_(s)
+def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s, means along the batch
+    axis ``dim`` (per neuron)."""
+    correlation = torch.linalg.vecdot(grad_z, z, dim=dim).unsqueeze(dim) / z.shape[dim]
+    return (grad_z - grad_z.mean(dim, keepdim=True)).addcmul_(z, correlation, value=-1).div_(s)
 
 
 def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root: torch.Tensor, delta: torch.Tensor,
@@ -79,12 +80,13 @@ def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root
     W^T delta = X K_c^+ (H_c^T delta - X^T Y) / N + Y,  K_c = G X^T X G / N = (F F^T)^+,
     and Y = W'^T delta has i.i.d. rows N(0, delta^T delta / N) (a centred Gram: rows of delta sum to 0).
     ``inverse_root`` F and ``delta_gram`` = delta^T delta / N are passed in because the caller has them.
+    x, h, delta and the result are stored neurons last, (M, B, N), i.e. transposed.
     Returns the draw and whether the factor of delta_gram was exact (see :class:`CentredFactor`).
     """
     factor = centred_factor(delta_gram, robust)
-    y = normals(*delta.shape[:-1], factor.root.shape[-1], dtype=delta.dtype) @ factor.root.mT
-    coefficients = inverse_root @ (inverse_root.mT @ torch.baddbmm(h.mT @ delta, x.mT, y, alpha=-1)) / x.shape[-2]
-    return torch.baddbmm(y, x, coefficients), factor.exact.all()
+    y = factor.root @ normals(x.shape[0], factor.root.shape[-1], x.shape[-1], dtype=x.dtype)
+    coefficients = inverse_root @ (inverse_root.mT @ torch.baddbmm(h @ delta.mT, x, y.mT, alpha=-1)) / x.shape[-1]
+    return torch.baddbmm(y, coefficients.mT, x), factor.exact.all()
 
 
 def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, sampler: str,
@@ -92,41 +94,43 @@ def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, 
                bar) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Forward then backward pass of one chunk of networks: (forward Grams, gradient Grams, exact).
 
-    ``exact`` (a device scalar) is False where a Cholesky factor of the "gram" sampler failed.
+    Activations are stored neurons last, (M, B, N). ``exact`` (a device scalar) is False where a Cholesky
+    factor of the "gram" sampler failed.
     """
     m, n, b = x.shape
-    xs, grams, saved = [x], [gram(x)], []
+    x = x.mT.contiguous()
+    xs, grams, saved = [x], [gram_of_rows(x)], []
     exact = torch.ones((), dtype=torch.bool, device=x.device)
     for _ in range(depth):
         if sampler == "weights":
             w = torch.randn(m, n, n, generator=gen, device=x.device, dtype=x.dtype) / math.sqrt(n)
-            h, memo = w @ x, w
+            h, memo = x @ w.mT, w
         else:
             h, factor = _gram_preactivations(x, normals, robust)
             exact = exact & factor.exact.all()
             memo = (h, factor.inverse_root)
-        z, s = batch_norm_forward(h, eps, centred=sampler == "gram")  # the Gram sampler draws G h
+        z, s = batch_norm_forward(h, eps, centred=sampler == "gram", dim=-2)  # the Gram sampler draws G h
         saved.append((z, s, memo))
         x = activation.torch(z)
         xs.append(x)
-        grams.append(gram(x))
+        grams.append(gram_of_rows(x))
         bar.update(1)
     if sampler == "weights":  # dL/dx^L = g
-        grad_x = torch.randn(m, n, b, generator=gen, device=x.device, dtype=x.dtype)
+        grad_x = torch.randn(m, n, b, generator=gen, device=x.device, dtype=x.dtype).mT
     else:
-        grad_x = normals(m, n, b, dtype=x.dtype)
+        grad_x = normals(m, b, n, dtype=x.dtype)
     gradients = [None] * (depth + 1)
     for layer in range(depth, 0, -1):
         z, s, memo = saved[layer - 1]
-        delta = batch_norm_backward(z, s, grad_x * activation.torch_derivative(z))
-        gradients[layer] = gram(delta)
+        delta = batch_norm_backward(z, s, grad_x * activation.torch_derivative(z), dim=-2)
+        gradients[layer] = gram_of_rows(delta)
         if sampler == "weights":
-            grad_x = memo.mT @ delta
+            grad_x = delta @ memo
         else:
             grad_x, ok = conditional_transpose_product(xs[layer - 1], *memo, delta, gradients[layer], normals, robust)
             exact = exact & ok
         bar.update(1)
-    gradients[0] = gram(grad_x)
+    gradients[0] = gram_of_rows(grad_x)
     return torch.stack(grams, 1), torch.stack(gradients, 1), exact
 
 
