@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from harness import parse, row, synchronizer, threads, time_interleaved, write
 
-from bnsym.sim import inputs_with_gram, simulate_forward, simulate_gradients
+from bnsym.sim import Normals, generator, inputs_with_gram, simulate_forward, simulate_gradients
 
 SIZES = {"default": {"width": 1024, "batch": 32, "networks": 32, "depth": 10},
          "smoke": {"width": 64, "batch": 8, "networks": 2, "depth": 2}}
@@ -42,6 +42,15 @@ def copy_bandwidth(device: str, megabytes: int = 256, repeats: int = 5) -> float
     return 2 * source.numel() * 8 / min(times)
 
 
+def normal_sources(m: int, n: int, device: str, repeats: int) -> dict[str, float]:
+    """Seconds to draw one layer's weights, M N^2 normals, with torch's generator (what the explicit sampler
+    uses) and with bnsym's :class:`~bnsym.sim.device.Normals` (what the Gram sampler uses), fastest of repeats."""
+    gen, normals, sync = generator(0, device), Normals(0, device), synchronizer(device)
+    times = time_interleaved({"torch": lambda: torch.randn(m, n, n, generator=gen, device=device, dtype=torch.float64),
+                              "bnsym": lambda: normals(m, n, n)}, repeats, sync)
+    return {key: min(value) for key, value in times.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse(__doc__, SIZES, argv, default_repeats=3)
     n, b, m, depth = (args.size[key] for key in ("width", "batch", "networks", "depth"))
@@ -56,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     }
     cases = {(kind, sampler): run for kind, pair in runs.items() for sampler, run in pair.items()}
     thread_counts = args.threads if device == "cpu" else [torch.get_num_threads()]
-    rows, rooflines = [], []
+    rows, rooflines, sources = [], [], []
     for count in thread_counts:
         with threads(count) as used:
             for kind in runs:  # untimed warm-up of the fast sampler (the explicit one takes seconds)
@@ -65,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             times = time_interleaved(cases, args.repeats, sync, warmup=False)
             elapsed = time.perf_counter() - start
             bandwidth = copy_bandwidth(device, megabytes=8 if args.smoke else 256)
+            draws = normal_sources(m, n, device, args.repeats)
         for kind in runs:
             fb = kind == "forward+backward"
             rows.append(row(kind, "gram sampler", times[(kind, "gram")], "explicit weights",
@@ -73,6 +83,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
                             met=None if not fb else bool(
                                 np.median(times[(kind, "weights")]) / np.median(times[(kind, "gram")])
                                 >= TARGET_RATIO)))
+        weights_median = float(np.median(times[("forward+backward", "weights")]))
+        same_source = weights_median - depth * (draws["torch"] - draws["bnsym"])
+        sources.append({"threads": used, "torch_normals_per_layer_s": draws["torch"],
+                        "bnsym_normals_per_layer_s": draws["bnsym"],
+                        "weights_forward_backward_with_bnsym_normals_s (estimate)": same_source,
+                        "ratio_with_equal_normal_sources (estimate)":
+                            same_source / float(np.median(times[("forward+backward", "gram")]))})
         per_network_layer = min(times[("forward+backward", "gram")]) / (m * depth)
         roofline = ROOFLINE_PASSES * 8 * n * b / bandwidth
         rooflines.append({"threads": used, "copy_bandwidth_GB_s": bandwidth / 1e9,
@@ -84,7 +101,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
               f"roofline {roofline * 1e6:.1f} us at {bandwidth / 1e9:.1f} GB/s copy bandwidth")
     question = ("How much faster is the exact Gram sampler than explicit weights, forward and backward, and how "
                 "close is it to the memory roofline?")
-    return write("sampler_speed", question, args, rows, roofline=rooflines,
+    return write("sampler_speed", question, args, rows, roofline=rooflines, normal_sources=sources,
+                 normal_sources_note="the explicit sampler draws W with torch's generator, the Gram sampler with "
+                                     "bnsym.sim.device.Normals; the estimate subtracts the difference of the two "
+                                     "for the explicit sampler's depth * M * N^2 draws",
                  roofline_model=f"{ROOFLINE_PASSES} reads or writes of an N x B float64 tensor per network-layer "
                                 "(an ideal fused implementation), at the measured copy bandwidth")
 

@@ -134,7 +134,8 @@ def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
         return np.where(r > 0, alpha * np.where(r > 0, r, 1.0) ** (alpha - 1.0), 0.0)
 
     def value_t(x):
-        return torch.clamp(x + beta, min=0.0) ** alpha
+        positive = torch.relu(x + beta if beta else x)  # relu itself in one pass: the simulators call it per layer
+        return positive if alpha == 1 else positive**alpha
 
     def deriv_t(x):
         if alpha == 1:  # the step function, in one pass: the Monte Carlo backward pass calls this per layer

@@ -32,15 +32,16 @@ def generator(seed: int, device: torch.device | str | None = None) -> torch.Gene
 class Normals:
     """I.i.d. N(0, 1) tensors on one device from one seed: ``normals(m, n, b)`` has shape (m, n, b).
 
-    On the CPU numpy's ziggurat sampler (PCG64) fills the tensor in place, about 2.5x faster than torch's
-    Box-Muller in float64, the cost that bounds the exact samplers there; on CUDA, torch's generator (Philox).
+    On the CPU numpy's ziggurat sampler fills the tensor in place, driven by SFC64 (a small, fast generator of
+    good statistical quality, about 15% faster here than numpy's default PCG64): about 3x faster than torch's
+    Box-Muller in float64, the cost that bounds the Gram sampler there. On CUDA, torch's generator (Philox).
     Same seed and device give the same stream; CPU and CUDA streams differ.
     """
 
     def __init__(self, seed: int, device: torch.device | str | None = None):
         self.device = torch.device(device or default_device())
         if self.device.type == "cpu":
-            self._rng = np.random.default_rng(seed)
+            self._rng = np.random.Generator(np.random.SFC64(seed))
         else:
             self._gen = generator(seed, self.device)
 

@@ -36,7 +36,7 @@ def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False,
     """
     if not centred:
         h = h - h.mean(dim, keepdim=True)
-    s = torch.sqrt(torch.linalg.vector_norm(h, dim=dim, keepdim=True).square() / h.shape[dim] + eps)
+    s = torch.sqrt(h.square().mean(dim, keepdim=True) + eps)  # (vector_norm along dim -2 is 10x slower on the CPU)
     return h / s, s
 
 
