@@ -65,11 +65,14 @@ class GradientRun:
         return (self.gradients[:, 1:] * self.grams[:, :-1]).sum((-2, -1)).numpy()
 
 
-def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor, dim: int = -1,
+                        inplace: bool = False) -> torch.Tensor:
     """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s, means along the batch
-    axis ``dim`` (per neuron)."""
+    axis ``dim`` (per neuron). ``inplace``: overwrite grad_z with the result (no new tensor)."""
     correlation = torch.linalg.vecdot(grad_z, z, dim=dim).unsqueeze(dim) / z.shape[dim]
-    return (grad_z - grad_z.mean(dim, keepdim=True)).addcmul_(z, correlation, value=-1).div_(s)
+    mean = grad_z.mean(dim, keepdim=True)
+    centred = grad_z.sub_(mean) if inplace else grad_z - mean
+    return centred.addcmul_(z, correlation, value=-1).div_(s)
 
 
 def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root: torch.Tensor, delta: torch.Tensor,
@@ -122,7 +125,8 @@ def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, 
     gradients = [None] * (depth + 1)
     for layer in range(depth, 0, -1):
         z, s, memo = saved[layer - 1]
-        delta = batch_norm_backward(z, s, grad_x * activation.torch_derivative(z), dim=-2)
+        # grad_x is a fresh tensor of this pass: multiply and back-propagate through batch norm in place
+        delta = batch_norm_backward(z, s, grad_x.mul_(activation.torch_derivative(z)), dim=-2, inplace=True)
         gradients[layer] = gram_of_rows(delta)
         if sampler == "weights":
             grad_x = delta @ memo

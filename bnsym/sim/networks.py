@@ -36,7 +36,8 @@ def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False,
     """
     if not centred:
         h = h - h.mean(dim, keepdim=True)
-    s = torch.sqrt(h.square().mean(dim, keepdim=True) + eps)  # (vector_norm along dim -2 is 10x slower on the CPU)
+    # vecdot: one pass and no temporary (vector_norm along dim -2 is 10x slower on the CPU)
+    s = torch.sqrt(torch.linalg.vecdot(h, h, dim=dim).unsqueeze(dim) / h.shape[dim] + eps)
     return h / s, s
 
 
