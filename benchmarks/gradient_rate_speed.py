@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 ours_error, peer_error = abs(ours.value - reference), abs(peer_value - reference)
                 rows.append(row(f"lambda_G of {spec}, B = {batch}", "bnsym spherical", times["ours"],
                                 f"dblquad, tol {tolerance:g}", times["peer"], threads=used,
+                                ours_cpu=times.cpu["ours"], peer_cpu=times.cpu["peer"],
                                 ours_error=ours_error, ours_error_estimate=float(ours.error),
                                 peer_error=peer_error, target=f"ratio >= {TARGET_RATIO:g}, both errors <= 1e-8",
                                 met=bool(np.median(times["peer"]) / np.median(times["ours"]) >= TARGET_RATIO

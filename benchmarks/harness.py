@@ -105,22 +105,31 @@ def synchronizer(device: str) -> Callable[[], None]:
     return torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
 
 
+class Timings(dict):
+    """Wall-clock seconds per case (the dict), and ``cpu``: the process CPU seconds of the same runs, which on a
+    busy machine show the work done rather than the share of the CPU obtained (all threads summed)."""
+
+    cpu: dict[str, list[float]]
+
+
 def time_interleaved(cases: Mapping[str, Callable[[], object]], repeats: int,
-                     sync: Callable[[], None] = lambda: None, warmup: bool = True) -> dict[str, list[float]]:
-    """Wall-clock seconds of each case, ``repeats`` times, the cases taking turns (ABAB..., rotated each round)
-    so that a change of machine load hits all of them alike. One untimed warm-up call each first."""
+                     sync: Callable[[], None] = lambda: None, warmup: bool = True) -> Timings:
+    """Wall-clock (and CPU) seconds of each case, ``repeats`` times, the cases taking turns (ABAB..., rotated each
+    round) so that a change of machine load hits all of them alike. One untimed warm-up call each first."""
     names = list(cases)
     if warmup:
         for name in names:
             cases[name]()
             sync()
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times = Timings({name: [] for name in names})
+    times.cpu = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             cases[name]()
             sync()
             times[name].append(time.perf_counter() - start)
+            times.cpu[name].append(time.process_time() - start_cpu)
     return times
 
 
@@ -131,10 +140,11 @@ def summary(times: Sequence[float]) -> dict[str, float]:
 
 def row(case: str, ours: str, ours_times: Sequence[float], peer: str | None = None,
         peer_times: Sequence[float] | None = None, target: str | None = None, met: bool | None = None,
-        **extra: object) -> dict:
+        ours_cpu: Sequence[float] | None = None, peer_cpu: Sequence[float] | None = None, **extra: object) -> dict:
     """One line of a result: our timing, the peer's (if any), the ratios peer / ours, the target and more.
 
-    ``ratio`` is the ratio of medians, ``ratio_of_minima`` that of the fastest runs (the least disturbed).
+    ``ratio`` is the ratio of medians, ``ratio_of_minima`` that of the fastest runs (the least disturbed);
+    with the CPU times (``Timings.cpu``), ``cpu_ratio`` is the ratio of their medians.
     """
     out: dict[str, object] = {"case": case, "ours": ours, **{f"ours_{k}_s": v for k, v in summary(ours_times).items()}}
     if peer_times is not None:
@@ -142,6 +152,11 @@ def row(case: str, ours: str, ours_times: Sequence[float], peer: str | None = No
         out.update({"peer": peer, **{f"peer_{k}_s": v for k, v in peer_summary.items()}})
         out["ratio"] = peer_summary["median"] / out["ours_median_s"]
         out["ratio_of_minima"] = peer_summary["min"] / out["ours_min_s"]
+    if ours_cpu is not None:
+        out["ours_cpu_median_s"] = statistics.median(ours_cpu)
+    if peer_cpu is not None:
+        out["peer_cpu_median_s"] = statistics.median(peer_cpu)
+        out["cpu_ratio"] = out["peer_cpu_median_s"] / out["ours_cpu_median_s"]
     out.update(extra)
     if target is not None:
         out["target"] = target
@@ -187,7 +202,8 @@ def write(name: str, question: str, args: argparse.Namespace, rows: Sequence[dic
         "benchmark": name,
         "question": question,
         "config": {**args.size, "threads": args.threads, "repeats": args.repeats, "device": args.device,
-                   "smoke": args.smoke, "timing": "wall clock, cases interleaved; min / median / max of repeats"},
+                   "smoke": args.smoke,
+                   "timing": "wall clock (and process CPU time), cases interleaved; min / median / max of repeats"},
         "machine": machine(args.device),
         "rows": list(rows),
         **extra,

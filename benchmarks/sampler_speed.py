@@ -78,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         for kind in runs:
             fb = kind == "forward+backward"
             rows.append(row(kind, "gram sampler", times[(kind, "gram")], "explicit weights",
-                            times[(kind, "weights")], threads=used,
+                            times[(kind, "weights")], threads=used, ours_cpu=times.cpu[(kind, "gram")],
+                            peer_cpu=times.cpu[(kind, "weights")],
                             target=f"ratio >= {TARGET_RATIO:g}" if fb else None,
                             met=None if not fb else bool(
                                 np.median(times[(kind, "weights")]) / np.median(times[(kind, "gram")])
