@@ -13,7 +13,7 @@ backward in two sweeps, delta^T delta and H^T delta, draw Z', Y = Z' R'^T, X^T Y
 measured copy bandwidth.
 
     python benchmarks/sampler_speed.py                  # N = 1024, B = 32, M = 32, depth 10, 1 and 2 threads
-    python benchmarks/sampler_speed.py --device cuda    # on a GPU
+    python benchmarks/sampler_speed.py --device cuda    # on a GPU, with a run at BNSYM_SCALE=paper sizes
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from harness import parse, row, synchronizer, threads, time_interleaved, write
 
+from bnsym.scale import SCALES
 from bnsym.sim import Normals, generator, inputs_with_gram, simulate_forward, simulate_gradients
 
 SIZES = {"default": {"width": 1024, "batch": 32, "networks": 32, "depth": 10},
@@ -100,6 +101,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
                           "wall_clock_of_timed_runs_s": elapsed})
         print(f"threads={used}: gram forward+backward {per_network_layer * 1e6:.1f} us per network-layer, "
               f"roofline {roofline * 1e6:.1f} us at {bandwidth / 1e9:.1f} GB/s copy bandwidth")
+    if device != "cpu":  # a chapter's Monte Carlo at BNSYM_SCALE=paper (chapter 3's gradient runs), on the GPU
+        paper = SCALES["paper"]
+        x_paper = inputs_with_gram(np.eye(b), paper.width, paper.n_networks, seed=0, device=device)
+        paper_runs = {s: lambda s=s: simulate_gradients("relu", x_paper, paper.depth, sampler=s, seed=1, device=device,
+                                                         progress=False) for s in ("weights", "gram")}
+        paper_times = time_interleaved(paper_runs, max(1, args.repeats // 3), sync)
+        rows.append(row(f"forward+backward at BNSYM_SCALE=paper (N = {paper.width}, M = {paper.n_networks}, "
+                        f"depth {paper.depth}, B = {b})", "gram sampler", paper_times["gram"], "explicit weights",
+                        paper_times["weights"], threads=thread_counts[-1]))
     question = ("How much faster is the exact Gram sampler than explicit weights, forward and backward, and how "
                 "close is it to the memory roofline?")
     return write("sampler_speed", question, args, rows, roofline=rooflines, normal_sources=sources,
