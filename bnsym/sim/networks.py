@@ -25,6 +25,7 @@ from .device import Normals, configure_torch, default_device, generator
 
 SAMPLERS = ("weights", "gram")
 _CHUNK_BYTES = 512 * 2**20  # the "weights" sampler keeps one chunk's W under this size
+_CACHE_BYTES = 2 * 2**20  # the "gram" sampler on the CPU keeps one chunk's (B, N) activations under this size
 _PROGRESS_FLOPS = 2e10  # show a progress bar by default above this many multiply-adds
 
 
