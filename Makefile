@@ -15,11 +15,12 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 LAB_ARGS    ?=
 ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv test lint unit-test nbtest book lab clean distclean
+.PHONY: help venv test lint unit-test nbtest book bench lab clean distclean
 
 help:
 	@echo "make book       build the Jupyter Book into _build/html   (BNSYM_SCALE=book)"
 	@echo "make test       lint (ruff) + unit tests + every notebook under nbval   (BNSYM_SCALE=test)"
+	@echo "make bench      every benchmark in benchmarks/ -> benchmarks/results/*.json (BENCH_ARGS=--device cuda ...)"
 	@echo "make lab        JupyterLab; notebooks/*.md open as notebooks (LAB_ARGS=... for extra options)"
 	@echo "make venv       create .venv and install the pinned dependencies"
 	@echo "make clean      remove build and test outputs (distclean: also .venv)"
@@ -64,6 +65,11 @@ book: $(STAMP)
 	mkdir -p _build; echo "$$key" > _build/.bnsym_cache_key; \
 	echo "BNSYM_SCALE=$$scale"; \
 	BNSYM_SCALE="$$scale" $(VENV)/bin/jupyter-book build . --toc _toc.yml --config book/_config.yml -W -n --keep-going
+
+# One script per comparison in benchmarks/; harness.py runs them all and each writes its JSON record to
+# benchmarks/results/, which the book's benchmarks page shows. Timings, not tests: nothing fails on a slow machine.
+bench: $(STAMP)
+	$(PY) benchmarks/harness.py $(BENCH_ARGS)
 
 # The override makes a double click open .md files as Jupytext notebooks. It lives in the
 # venv's share/jupyter/lab/settings, so no user-level setting is touched; saving in Lab

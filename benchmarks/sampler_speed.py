@@ -1,101 +1,123 @@
-"""Speed of the two Monte Carlo samplers of bnsym.sim: explicit weights vs exact conditional (Gram) sampling.
+"""Monte Carlo samplers of bnsym.sim: exact conditional (Gram) sampling against explicit weights.
 
-Times forward + backward passes (bnsym.sim.simulate_gradients) and forward only (simulate_forward) of M
-networks of width N, batch B, depth L, for each sampler, prints the speed ratios and writes them with the
-machine description to a JSON file (default benchmarks/results/sampler_speed.json) that the book shows.
+Times forward + backward passes (bnsym.sim.simulate_gradients) and forward-only passes (simulate_forward) of
+M ReLU networks of width N, batch B, depth L, float64, with each sampler, interleaved, for each CPU thread
+count (or on a GPU with --device cuda). The explicit-weight sampler draws each W^l (N^2 normals per network
+and layer, torch's generator) and back-propagates through it; the Gram sampler draws 2 N (B - 1) normals and
+does about 7 N B^2 multiply-adds per network and layer (bnsym.sim.gradients).
 
-    python benchmarks/sampler_speed.py --width 1024 --batch 32 --networks 32 --depth 10
+The Gram sampler's time per network and layer is also set against a memory roofline: an ideal fused
+implementation moves about ROOFLINE_PASSES reads or writes of an N x B float64 tensor per network and layer
+(forward: draw Z, H = Z R^T, batch norm and phi in one sweep, X^T X; backward: phi' and the batch-norm
+backward in two sweeps, delta^T delta and H^T delta, draw Z', Y = Z' R'^T, X^T Y, X C + Y), at the device's
+measured copy bandwidth.
+
+    python benchmarks/sampler_speed.py                  # N = 1024, B = 32, M = 32, depth 10, 1 and 2 threads
+    python benchmarks/sampler_speed.py --device cuda    # on a GPU, with a run at BNSYM_SCALE=paper sizes
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import time
-from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
+from harness import parse, row, synchronizer, threads, time_interleaved, write
 
-from bnsym.sim import default_device, inputs_with_gram, simulate_forward
-from bnsym.sim.gradients import simulate_gradients
+from bnsym.scale import SCALES
+from bnsym.sim import Normals, generator, inputs_with_gram, simulate_forward, simulate_gradients
 
-RESULT = Path(__file__).resolve().parent / "results" / "sampler_speed.json"
-
-
-def _best_time(run, repeats: int) -> float:
-    """Fastest of ``repeats`` wall-clock timings (the least disturbed by other processes)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+SIZES = {"default": {"width": 1024, "batch": 32, "networks": 32, "depth": 10},
+         "smoke": {"width": 64, "batch": 8, "networks": 2, "depth": 2}}
+TARGET_RATIO = 20.0  # issue 18: the Gram sampler at least 20x faster than explicit weights, forward + backward
+ROOFLINE_PASSES = 22
 
 
-def _machine() -> dict:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "load_average_1_5_15_min": load,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "device": str(default_device()),
-        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+def copy_bandwidth(device: str, megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes per second of a tensor copy on ``device`` (read + write counted), fastest of ``repeats``."""
+    source = torch.ones(megabytes * 2**20 // 8, dtype=torch.float64, device=device)
+    target = torch.empty_like(source)
+    sync = synchronizer(device)
+    times = time_interleaved({"copy": lambda: target.copy_(source)}, repeats, sync)["copy"]
+    return 2 * source.numel() * 8 / min(times)
+
+
+def normal_sources(m: int, n: int, device: str, repeats: int) -> dict[str, float]:
+    """Seconds to draw one layer's weights, M N^2 normals, with torch's generator (what the explicit sampler
+    uses) and with bnsym's :class:`~bnsym.sim.device.Normals` (what the Gram sampler uses), fastest of repeats."""
+    gen, normals, sync = generator(0, device), Normals(0, device), synchronizer(device)
+    times = time_interleaved({"torch": lambda: torch.randn(m, n, n, generator=gen, device=device, dtype=torch.float64),
+                              "bnsym": lambda: normals(m, n, n)}, repeats, sync)
+    return {key: min(value) for key, value in times.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse(__doc__, SIZES, argv, default_repeats=3)
+    n, b, m, depth = (args.size[key] for key in ("width", "batch", "networks", "depth"))
+    device = args.device
+    x0 = inputs_with_gram(np.eye(b), n, m, seed=0, device=device)
+    sync = synchronizer(device)
+    runs = {
+        "forward+backward": {sampler: lambda s=sampler: simulate_gradients(
+            "relu", x0, depth, sampler=s, seed=1, device=device, progress=False) for sampler in ("weights", "gram")},
+        "forward only": {sampler: lambda s=sampler: simulate_forward(
+            "relu", x0, depth, sampler=s, seed=1, device=device, progress=False) for sampler in ("weights", "gram")},
     }
-
-
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", "-N", type=int, default=1024)
-    parser.add_argument("--batch", "-B", type=int, default=32)
-    parser.add_argument("--networks", "-M", type=int, default=32)
-    parser.add_argument("--depth", "-L", type=int, default=10)
-    parser.add_argument("--phi", default="relu")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch CPU thread counts to time")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=RESULT)
-    args = parser.parse_args(argv)
-
-    device = default_device()
-    x0 = inputs_with_gram(np.eye(args.batch), args.width, args.networks, seed=0, device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    timings = []
-    for threads in args.threads:
-        torch.set_num_threads(threads)
-        row = {"threads": threads}
-        for sampler in ("weights", "gram"):
-            def both(sampler=sampler):
-                simulate_gradients(args.phi, x0, args.depth, sampler=sampler, seed=1, device=device, progress=False)
-                sync()
-
-            def forward(sampler=sampler):
-                simulate_forward(args.phi, x0, args.depth, sampler=sampler, seed=1, device=device, progress=False)
-                sync()
-
-            row[f"{sampler}_forward_backward_s"] = _best_time(both, args.repeats)
-            row[f"{sampler}_forward_s"] = _best_time(forward, args.repeats)
-        row["ratio_forward_backward"] = row["weights_forward_backward_s"] / row["gram_forward_backward_s"]
-        row["ratio_forward"] = row["weights_forward_s"] / row["gram_forward_s"]
-        timings.append(row)
-        print(f"threads={threads}: forward+backward weights {row['weights_forward_backward_s']:.3f} s, "
-              f"gram {row['gram_forward_backward_s']:.3f} s, ratio {row['ratio_forward_backward']:.1f}x; "
-              f"forward only ratio {row['ratio_forward']:.1f}x")
-    result = {
-        "config": {"width": args.width, "batch": args.batch, "networks": args.networks, "depth": args.depth,
-                   "phi": args.phi, "dtype": "float64", "repeats": args.repeats,
-                   "timing": "best of repeats, wall clock"},
-        "machine": _machine(),
-        "timings": timings,
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
-    return result
+    cases = {(kind, sampler): run for kind, pair in runs.items() for sampler, run in pair.items()}
+    thread_counts = args.threads if device == "cpu" else [torch.get_num_threads()]
+    rows, rooflines, sources = [], [], []
+    for count in thread_counts:
+        with threads(count) as used:
+            for kind in runs:  # untimed warm-up of the fast sampler (the explicit one takes seconds)
+                runs[kind]["gram"]()
+            start = time.perf_counter()
+            times = time_interleaved(cases, args.repeats, sync, warmup=False)
+            elapsed = time.perf_counter() - start
+            bandwidth = copy_bandwidth(device, megabytes=8 if args.smoke else 256)
+            draws = normal_sources(m, n, device, args.repeats)
+        for kind in runs:
+            fb = kind == "forward+backward"
+            rows.append(row(kind, "gram sampler", times[(kind, "gram")], "explicit weights",
+                            times[(kind, "weights")], threads=used, ours_cpu=times.cpu[(kind, "gram")],
+                            peer_cpu=times.cpu[(kind, "weights")],
+                            target=f"ratio >= {TARGET_RATIO:g}" if fb else None,
+                            met=None if not fb else bool(
+                                np.median(times[(kind, "weights")]) / np.median(times[(kind, "gram")])
+                                >= TARGET_RATIO)))
+        weights_median = float(np.median(times[("forward+backward", "weights")]))
+        same_source = weights_median - depth * (draws["torch"] - draws["bnsym"])
+        sources.append({"threads": used, "torch_normals_per_layer_s": draws["torch"],
+                        "bnsym_normals_per_layer_s": draws["bnsym"],
+                        "weights_forward_backward_with_bnsym_normals_s (estimate)": same_source,
+                        "ratio_with_equal_normal_sources (estimate)":
+                            same_source / float(np.median(times[("forward+backward", "gram")]))})
+        per_network_layer = min(times[("forward+backward", "gram")]) / (m * depth)
+        roofline = ROOFLINE_PASSES * 8 * n * b / bandwidth
+        rooflines.append({"threads": used, "copy_bandwidth_GB_s": bandwidth / 1e9,
+                          "gram_forward_backward_per_network_layer_s": per_network_layer,
+                          "roofline_per_network_layer_s": roofline,
+                          "fraction_of_roofline": roofline / per_network_layer,
+                          "wall_clock_of_timed_runs_s": elapsed})
+        print(f"threads={used}: gram forward+backward {per_network_layer * 1e6:.1f} us per network-layer, "
+              f"roofline {roofline * 1e6:.1f} us at {bandwidth / 1e9:.1f} GB/s copy bandwidth")
+    if device != "cpu":  # a chapter's Monte Carlo at BNSYM_SCALE=paper (chapter 3's gradient runs), on the GPU
+        paper = SCALES["paper"]
+        x_paper = inputs_with_gram(np.eye(b), paper.width, paper.n_networks, seed=0, device=device)
+        paper_runs = {s: lambda s=s: simulate_gradients("relu", x_paper, paper.depth, sampler=s, seed=1, device=device,
+                                                         progress=False) for s in ("weights", "gram")}
+        paper_times = time_interleaved(paper_runs, max(1, args.repeats // 3), sync)
+        rows.append(row(f"forward+backward at BNSYM_SCALE=paper (N = {paper.width}, M = {paper.n_networks}, "
+                        f"depth {paper.depth}, B = {b})", "gram sampler", paper_times["gram"], "explicit weights",
+                        paper_times["weights"], threads=thread_counts[-1]))
+    question = ("How much faster is the exact Gram sampler than explicit weights, forward and backward, and how "
+                "close is it to the memory roofline?")
+    return write("sampler_speed", question, args, rows, roofline=rooflines, normal_sources=sources,
+                 normal_sources_note="the explicit sampler draws W with torch's generator, the Gram sampler with "
+                                     "bnsym.sim.device.Normals; the estimate subtracts the difference of the two "
+                                     "for the explicit sampler's depth * M * N^2 draws",
+                 roofline_model=f"{ROOFLINE_PASSES} reads or writes of an N x B float64 tensor per network-layer "
+                                "(an ideal fused implementation), at the measured copy bandwidth")
 
 
 if __name__ == "__main__":

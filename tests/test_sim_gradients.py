@@ -17,7 +17,7 @@ from bnsym.sim.gradients import (
     per_layer_growth,
     simulate_gradients,
 )
-from bnsym.sim.networks import centred_basis, gram_root
+from bnsym.sim.networks import centred_basis, centred_factor
 
 K_SE = 5
 KS_MIN_P = 1e-3  # chosen in advance: per comparison, a false alarm has probability 1e-3 under equality in law
@@ -33,19 +33,45 @@ def test_batch_norm_backward_is_autograd(eps):
         torch.testing.assert_close(batch_norm_backward(z, s, upstream), h.grad, rtol=1e-12, atol=1e-12)
 
 
-def test_gram_root_full_rank_centred_and_deficient():
+def test_centred_factor_full_rank_centred_and_deficient():
+    """R R^T = G K G and F F^T = (G K G)^+ (Penrose identities); Cholesky flags what it cannot factor exactly."""
     rng = np.random.default_rng(0)
     a = torch.as_tensor(rng.standard_normal((4, 6, 9)))
     full = a @ a.mT / 9
     e = centred_basis(6)
-    torch.testing.assert_close(e @ e.T, torch.eye(6, dtype=torch.float64) - 1 / 6)
-    centred = e @ e.T @ full @ e @ e.T  # rows sum to zero: rank 5
-    low = a[..., :3] @ a[..., :3].mT  # rank 3: Cholesky fails, eigen fallback
+    g = torch.eye(6, dtype=torch.float64) - 1 / 6
+    torch.testing.assert_close(e @ e.T, g)
+    torch.testing.assert_close(e.T @ e, torch.eye(5, dtype=torch.float64))
+    centred = g @ full @ g  # rows sum to zero: rank 5
+    low = a[..., :3] @ a[..., :3].mT  # G K G of rank 3: Cholesky cannot factor it
     for k in (full, centred, low):
-        root, pinv = gram_root(k)
-        torch.testing.assert_close(root @ root.mT, k, rtol=1e-10, atol=1e-10)
-        torch.testing.assert_close(k @ pinv @ k, k, rtol=1e-8, atol=1e-8)
-        torch.testing.assert_close(pinv @ k @ pinv, pinv, rtol=1e-6, atol=1e-8)
+        kc = g @ k @ g
+        for robust in (False, True):
+            factor = centred_factor(k, robust)
+            if k is low and not robust:
+                assert not factor.exact.any()
+                continue
+            assert factor.exact.all()
+            root, pinv = factor.root, factor.inverse_root @ factor.inverse_root.mT
+            torch.testing.assert_close(root @ root.mT, kc, rtol=1e-10, atol=1e-10)
+            assert (root.sum(-2).abs().max() < 1e-12) and (pinv.sum(-2).abs().max() < 1e-8)
+            torch.testing.assert_close(kc @ pinv @ kc, kc, rtol=1e-8, atol=1e-8)
+            torch.testing.assert_close(pinv @ kc @ pinv, pinv, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("width", [4, 32])
+def test_gram_sampler_rank_deficient_grams(width):
+    """N = 4 < B - 1 (eigendecompositions from the start), and N = 32 with inputs of Gram rank 3 (Cholesky fails,
+    the run is redone with eigendecompositions): finite, reproducible, and the identity network's exact identities."""
+    a = np.random.default_rng(1).standard_normal((6, 3))
+    x0 = (inputs_with_gram(a @ a.T, width, 3, seed=0, device="cpu") if width >= 6
+          else torch.randn(3, width, 6, dtype=torch.float64, generator=generator(0, "cpu")))
+    run = simulate_gradients("identity", x0, 2, sampler="gram", seed=1, device="cpu")
+    again = simulate_gradients("identity", x0, 2, sampler="gram", seed=1, device="cpu")
+    assert torch.isfinite(run.grams).all() and torch.isfinite(run.gradients).all()
+    assert torch.equal(run.gradients, again.gradients)
+    torch.testing.assert_close(run.grams[:, 1:].diagonal(0, -2, -1).mean(-1), torch.ones(3, 2, dtype=torch.float64))
+    assert (run.gradients[:, 1:] @ torch.ones(6, dtype=torch.float64)).abs().max() < 1e-10
 
 
 @pytest.mark.parametrize("spec", ["relu", "identity", "tanh"])

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Callable
 
 import numpy as np
@@ -134,9 +134,12 @@ def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
         return np.where(r > 0, alpha * np.where(r > 0, r, 1.0) ** (alpha - 1.0), 0.0)
 
     def value_t(x):
-        return torch.clamp(x + beta, min=0.0) ** alpha
+        positive = torch.relu(x + beta if beta else x)  # relu itself in one pass: the simulators call it per layer
+        return positive if alpha == 1 else positive**alpha
 
     def deriv_t(x):
+        if alpha == 1:  # the step function, in one pass: the Monte Carlo backward pass calls this per layer
+            return (x > -beta).to(x.dtype)
         r = torch.clamp(x + beta, min=0.0)
         return torch.where(r > 0, alpha * torch.where(r > 0, r, torch.ones_like(r)) ** (alpha - 1.0),
                            torch.zeros_like(r))
@@ -245,11 +248,19 @@ def _one_parameter(spec: str, positional: list[float], keywords: dict[str, float
 
 
 def parse_activation(spec: str | Activation) -> Activation:
-    """Turn a string such as ``"relu^1.5"`` or ``"tanh(gamma=0.5)"`` into an :class:`Activation`."""
+    """Turn a string such as ``"relu^1.5"`` or ``"tanh(gamma=0.5)"`` into an :class:`Activation`.
+
+    Activations are immutable, so each string is parsed (and its SymPy forms built) once per process.
+    """
     if isinstance(spec, Activation):
         return spec
     if not isinstance(spec, str):
         raise ValueError(f"activation must be a string or an Activation, got {type(spec).__name__}")
+    return _parse_string(spec)
+
+
+@lru_cache(maxsize=256)
+def _parse_string(spec: str) -> Activation:
     match = _SPEC.match(spec.lower())
     known = "; known: " + ", ".join(KNOWN_ACTIVATIONS)
     if not match:

@@ -1,16 +1,21 @@
-"""Gauss-Jacobi quadrature with normalised weights, stable for large exponents (large batch sizes)."""
+"""Gauss rules: Jacobi with normalised weights, stable for large exponents (large batch sizes), and Legendre."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from scipy.linalg import eigh_tridiagonal
+from scipy.special import roots_legendre
 
 
+@lru_cache(maxsize=512)
 def gauss_jacobi(n: int, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
     """Nodes and weights (summing to 1) of the n-point rule for the weight (1-x)^a (1+x)^b on [-1, 1].
 
     Golub-Welsch on the recurrence of the monic Jacobi polynomials, so the total mass
     2^(a+b+1) Beta(a+1, b+1) (which overflows for a > 1000, i.e. B > 2000) never appears.
+    Rules are cached (read-only arrays): kernels ask for the same few again and again.
     """
     k = np.arange(n, dtype=float)
     s = 2 * k + a + b
@@ -21,7 +26,19 @@ def gauss_jacobi(n: int, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
     if n > 1:
         beta[0] = 4 * (1 + a) * (1 + b) / ((2 + a + b) ** 2 * (3 + a + b))  # k = 1, (1 + a + b) cancelled
     nodes, vectors = eigh_tridiagonal(diag, np.sqrt(beta))
-    return nodes, vectors[0] ** 2
+    weights = vectors[0] ** 2
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
+
+
+@lru_cache(maxsize=64)
+def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of the n-point Gauss-Legendre rule on [-1, 1] (SciPy's), cached as read-only arrays."""
+    nodes, weights = roots_legendre(n)
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
 
 
 def chi2_rule(dof: float, n: int) -> tuple[np.ndarray, np.ndarray]:

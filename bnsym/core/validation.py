@@ -23,12 +23,15 @@ def check_batch_size(batch_size: object, array_ok: bool = False) -> int | np.nda
     many = np.ndim(batch_size) > 0
     if many and not array_ok:
         raise ValueError(f"batch size must be one whole number here, got an array of shape {np.shape(batch_size)}")
-    items = np.asarray(batch_size, dtype=object).ravel().tolist()
     whole = (f"batch sizes must be whole numbers, got {batch_size!r}" if many
              else f"batch size must be a whole number, got {batch_size!r}")
-    if not items or any(isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) for b in items):
-        raise ValueError(whole)
-    values = np.array(items, dtype=float)
+    if isinstance(batch_size, np.ndarray) and batch_size.dtype.kind in "iuf" and batch_size.size:
+        values = batch_size.astype(float).ravel()  # a numeric array: no per-item checks (1e5 B in microseconds)
+    else:
+        items = np.asarray(batch_size, dtype=object).ravel().tolist()
+        if not items or any(isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) for b in items):
+            raise ValueError(whole)
+        values = np.array(items, dtype=float)
     if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
         raise ValueError(whole)
     if values.min() < 1:

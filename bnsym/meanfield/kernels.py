@@ -130,29 +130,41 @@ def _homogeneous_parts(phi: Activation) -> tuple[float, float, float]:
 def phi_kernel(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi(c) = (a^2 + b^2) J_alpha(c) - 2ab J_alpha(-c) (Cor E.19); J_phi(1) = a^2 + b^2."""
     alpha, a, b = _homogeneous_parts(phi)
-    return (a * a + b * b) * arccos_kernel(alpha, corr) - 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
+    value = (a * a + b * b) * arccos_kernel(alpha, corr)
+    if a * b:  # relu^alpha has b = 0: no second kernel to evaluate
+        value = value - 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
+    return value
 
 
 def phi_kernel_derivative(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi'(c) = (a^2 + b^2) J_alpha'(c) + 2ab J_alpha'(-c)."""
     alpha, a, b = _homogeneous_parts(phi)
-    return ((a * a + b * b) * arccos_kernel_derivative(alpha, corr)
-            + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr)))
+    value = (a * a + b * b) * arccos_kernel_derivative(alpha, corr)
+    if a * b:
+        value = value + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
+    return value
+
+
+def pair_kernel(phi: Activation, s11: np.ndarray, s22: np.ndarray, s12: np.ndarray) -> np.ndarray:
+    """E[phi(h_1) phi(h_2)], (h_1, h_2) ~ N(0, [[s11, s12], [s12, s22]]), for positive-homogeneous phi (Prop E.10):
+
+        c_alpha (s11 s22)^(alpha/2) J_phi(s12 / sqrt(s11 s22)),   0 where a variance is 0 (phi(0) = 0, alpha > 0).
+
+    Broadcasts over the arrays.
+    """
+    alpha, _, _ = _homogeneous_parts(phi)
+    scale = np.sqrt(np.clip(s11, 0.0, None)) * np.sqrt(np.clip(s22, 0.0, None))  # no overflow of s11 s22
+    corr = np.divide(s12, scale, out=np.zeros(np.broadcast(s12, scale).shape), where=scale > 0)
+    return np.where(scale > 0, c_alpha(alpha) * scale**alpha * phi_kernel(phi, corr), 0.0)
 
 
 def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
-    """V_phi(Sigma) = E[phi(h) phi(h)^T], h ~ N(0, Sigma), for positive-homogeneous phi (Prop E.10).
-
-    Broadcasts over leading axes of ``sigma`` (..., B, B). Zero-variance coordinates give zero rows
-    (phi(0) = 0 for alpha > 0).
+    """V_phi(Sigma) = E[phi(h) phi(h)^T], h ~ N(0, Sigma), for positive-homogeneous phi: :func:`pair_kernel`
+    on every entry. Broadcasts over leading axes of ``sigma`` (..., B, B); zero-variance coordinates give zero rows.
     """
-    alpha, _, _ = _homogeneous_parts(phi)
     sigma = np.asarray(sigma, dtype=float)
-    root = np.sqrt(np.clip(np.diagonal(sigma, axis1=-2, axis2=-1), 0.0, None))
-    scale = root[..., :, None] * root[..., None, :]  # sqrt(S_ii S_jj) without overflow
-    corr = np.divide(sigma, scale, out=np.zeros_like(sigma), where=scale > 0)
-    return np.where(scale > 0, c_alpha(alpha) * scale**alpha * phi_kernel(phi, corr), 0.0)
-
+    diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
+    return pair_kernel(phi, diagonal[..., :, None], diagonal[..., None, :], sigma)
 
 
 @cache

@@ -23,7 +23,7 @@ from ..core.estimate import Estimate
 from ..core.geometry import centring
 from ..core.quadrature import gauss_jacobi
 from ..core.symbols import B, alpha, mu, s, u
-from .kernels import gaussian_kernel
+from .kernels import pair_kernel
 
 
 @cache
@@ -88,15 +88,17 @@ def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, m
     rank = lam.size
     m = lam.mean()
     ratio = lam / m
+    rows, cols = np.triu_indices(batch)  # V is symmetric: the upper triangle, diagonal included
+    products = vecs[rows] * vecs[cols]  # (P, r): Sigma_ij at a node is products @ (lam / denom)
 
     def rule(n: int) -> np.ndarray:
         t, w = gauss_jacobi(n, rank / 2 - 1, alpha_value - 1)  # weight (1-t)^(r/2-1) (1+t)^(alpha-1), normalised
         x = (1 + t) / 2
         denom = (1 - x)[:, None] + x[:, None] * ratio[None, :]  # (n, r)
-        det_factor = np.prod(denom, axis=1) ** -0.5
-        cov = np.einsum("ik,nk,jk->nij", vecs, lam[None, :] / denom, vecs)
-        f = det_factor[:, None, None] * gaussian_kernel(phi, cov)
-        return np.tensordot(w, f, axes=1)
+        det_factor = np.exp(-0.5 * np.log(denom).sum(axis=1))
+        entries = (lam / denom) @ products.T  # (n, P): the covariance U diag(lam / denom) U^T, upper triangle
+        diagonal = entries[:, rows == cols]  # (n, B)
+        return w @ (det_factor[:, None] * pair_kernel(phi, diagonal[:, rows], diagonal[:, cols], entries))
 
     # prefactor times Beta(alpha, r/2) = int_0^1 x^(alpha-1) (1-x)^(r/2-1) dx, the mass of the normalised rule
     log_pref = alpha_value * np.log(batch / (2 * m)) + gammaln(rank / 2) - gammaln(alpha_value + rank / 2)
@@ -113,4 +115,8 @@ def bn_kernel_laplace(phi: Activation, sigma: np.ndarray, rtol: float = 1e-11, m
         raise ValueError(f"Laplace quadrature did not converge (error {error.max():.2e} with {n} nodes): "
                          "Sigma^G is too ill-conditioned; use method='qmc'")
     prefactor = np.exp(log_pref)
-    return Estimate(prefactor * current, prefactor * error, "laplace")
+    value, bound = np.empty((batch, batch)), np.empty((batch, batch))
+    for full, upper in ((value, prefactor * current), (bound, prefactor * error)):
+        full[rows, cols] = upper
+        full[cols, rows] = upper
+    return Estimate(value, bound, "laplace")

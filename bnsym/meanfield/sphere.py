@@ -22,10 +22,9 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
-from scipy.special import roots_legendre
 
 from ..core.derivation import Derivation
-from ..core.quadrature import gauss_jacobi
+from ..core.quadrature import gauss_jacobi, gauss_legendre
 from ..core.symbols import B, R, t
 
 
@@ -73,17 +72,22 @@ def _gauss_on_piece(n: int, lo: float, hi: float, a: float) -> tuple[np.ndarray,
     if hi == 1.0:
         x, w = gauss_jacobi(n, a, 0.0)  # normalised weights for (1 - x)^a on [-1, 1]
         return lo + (1 - lo) * (x + 1) / 2, w * (1 - lo) ** (a + 1) / (a + 1)
-    x, w = roots_legendre(n)
+    x, w = gauss_legendre(n)
     s_nodes, s_weights = (x + 1) / 2, w / 2
     u = lo + (hi - lo) * s_nodes**2
     return u, s_weights * 2 * (hi - lo) * s_nodes * (1 - u) ** a
 
 
 def _radius_pieces(batch_size: int, kinks: tuple[float, ...], scale: float) -> list[float]:
-    """Breakpoints of u = R^2 in [0, 1] where a kink of phi first reaches |x_a| = sqrt(B-1) R scale."""
+    """Breakpoints of u = R^2 in [0, 1] where the integrand's pieces change: where a kink k of phi first
+    reaches |x_a| = sqrt(B-1) R scale, and where the lines x_1 = k, x_2 = k' cross, at radius
+    |x|^2 = (k^2 + k'^2 - 2 k k' cos theta_0) / sin^2 theta_0 in the plane of the pair."""
+    theta0 = pair_angle(batch_size)
+    radii2 = [k * k for k in kinks]
+    radii2 += [(k * k + j * j - 2 * k * j * np.cos(theta0)) / np.sin(theta0) ** 2 for k in kinks for j in kinks]
     cuts = {0.0, 1.0}
-    for k in kinks:
-        u_k = (k / (np.sqrt(batch_size - 1) * scale)) ** 2
+    for radius2 in radii2:
+        u_k = radius2 / ((batch_size - 1) * scale**2)
         if 0 < u_k < 1:
             cuts.add(float(u_k))
     return sorted(cuts)
@@ -101,11 +105,15 @@ def expect_pair(
     ``f`` may return a stack of integrands, shape (m, *shape of its arguments): the result is then an array of m.
 
     ``kinks`` are the points where f is not smooth as a function of either argument; ``scale`` = s
-    multiplies the output (eps > 0 shrinks it). Uses n radial and n angular nodes per smooth piece.
+    multiplies the output (eps > 0 shrinks it). Uses n radial and n angular nodes per smooth piece: Gauss
+    rules in u = R^2 (:func:`_gauss_on_piece`), the trapezoidal rule on the full circle when f is smooth, and
+    Gauss-Legendre on each arc between kinks otherwise.
     """
     theta0 = pair_angle(batch_size)
     a = (batch_size - 5) / 2
     cuts = _radius_pieces(batch_size, kinks, scale)
+    if kinks:  # the last piece starts where a kink appears (sqrt(u - lo) onset): its first 2/(a + 1) gets s^2 too
+        cuts.insert(-1, cuts[-2] + min((1 - cuts[-2]) / 2, 2 / (a + 1)))
     u_nodes, u_weights = [], []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
         u, w = _gauss_on_piece(n, lo, hi, a)
@@ -115,6 +123,11 @@ def expect_pair(
     w_u = np.concatenate(u_weights)
     radius = np.sqrt(u) * np.sqrt(batch_size - 1) * scale  # |x| scale of the pair at this node
 
+    r = radius[:, None, None]
+    if not kinks:  # a smooth periodic integrand: the trapezoidal rule on the circle converges geometrically
+        psi = np.arange(n) * (2 * np.pi / n)
+        values = f(r * np.cos(psi), r * np.cos(psi - theta0))
+        return float(np.sum(w_u[:, None, None] * values) / n)
     # angular breakpoints: psi where x_1 or x_2 crosses a kink (clipped arccos gives harmless extras)
     breaks = [np.zeros_like(u), np.full_like(u, 2 * np.pi)]
     for k in kinks:
@@ -123,10 +136,9 @@ def expect_pair(
             breaks += [np.mod(phase + angle, 2 * np.pi), np.mod(phase - angle, 2 * np.pi)]
     breaks = np.sort(np.stack(breaks, axis=1), axis=1)  # (n_u, n_breaks)
     lo, width = breaks[:, :-1], np.diff(breaks, axis=1)
-    x, w = roots_legendre(n)
+    x, w = gauss_legendre(n)
     psi = lo[..., None] + width[..., None] * (x + 1) / 2  # (n_u, arcs, n)
     w_psi = width[..., None] * w / 2 / (2 * np.pi)
-    r = radius[:, None, None]
     values = f(r * np.cos(psi), r * np.cos(psi - theta0))
     total = np.sum(w_u[:, None, None] * w_psi * values, axis=(-3, -2, -1))
     return float(total) if np.ndim(total) == 0 else total

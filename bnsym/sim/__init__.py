@@ -4,7 +4,7 @@ The simulators import only :mod:`bnsym.core`: they get every theoretical quantit
 from the caller, and never import :mod:`bnsym.meanfield`.
 """
 
-from .device import configure_torch, default_device, generator
+from .device import Normals, configure_torch, default_device, generator
 from .gradients import GradientRun, per_layer_growth, simulate_gradients
 from .networks import (
     SAMPLERS,
@@ -20,6 +20,7 @@ from .statistics import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 
 __all__ = [
     "GradientRun",
+    "Normals",
     "SAMPLERS",
     "backward_rayleigh",
     "batch_norm",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -26,3 +27,29 @@ def generator(seed: int, device: torch.device | str | None = None) -> torch.Gene
     CPU and CUDA streams differ for the same seed: compare across devices statistically.
     """
     return torch.Generator(device=device or default_device()).manual_seed(seed)
+
+
+class Normals:
+    """I.i.d. N(0, 1) tensors on one device from one seed: ``normals(m, n, b)`` has shape (m, n, b).
+
+    On the CPU numpy's ziggurat sampler fills the tensor in place, driven by SFC64 (a small, fast generator of
+    good statistical quality, about 15% faster here than numpy's default PCG64): about 3x faster than torch's
+    Box-Muller in float64, the cost that bounds the Gram sampler there. On CUDA, torch's generator (Philox).
+    Same seed and device give the same stream; CPU and CUDA streams differ.
+    """
+
+    def __init__(self, seed: int, device: torch.device | str | None = None):
+        self.device = torch.device(device or default_device())
+        if self.device.type == "cpu":
+            self._rng = np.random.Generator(np.random.SFC64(seed))
+        else:
+            self._gen = generator(seed, self.device)
+
+    def __call__(self, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"normals are drawn in float32 or float64, not {dtype}")
+        if self.device.type != "cpu":
+            return torch.randn(*shape, generator=self._gen, device=self.device, dtype=dtype)
+        out = torch.empty(shape, dtype=dtype)
+        self._rng.standard_normal(out=out.numpy(), dtype=out.numpy().dtype)
+        return out

@@ -10,12 +10,13 @@ and records the gradient Grams Pi^l = (1/N) delta^{l T} delta^l (B x B).
 Two samplers with the same joint law of all Grams:
 
 * "weights": explicit W^l (O(N^2 B) per layer; the W of a chunk of networks are kept for the backward pass);
-* "gram": exact conditional sampling, O(N B^2) per layer. Forward: given X = x^{l-1}, the rows of
-  H = W X are i.i.d. N(0, X^T X / N). Backward: given (X, H), W = H X^+ + W' (I - P_X) with W' a fresh
-  i.i.d. N(0, 1/N) matrix and P_X the projection onto the columns of X (Gaussian conditioning of each row
-  of W on the linear constraint w^T X = h^T). Hence W^T delta = X^{+T} H^T delta + (I - P_X) W'^T delta,
+* "gram": exact conditional sampling, O(N B^2) per layer. Batch norm sees h = W X (X = x^{l-1}) only
+  through its centred part H_c = W X_c, X_c = X G, whose rows are i.i.d. N(0, K_c), K_c = X_c^T X_c / N:
+  the forward pass draws H_c alone. Backward: given (X, H_c), W = H_c X_c^+ + W' (I - P) with W' a fresh
+  i.i.d. N(0, 1/N) matrix and P the projection onto the columns of X_c (Gaussian conditioning of each row
+  of W on the linear constraint w^T X_c = h_c^T). Hence W^T delta = X_c^{+T} H_c^T delta + (I - P) W'^T delta,
   and W'^T delta has i.i.d. rows N(0, delta^T delta / N): no N x N matrix is ever formed. Since the rest
-  of the network depends on W^l only through H^l, this is exact, layer by layer.
+  of the network depends on W^l only through H_c^l, this is exact, layer by layer.
 """
 
 from __future__ import annotations
@@ -28,11 +29,18 @@ import torch
 from tqdm import tqdm
 
 from ..core.activations import Activation, parse_activation
-from .device import configure_torch, default_device, generator
-from .networks import SAMPLERS, _batched_inputs, gram, gram_root
-
-_CHUNK_BYTES = 512 * 2**20  # memory kept per chunk of networks for the backward pass
-_PROGRESS_FLOPS = 2e10
+from .device import Normals, configure_torch, default_device, generator
+from .networks import (
+    _CACHE_BYTES,
+    _CHUNK_BYTES,
+    _PROGRESS_FLOPS,
+    SAMPLERS,
+    _batched_inputs,
+    _gram_preactivations,
+    batch_norm_forward,
+    centred_factor,
+    gram_of_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -58,63 +66,77 @@ class GradientRun:
         return (self.gradients[:, 1:] * self.grams[:, :-1]).sum((-2, -1)).numpy()
 
 
-def batch_norm_forward(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """z = (h - mean h) / s and s = sqrt(var h + eps) along the batch (last) axis."""
-    centred = h - h.mean(-1, keepdim=True)
-    s = torch.sqrt(centred.square().mean(-1, keepdim=True) + eps)
-    return centred / s, s
+def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor, dim: int = -1,
+                        inplace: bool = False) -> torch.Tensor:
+    """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s, means along the batch
+    axis ``dim`` (per neuron). ``inplace``: overwrite grad_z with the result (no new tensor)."""
+    correlation = torch.linalg.vecdot(grad_z, z, dim=dim).unsqueeze(dim) / z.shape[dim]
+    mean = grad_z.mean(dim, keepdim=True)
+    centred = grad_z.sub_(mean) if inplace else grad_z - mean
+    return centred.addcmul_(z, correlation, value=-1).div_(s)
 
 
-def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-    """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s (per neuron)."""
-    return (grad_z - grad_z.mean(-1, keepdim=True) - z * (grad_z * z).mean(-1, keepdim=True)) / s
+def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root: torch.Tensor, delta: torch.Tensor,
+                                  delta_gram: torch.Tensor, normals: Normals,
+                                  robust: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A draw of W^T delta given X = x and H_c = W X G, W ~ N(0, 1/N) i.i.d.: exact, O(N B^2).
 
-
-def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, delta: torch.Tensor, k_pinv: torch.Tensor,
-                                  delta_gram: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """A draw of W^T delta given X = x and H = W X, W ~ N(0, 1/N) i.i.d.: exact, O(N B^2).
-
-    W^T delta = X K^+ (H^T delta) / N + (I - P_X) Y,  K = X^T X / N,  P_X Y = X K^+ X^T Y / N,
-    and Y = W'^T delta has i.i.d. rows N(0, delta^T delta / N). ``k_pinv`` = K^+ and ``delta_gram`` =
-    delta^T delta / N are passed in because the caller has them already.
+    W^T delta = X K_c^+ (H_c^T delta - X^T Y) / N + Y,  K_c = G X^T X G / N = (F F^T)^+,
+    and Y = W'^T delta has i.i.d. rows N(0, delta^T delta / N) (a centred Gram: rows of delta sum to 0).
+    ``inverse_root`` F and ``delta_gram`` = delta^T delta / N are passed in because the caller has them.
+    x, h, delta and the result are stored neurons last, (M, B, N), i.e. transposed.
+    Returns the draw and whether the factor of delta_gram was exact (see :class:`CentredFactor`).
     """
-    root, _ = gram_root(delta_gram)
-    y = torch.randn(*delta.shape[:-1], root.shape[-1], generator=gen, device=x.device, dtype=x.dtype) @ root.mT
-    return x @ (k_pinv @ ((h.mT @ delta) - x.mT @ y)) / x.shape[-2] + y
+    factor = centred_factor(delta_gram, robust)
+    y = factor.root @ normals(x.shape[0], factor.root.shape[-1], x.shape[-1], dtype=x.dtype)
+    coefficients = inverse_root @ (inverse_root.mT @ (h @ delta.mT - x @ y.mT)) / x.shape[-1]
+    return y.add_(coefficients.mT @ x), factor.exact.all()  # (torch.baddbmm is twice as slow on the CPU)
 
 
-def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, gen: torch.Generator,
-               sampler: str, bar) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward then backward pass of one chunk of networks; returns (forward Grams, gradient Grams)."""
+def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, sampler: str,
+               gen: torch.Generator, normals: Normals, robust: bool,
+               bar) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward then backward pass of one chunk of networks: (forward Grams, gradient Grams, exact).
+
+    Activations are stored neurons last, (M, B, N). ``exact`` (a device scalar) is False where a Cholesky
+    factor of the "gram" sampler failed.
+    """
     m, n, b = x.shape
-    xs, grams, saved = [x], [gram(x)], []
-    for layer in range(depth):
+    x = x.mT.contiguous()
+    xs, grams, saved = [x], [gram_of_rows(x)], []
+    exact = torch.ones((), dtype=torch.bool, device=x.device)
+    for _ in range(depth):
         if sampler == "weights":
             w = torch.randn(m, n, n, generator=gen, device=x.device, dtype=x.dtype) / math.sqrt(n)
-            h, memo = w @ x, w
+            h, memo = x @ w.mT, w
         else:
-            root, k_pinv = gram_root(grams[-1])
-            h = torch.randn(m, n, root.shape[-1], generator=gen, device=x.device, dtype=x.dtype) @ root.mT
-            memo = (h, k_pinv)
-        z, s = batch_norm_forward(h, eps)
+            h, factor = _gram_preactivations(x, normals, robust)
+            exact = exact & factor.exact.all()
+            memo = (h, factor.inverse_root)
+        z, s = batch_norm_forward(h, eps, centred=sampler == "gram", dim=-2)  # the Gram sampler draws G h
         saved.append((z, s, memo))
         x = activation.torch(z)
         xs.append(x)
-        grams.append(gram(x))
+        grams.append(gram_of_rows(x))
         bar.update(1)
-    grad_x = torch.randn(m, n, b, generator=gen, device=x.device, dtype=x.dtype)  # dL/dx^L = g
+    if sampler == "weights":  # dL/dx^L = g
+        grad_x = torch.randn(m, n, b, generator=gen, device=x.device, dtype=x.dtype).mT
+    else:
+        grad_x = normals(m, b, n, dtype=x.dtype)
     gradients = [None] * (depth + 1)
     for layer in range(depth, 0, -1):
         z, s, memo = saved[layer - 1]
-        delta = batch_norm_backward(z, s, grad_x * activation.torch_derivative(z))
-        gradients[layer] = gram(delta)
+        # grad_x is a fresh tensor of this pass: multiply and back-propagate through batch norm in place
+        delta = batch_norm_backward(z, s, grad_x.mul_(activation.torch_derivative(z)), dim=-2, inplace=True)
+        gradients[layer] = gram_of_rows(delta)
         if sampler == "weights":
-            grad_x = memo.mT @ delta
+            grad_x = delta @ memo
         else:
-            grad_x = conditional_transpose_product(xs[layer - 1], memo[0], delta, memo[1], gradients[layer], gen)
+            grad_x, ok = conditional_transpose_product(xs[layer - 1], *memo, delta, gradients[layer], normals, robust)
+            exact = exact & ok
         bar.update(1)
-    gradients[0] = gram(grad_x)
-    return torch.stack(grams, 1), torch.stack(gradients, 1)
+    gradients[0] = gram_of_rows(grad_x)
+    return torch.stack(grams, 1), torch.stack(gradients, 1), exact
 
 
 def simulate_gradients(
@@ -134,7 +156,8 @@ def simulate_gradients(
 
     Arguments as :func:`bnsym.sim.simulate_forward`; ``sampler`` is "gram" (exact conditional
     sampling, the default) or "weights" (explicit weights); ``chunk`` networks are simulated at a time
-    (default: keep the stored activations, and for "weights" the stored W, under 512 MB).
+    (default: keep the stored activations, and for "weights" the stored W, under 512 MB; for "gram" on the CPU
+    also keep one chunk's (B, N) tensor within 2 MB, so that its many passes stay in cache: about 20% faster).
     """
     configure_torch()
     if sampler not in SAMPLERS:
@@ -147,19 +170,30 @@ def simulate_gradients(
     m, n, b = x.shape
     per_network = (depth * x.element_size() * (n * n if sampler == "weights" else 0)
                    + 4 * depth * n * b * x.element_size())
-    chunk = chunk or max(1, _CHUNK_BYTES // per_network)
+    if chunk is None:
+        chunk = max(1, _CHUNK_BYTES // per_network)
+        if sampler == "gram" and torch.device(device).type == "cpu":  # memory-bound passes: keep them in cache
+            chunk = min(chunk, max(1, _CACHE_BYTES // (n * b * x.element_size())))
     flops = 2 * m * depth * n * b * (n if sampler == "weights" else 4 * b)
     if progress is None:
         progress = flops > _PROGRESS_FLOPS
-    gen = generator(seed, device)
-    grams, gradients = [], []
-    with tqdm(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
-              disable=not progress) as bar:
-        for part in x.split(chunk):
-            g, p = _chunk_run(part, depth, eps, activation, gen, sampler, bar)
-            grams.append(g)
-            gradients.append(p)
-    return GradientRun(torch.cat(grams).to("cpu", torch.float64), torch.cat(gradients).to("cpu", torch.float64))
+
+    def run(robust: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        gen, normals = generator(seed, device), Normals(seed, device)
+        grams, gradients, exact = [], [], torch.ones((), dtype=torch.bool, device=device)
+        with tqdm(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
+                  disable=not progress) as bar:
+            for part in x.split(chunk):
+                g, p, ok = _chunk_run(part, depth, eps, activation, sampler, gen, normals, robust, bar)
+                grams.append(g)
+                gradients.append(p)
+                exact = exact & ok
+        return torch.cat(grams), torch.cat(gradients), exact
+
+    grams, gradients, exact = run(robust=n < b - 1)  # N < B - 1: G K G is singular, Cholesky cannot succeed
+    if not bool(exact):  # the run's one host synchronisation; rank-deficient Grams are rare
+        grams, gradients, _ = run(robust=True)
+    return GradientRun(grams.to("cpu", torch.float64), gradients.to("cpu", torch.float64))
 
 
 def per_layer_growth(run: GradientRun, first: int, last: int) -> np.ndarray:

@@ -14,36 +14,55 @@ variance and no affine map. The observable is the Gram matrix G^l = (1/N) x^{l T
 from __future__ import annotations
 
 import math
-from functools import partial
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from ..core.activations import Activation, parse_activation
-from .device import configure_torch, default_device, generator
+from .device import Normals, configure_torch, default_device, generator
 
 SAMPLERS = ("weights", "gram")
 _CHUNK_BYTES = 512 * 2**20  # the "weights" sampler keeps one chunk's W under this size
+_CACHE_BYTES = 2 * 2**20  # the "gram" sampler on the CPU keeps one chunk's (B, N) activations under this size
 _PROGRESS_FLOPS = 2e10  # show a progress bar by default above this many multiply-adds
 
 
-def batch_norm(h: torch.Tensor, eps: float = 0.0, sizes: tuple[int, ...] | None = None) -> torch.Tensor:
-    """BN(h) = (h - mean(h)) / sqrt(var(h) + eps) along the last (batch) axis, var biased (1/B).
+def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False,
+                       dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(BN(h), s): BN(h) = (h - mean h) / s, s = sqrt(var h + eps) along the batch axis ``dim``, var biased (1/B).
 
-    ``sizes`` splits the last axis into consecutive batches normalised separately (several batches through one
+    ``centred``: h already has batch mean 0 (the Gram sampler draws G h), so the centring pass is skipped.
+    """
+    if not centred:
+        h = h - h.mean(dim, keepdim=True)
+    # vecdot: one pass and no temporary (vector_norm along dim -2 is 10x slower on the CPU)
+    s = torch.sqrt(torch.linalg.vecdot(h, h, dim=dim).unsqueeze(dim) / h.shape[dim] + eps)
+    return h / s, s
+
+
+def batch_norm(h: torch.Tensor, eps: float = 0.0, sizes: tuple[int, ...] | None = None,
+               dim: int = -1) -> torch.Tensor:
+    """BN(h) = (h - mean(h)) / sqrt(var(h) + eps) along the batch axis ``dim`` (default last), var biased (1/B).
+
+    ``sizes`` splits the batch axis into consecutive batches normalised separately (several batches through one
     network, Yang et al. 2019 App. H); default one batch.
     """
     if sizes is not None:
-        return torch.cat([batch_norm(part, eps) for part in h.split(list(sizes), -1)], -1)
-    centred = h - h.mean(-1, keepdim=True)
-    return centred / torch.sqrt(centred.square().mean(-1, keepdim=True) + eps)
+        return torch.cat([batch_norm_forward(part, eps, dim=dim)[0] for part in h.split(list(sizes), dim)], dim)
+    return batch_norm_forward(h, eps, dim=dim)[0]
 
 
 def gram(x: torch.Tensor) -> torch.Tensor:
     """G = (1/N) x^T x for x of shape (..., N, B): the (..., B, B) empirical covariance of the batch."""
     return x.mT @ x / x.shape[-2]
+
+
+def gram_of_rows(x: torch.Tensor) -> torch.Tensor:
+    """The same Gram (1/N) x x^T for x stored neurons last, (..., B, N): the simulators' layout, in which the
+    O(N B^2) products run about twice as fast on the CPU as with (..., N, B)."""
+    return x @ x.mT / x.shape[-1]
 
 
 def mean_diagonal(grams: torch.Tensor) -> torch.Tensor:
@@ -68,37 +87,55 @@ def _psd_factor(k: torch.Tensor) -> torch.Tensor:
 
 
 def centred_basis(batch_size: int, device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """e (B x (B-1)): orthonormal columns spanning 1^perp (Helmert basis), so e e^T = G = I - 11^T/B."""
-    b = batch_size
-    e = torch.zeros(b, b - 1, dtype=dtype, device=device)
-    for k in range(1, b):
-        e[:k, k - 1] = 1.0
-        e[k, k - 1] = -float(k)
-        e[:, k - 1] /= math.sqrt(k * (k + 1))
-    return e
+    """e (B x (B-1)): orthonormal columns spanning 1^perp (Helmert basis), so e e^T = G = I - 11^T/B.
 
-
-def gram_root(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(R, K^+) with R R^T = K and K^+ the pseudo-inverse, for a batch (..., B, B) of Gram matrices.
-
-    Cholesky where K is positive definite. A Gram of rows that sum to zero (a batch-normed identity
-    network, or back-propagated gradients) is singular with null vector 1: it is factored exactly in the
-    centred basis e, R = e chol(e^T K e), K^+ = e (e^T K e)^-1 e^T. Anything else Cholesky rejects falls
-    back to an eigendecomposition.
+    Column k (k = 1..B-1) is (1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1)), with k ones; built on ``device``.
     """
-    b = k.shape[-1]
-    ones = torch.ones(b, dtype=k.dtype, device=k.device)
-    null = (ones @ k @ ones) <= 1e-10 * b * k.diagonal(0, -2, -1).sum(-1)
-    basis = centred_basis(b, k.device, k.dtype) if bool(null.all()) else torch.eye(b, dtype=k.dtype, device=k.device)
-    reduced = basis.mT @ k @ basis
+    row = torch.arange(batch_size, device=device, dtype=dtype).unsqueeze(-1)
+    k = torch.arange(1, batch_size, device=device, dtype=dtype)
+    entries = torch.where(row < k, 1.0, torch.where(row == k, -k, 0.0))
+    return entries / torch.sqrt(k * (k + 1))
+
+
+@dataclass(frozen=True)
+class CentredFactor:
+    """Factors of the centred Gram K_c = G K G (rank <= B - 1) of a batch (..., B, B) of Grams K.
+
+    ``root`` R (..., B, B - 1) with R R^T = K_c, and ``inverse_root`` F with F F^T = K_c^+ (pseudo-inverse),
+    both with columns in 1^perp. ``exact`` (...,) says where they are exact: the Cholesky route marks a K_c of
+    rank < B - 1 False (a failed factorisation, or a pivot below 1e-12 times the largest); the
+    eigendecomposition route is exact everywhere.
+    """
+
+    root: torch.Tensor
+    inverse_root: torch.Tensor
+    exact: torch.Tensor
+
+
+def centred_factor(k: torch.Tensor, robust: bool = False) -> CentredFactor:
+    """Factor K_c = G K G in the Helmert basis e (:func:`centred_basis`), where it is e K_r e^T, K_r = e^T K e.
+
+    Cholesky K_r = L L^T gives R = e L and F = e L^-T; with ``robust``, the eigendecomposition
+    K_r = U diag(lam) U^T gives R = e U diag(sqrt(lam)), F = e U diag(lam^-1/2) (0 where lam <= 1e-12 max lam),
+    which accepts any rank. Neither synchronises the device with the host: callers check ``exact`` once
+    per run and redo the run with ``robust=True`` where it fails.
+    """
+    e = centred_basis(k.shape[-1], k.device, k.dtype)
+    reduced = e.mT @ k @ e
+    if robust:
+        eigenvalues, eigenvectors = torch.linalg.eigh(reduced)
+        keep = eigenvalues > 1e-12 * eigenvalues[..., -1:].clamp(min=torch.finfo(k.dtype).tiny)
+        root_values = eigenvalues.clamp(min=0).sqrt()
+        inverse_values = torch.where(keep, 1 / torch.where(keep, root_values, 1.0), 0.0)
+        rotated = e @ eigenvectors
+        return CentredFactor(rotated * root_values.unsqueeze(-2), rotated * inverse_values.unsqueeze(-2),
+                             torch.ones(k.shape[:-2], dtype=torch.bool, device=k.device))
     chol, info = torch.linalg.cholesky_ex(reduced)
-    if bool((info == 0).all()):
-        return basis @ chol, basis @ torch.cholesky_inverse(chol) @ basis.mT
-    eigenvalues, eigenvectors = torch.linalg.eigh(k)  # rank-deficient beyond the 1 direction: rare
-    keep = eigenvalues > 1e-12 * eigenvalues[..., -1:].clamp(min=1e-300)
-    inverse = torch.where(keep, 1 / torch.where(keep, eigenvalues, 1.0), 0.0)
-    return (eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2),
-            (eigenvectors * inverse.unsqueeze(-2)) @ eigenvectors.mT)
+    pivots = chol.diagonal(0, -2, -1).square()  # a rank-deficient K_r leaves pivots of rounding size
+    exact = (info == 0) & (pivots.amin(-1) > 1e-12 * pivots.amax(-1))
+    identity = torch.eye(chol.shape[-1], dtype=k.dtype, device=k.device)
+    inverse = torch.linalg.solve_triangular(chol, identity, upper=False)  # L^-1
+    return CentredFactor(e @ chol, e @ inverse.mT, exact)
 
 
 def inputs_with_gram(
@@ -142,24 +179,27 @@ def inputs_with_gram(
 
 
 def _weights_preactivations(x: torch.Tensor, gen: torch.Generator, chunk: int) -> torch.Tensor:
-    """h = W x with explicit W_{ab} ~ N(0, 1/N) i.i.d., drawn for ``chunk`` networks at a time."""
-    n = x.shape[-2]
+    """h = W x with explicit W_{ab} ~ N(0, 1/N) i.i.d., drawn for ``chunk`` networks at a time; x and h are
+    stored neurons last, (M, B, N), so this computes h^T = x^T W^T."""
+    n = x.shape[-1]
     products = [
-        torch.bmm(torch.randn(len(part), n, n, generator=gen, device=x.device, dtype=x.dtype), part)
+        torch.bmm(part, torch.randn(len(part), n, n, generator=gen, device=x.device, dtype=x.dtype).mT)
         for part in x.split(chunk)
     ]
     return torch.cat(products) / math.sqrt(n)
 
 
-def _gram_preactivations(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """h = Z R^T with Z_{ab} ~ N(0, 1) i.i.d. and R R^T = K = gram(x) (:func:`gram_root`).
+def _gram_preactivations(x: torch.Tensor, normals: Normals, robust: bool) -> tuple[torch.Tensor, CentredFactor]:
+    """Centred pre-activations H_c = W x G of one layer, drawn without W: H_c = Z R^T, R R^T = G K G, K = gram(x).
 
-    Given x, the rows h_a = sum_c W_{ac} x_c of W x are i.i.d. N(0, K): same law as the
-    "weights" sampler, at cost O(N B^2) instead of O(N^2 B).
+    Given x, the rows of W x are i.i.d. N(0, K), so those of W x G are i.i.d. N(0, G K G): with
+    Z (M, N, B-1) i.i.d. N(0, 1) and R from :func:`centred_factor` this is exact, at cost O(N B^2) instead of
+    O(N^2 B). Batch norm sees h only through G h, so the network has the law of the "weights" sampler's.
+    x and H_c are stored neurons last, (M, B, N): H_c^T = R Z^T. Returns H_c^T and the factor (the backward
+    pass needs its pseudo-inverse; ``exact`` says where it holds).
     """
-    root, _ = gram_root(gram(x))
-    noise = torch.randn(*x.shape[:-1], root.shape[-1], generator=gen, device=x.device, dtype=x.dtype)
-    return noise @ root.mT
+    factor = centred_factor(gram_of_rows(x), robust)
+    return factor.root @ normals(x.shape[0], factor.root.shape[-1], x.shape[-1], dtype=x.dtype), factor
 
 
 def _batched_inputs(
@@ -200,17 +240,19 @@ def simulate_forward(
         depth: number of layers L.
         eps: the batch norm epsilon.
         n_networks: M; defaults to inputs.shape[0] for (M, N, B) inputs.
-        seed: seeds the weights: same seed, device and chunk give the same result.
-        sampler: "weights" draws W^l explicitly; "gram" draws h^l directly as N(0, G^{l-1})
-            rows. Both give the same law of (G^0, ..., G^L).
+        seed: seeds the weights (or the Gaussian draws of "gram"): same seed, device and chunk give the same
+            result.
+        sampler: "weights" draws W^l explicitly; "gram" draws the centred pre-activations G h^l directly,
+            as rows N(0, G G^{l-1} G) (:func:`centred_factor`). Both give the same law of (G^0, ..., G^L).
         device: where to compute; default :func:`default_device`.
         dtype: the compute dtype (float64 for comparisons with theory; TF32 is always off).
         chunk: networks per W draw of the "weights" sampler; default keeps a chunk's W under
             512 MB.
+        sizes: batch sizes that split the B columns into batches normalised separately (two batches
+            through one network, App. H); default one batch. (Centring over all B columns before a per-batch
+            batch norm changes nothing: each batch norm removes its own mean.)
         progress: show a progress bar over layers; default: when the job exceeds 2e10
             multiply-adds.
-        sizes: batch sizes that split the B columns into batches normalised separately (two batches
-            through one network: ``(B1, B2)``); default one batch.
 
     Returns:
         float64 CPU tensor (M, L + 1, B, B): [:, 0] is the inputs' Gram, [:, l] layer l's.
@@ -220,22 +262,30 @@ def simulate_forward(
     activation = parse_activation(phi)
     x = _batched_inputs(inputs, n_networks, device, dtype)
     m, n, b = x.shape
-    if sampler == "weights":
-        chunk = chunk or max(1, _CHUNK_BYTES // (n * n * x.element_size()))
-        sample: Callable[[torch.Tensor, torch.Generator], torch.Tensor] = partial(
-            _weights_preactivations, chunk=chunk
-        )
-        flops = m * n * n * b * depth
-    elif sampler == "gram":
-        sample = _gram_preactivations
-        flops = m * n * b * b * depth
-    else:
+    if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {SAMPLERS}")
-    if progress is None:
-        progress = flops > _PROGRESS_FLOPS
-    gen = generator(seed, device)
-    grams = [gram(x)]
-    for _ in tqdm(range(depth), desc=f"forward ({sampler})", disable=not progress):
-        x = activation.torch(batch_norm(sample(x, gen), eps, sizes))
-        grams.append(gram(x))
-    return torch.stack(grams, dim=1).to(device="cpu", dtype=torch.float64)
+    chunk = chunk or max(1, _CHUNK_BYTES // (n * n * x.element_size()))
+    flops = m * n * b * depth * (n if sampler == "weights" else b)
+    bar = progress if progress is not None else flops > _PROGRESS_FLOPS
+
+    def run(robust: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        gen, normals = generator(seed, device), Normals(seed, device)
+        out = x.mT.contiguous()  # neurons last, (M, B, N)
+        grams, exact = [gram_of_rows(out)], torch.ones((), dtype=torch.bool, device=device)
+        for _ in tqdm(range(depth), desc=f"forward ({sampler})", disable=not bar):
+            if sampler == "weights":
+                h = _weights_preactivations(out, gen, chunk)
+            else:
+                h, factor = _gram_preactivations(out, normals, robust)
+                exact = exact & factor.exact.all()
+            if sizes is None:
+                out = activation.torch(batch_norm_forward(h, eps, centred=sampler == "gram", dim=-2)[0])
+            else:
+                out = activation.torch(batch_norm(h, eps, sizes, dim=-2))
+            grams.append(gram_of_rows(out))
+        return torch.stack(grams, dim=1), exact
+
+    grams, exact = run(robust=n < b - 1)  # N < B - 1: G K G is singular, Cholesky cannot succeed
+    if not bool(exact):  # the run's one host synchronisation; rank-deficient Grams are rare
+        grams, _ = run(robust=True)
+    return grams.to(device="cpu", dtype=torch.float64)

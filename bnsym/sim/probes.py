@@ -17,9 +17,8 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from ..core.geometry import eigen_directions
-from .device import configure_torch, default_device, generator
-from .gradients import batch_norm_forward
-from .networks import gram_root, inputs_with_gram, simulate_forward
+from .device import Normals, configure_torch, default_device
+from .networks import batch_norm_forward, centred_factor, inputs_with_gram, simulate_forward
 
 
 def simulated_decay(phi: str | Activation, sigma: np.ndarray, direction: np.ndarray, delta: float, width: int,
@@ -66,10 +65,9 @@ def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, se
     activation = parse_activation(phi)
     grams = torch.as_tensor(grams, dtype=torch.float64, device=device)
     m, b, _ = grams.shape
-    root, _ = gram_root(grams)
-    gen = generator(seed, device)
-    h = torch.randn(m, width, root.shape[-1], generator=gen, device=device, dtype=torch.float64) @ root.mT
-    z, s = batch_norm_forward(h, 0.0)  # z = sqrt(B) v, s = r / sqrt(B)
+    root = centred_factor(grams, robust=True).root  # batch norm sees only G h: draw its rows N(0, G Sigma G)
+    h = Normals(seed, device)(m, width, root.shape[-1]) @ root.mT
+    z, s = batch_norm_forward(h, 0.0, centred=True)  # z = sqrt(B) v, s = r / sqrt(B)
     v = z / math.sqrt(b)
     d = activation.torch_derivative(z)
     scale = 1.0 / s.squeeze(-1) ** 2  # B / r^2

@@ -1,0 +1,35 @@
+"""Every benchmark script runs at its smallest size and writes its JSON record (a check that they work, not timing)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import harness  # noqa: E402
+
+
+@pytest.mark.parametrize("script", harness.scripts(), ids=lambda p: p.stem)
+def test_benchmark_runs_at_smoke_size(script, tmp_path):
+    output = tmp_path / f"{script.stem}.json"
+    result = harness.load(script).main(["--smoke", "--output", str(output)])
+    assert json.loads(output.read_text()) == json.loads(json.dumps(result, default=float))
+    assert result["benchmark"] == script.stem and result["rows"] and result["config"]["smoke"]
+    for key in ("processor", "cpu_count", "torch", "numpy", "load_average_1_5_15_min"):
+        assert key in result["machine"]
+    for line in result["rows"]:
+        assert {"case", "ours"} <= set(line)
+        if "peer_median_s" in line:
+            assert line["ratio"] == pytest.approx(line["peer_median_s"] / line["ours_median_s"])
+
+
+def test_every_committed_result_has_a_script():
+    """benchmarks/results/*.json is what the book page shows: each comes from a script that still exists."""
+    stems = {p.stem for p in harness.scripts()}
+    for result in (BENCHMARKS / "results").glob("*.json"):
+        assert result.stem in stems, f"{result.name} has no benchmarks/{result.stem}.py"
+        assert json.loads(result.read_text())["benchmark"] == result.stem
