@@ -26,9 +26,9 @@ from bnsym import dilution
 from bnsym.cli import main
 from bnsym.core.validation import MAX_BATCH_SIZE
 
-FAST = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-SLOW = settings(FAST, max_examples=25)  # quadrature routes: about 0.1-1 s per example
+SLOW = settings(FAST, max_examples=15)  # quadrature routes: about 0.1-1 s per example
 ARGUMENTS = re.compile(r"\b(B|batch|phi|activation|eps|tol|method|Sigma|x|A|jacobian|f_k|f_l|gsc_to_error|layers|"
                        r"depth|p|lambda|threshold|r|k|k_b|r_d|ks|norm)\b")
 
@@ -235,7 +235,7 @@ CLI_BATCHES = st.one_of(st.integers(4, 40).map(str),
 CLI_EPS = st.sampled_from(["0", "-1", "nan", "inf", "1e300", "abc", "2e-308", ""])
 
 
-@settings(SLOW, max_examples=20)
+@settings(SLOW, max_examples=10)
 @given(phi=ACTIVATIONS.filter(lambda s: isinstance(s, str) and not s.startswith("-")), batch=CLI_BATCHES,
        eps=CLI_EPS, as_json=st.booleans())
 def test_cli(capsys, phi, batch, eps, as_json):
