@@ -47,7 +47,7 @@ def _number(text: object, name: str, kind: type = float) -> object:
     try:
         return float(text) if kind is float or any(ch in text for ch in ".eE") else int(text)
     except ValueError:
-        raise ValueError(f"{name} must be a number, got {text!r}") from None
+        raise ValueError(f"{name} must be a {'whole number' if kind is int else 'number'}, got {text!r}") from None
 
 
 def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None = None,

@@ -91,7 +91,7 @@ def test_fixed_point(phi, batch, eps, tol):
     point = _outcome(bnsym.fixed_point, phi, batch, eps=eps, tol=tol)
     if point is not None:
         _finite(point.q, point.c, point.mu, point.error)
-        assert np.all(point.q > 0) and np.all(np.abs(point.c) <= 1 + 1e-12)
+        assert np.all(point.q > 0) and np.all(np.abs(point.c) <= 1 + 1e-12)  # eps = 0: never collapsed
 
 
 @SLOW
@@ -235,7 +235,7 @@ CLI_BATCHES = st.one_of(st.integers(4, 40).map(str),
 CLI_EPS = st.sampled_from(["0", "-1", "nan", "inf", "1e300", "abc", "2e-308", ""])
 
 
-@settings(SLOW, max_examples=10)
+@settings(SLOW, max_examples=8)
 @given(phi=ACTIVATIONS.filter(lambda s: isinstance(s, str) and not s.startswith("-")), batch=CLI_BATCHES,
        eps=CLI_EPS, as_json=st.booleans())
 def test_cli(capsys, phi, batch, eps, as_json):

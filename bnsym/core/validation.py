@@ -202,10 +202,11 @@ def check_covariance(sigma: object) -> np.ndarray:
     check_batch_size(matrix.shape[0])
     if not np.all(np.isfinite(matrix)):
         raise ValueError("Sigma has non-finite entries")
+    same = ("G Sigma G = 0: every input of the batch has the same pre-activation, so the batch variance is 0 and "
+            "batch norm divides by zero")
     scale = np.abs(matrix).max()
     if scale == 0:
-        raise ValueError("Sigma = 0: every input of the batch has the same pre-activation, so the batch variance "
-                         "is 0 and batch norm divides by zero")
+        raise ValueError(same)
     unit = matrix / scale  # the checks below are scale free, and this keeps eigvalsh away from overflow
     if np.abs(unit - unit.T).max() > 1e-10:
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
@@ -217,8 +218,7 @@ def check_covariance(sigma: object) -> np.ndarray:
     batch = matrix.shape[0]
     g = np.eye(batch) - 1.0 / batch
     if np.abs(g @ unit @ g).max() <= 1e-12:
-        raise ValueError("G Sigma G = 0: every input of the batch has the same pre-activation, "
-                         "so the batch variance is 0 and batch norm divides by zero")
+        raise ValueError(same)
     return unit * scale
 
 
@@ -336,11 +336,14 @@ def _check_usable(phi: Activation, batch_size: int | None, slope: bool) -> None:
 
 
 def check_resolved(value: object, error: object, what: str) -> None:
-    """A route's result must be finite and its error estimate at most MAX_RELATIVE_ERROR of the result's scale."""
+    """A route's result must be finite and its error estimate at most MAX_RELATIVE_ERROR of the result's scale
+    (max |value|)."""
     values, errors = np.abs(np.asarray(value, dtype=float)), np.asarray(error, dtype=float)
     if not (np.all(np.isfinite(values)) and np.all(np.isfinite(errors))):
         raise ValueError(f"{what} is not finite in float64")
     scale = values.max() if values.size else 0.0
-    if errors.size and errors.max() > MAX_RELATIVE_ERROR * scale:
+    # a result that is exactly 0 (the collapsed fixed point Sigma* = phi(0)^2 11^T of an odd phi) has no scale to
+    # judge its error by
+    if errors.size and scale > 0 and errors.max() > MAX_RELATIVE_ERROR * scale:
         raise ValueError(f"{what} is not resolved: its error estimate {errors.max():.2g} exceeds "
                          f"{MAX_RELATIVE_ERROR:g} of its size {scale:.3g}")
