@@ -161,7 +161,9 @@ def test_diluted_rates(r, k):
     diluted = _outcome(dilution.diluted_rate, r, k)
     if diluted is not None:
         _finite(diluted)
-        assert min(r, 1) * (1 - 1e-12) <= diluted <= max(r, 1) * (1 + 1e-12)  # between the skip's and rho's rate
+        rate = np.asarray(r, dtype=float)  # r and k may be arrays
+        assert np.all(np.minimum(rate, 1) * (1 - 1e-12) <= diluted)  # between the skip's rate and rho's
+        assert np.all(diluted <= np.maximum(rate, 1) * (1 + 1e-12))
         first = dilution.first_order_diluted_rate(r, k)
         _finite(first)
         back = _outcome(dilution.undiluted_rate, diluted, k)
