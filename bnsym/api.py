@@ -412,8 +412,8 @@ def cross_batch_fixed_point(phi: str | Activation, B: int | np.ndarray, method: 
     c*_cross = (E phi(x_1))^2, x_1 one coordinate of the BN output (eps = 0). ``method``: "closed_form"
     (positive-homogeneous phi; ``B`` may be an array) or "spherical" (quadrature, any phi, one B).
     """
-    phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
+    phi = check_activation(parse_activation(phi), batch)
     estimate = _compute(CROSS_FIXED_POINT_ROUTES, method, phi, batch, 0.0, None)
     return estimate if with_error else estimate.value
 
@@ -426,8 +426,8 @@ def cross_batch_rate(phi: str | Activation, B: int | np.ndarray, method: str | N
     at most Gamma(B/2)^2 / (Gamma((B-1)/2) Gamma((B+1)/2)) < 1, with equality for linear phi. ``method``:
     "closed_form" (positive-homogeneous phi; ``B`` may be an array) or "spherical" (any phi, one B).
     """
-    phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
+    phi = check_activation(parse_activation(phi), batch)
     estimate = _compute(CROSS_RATE_ROUTES, method, phi, batch, 0.0, None)
     return estimate if with_error else estimate.value
 
@@ -452,8 +452,8 @@ def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, 
     Default: "laplace" where it applies, else "qmc". ValueError for a non-PSD Sigma, B1 or B2 below 4, a
     stack for "qmc", unknown ``blocks``.
     """
-    phi = parse_activation(phi)
     matrix, batch1 = check_joint_covariance(Sigma, B1)
+    phi = check_activation(parse_activation(phi), [batch1, matrix.shape[-1] - batch1])
     eps = check_eps(eps)
     if blocks not in ("all", "cross"):
         raise ValueError(f"blocks must be 'all' (the joint covariance) or 'cross' (the B1 x B2 block), got {blocks!r}")

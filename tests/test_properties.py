@@ -126,6 +126,19 @@ def test_backward_eigenvalues(phi, batch):
         assert eigenvalues["G"].value + eigenvalues["G"].error >= _floor(batch) * (1 - 1e-12)
 
 
+@SLOW
+@given(phi=ACTIVATIONS, batch=BATCH_SIZES)
+def test_cross_batch(phi, batch):
+    """c*_cross is a correlation of two batches' outputs, lambda_x^2 a ratio of squared norms."""
+    correlation = _outcome(bnsym.cross_batch_fixed_point, phi, batch)
+    if correlation is not None:
+        _finite(correlation)
+        assert np.all(np.abs(correlation) <= 1 + 1e-12)
+        rate = bnsym.cross_batch_rate(phi, batch)
+        _finite(rate)
+        assert np.all(rate >= 0)
+
+
 SIGMAS = st.one_of(
     st.tuples(st.integers(2, 9), st.floats(1e-300, 1e300), st.floats(-0.99, 0.99)).map(
         lambda p: p[1] * ((1 - p[2]) * np.eye(p[0]) + p[2] * np.ones((p[0], p[0])))),
