@@ -30,8 +30,9 @@ raises another exception type for bad input.
     variation);
   - for gradients (``slope=True``): E[phi'^2] finite, i.e. no kink of power <= 1/2 (``relu^0.4``) inside the
     sphere.
-* **Results**: a numeric route whose own error estimate exceeds ``MAX_RELATIVE_ERROR`` of its result's scale has
-  not resolved phi (:func:`check_resolved`): the default method moves on to the next route, a named one raises.
+* **Results**: a numeric route whose own error estimate exceeds ``MAX_RELATIVE_ERROR`` of its result's scale (and
+  the rounding floor ``ROUNDING_FLOOR``) has not resolved phi (:func:`check_resolved`): the default method moves on
+  to the next route, a named one raises.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ WHY_MAX_GAMMA = (
 MIN_VARIANCE = np.finfo(float).tiny / np.finfo(float).eps  # ~1e-292: below it a variance loses digits (subnormal)
 MIN_RELATIVE_VARIANCE = 1e-8  # mu*/q* below it leaves fewer than 8 of float64's 16 digits in mu* = q* - q* c*
 MAX_RELATIVE_ERROR = 1e-2  # a route's error estimate above 1% of its result's scale: phi is not resolved
+ROUNDING_FLOOR = 1e-12  # an error estimate below it is rounding, whatever the result's size
 _SPHERE_NODES = 32  # Gauss-Legendre nodes per smooth piece of one BN coordinate's range (check_activation)
 
 
@@ -343,7 +345,8 @@ def check_resolved(value: object, error: object, what: str) -> None:
         raise ValueError(f"{what} is not finite in float64")
     scale = values.max() if values.size else 0.0
     # a result that is exactly 0 (the collapsed fixed point Sigma* = phi(0)^2 11^T of an odd phi) has no scale to
-    # judge its error by
-    if errors.size and scale > 0 and errors.max() > MAX_RELATIVE_ERROR * scale:
+    # judge its error by, and one that is 0 up to rounding (c*_cross of the identity) errs by the rounding of the
+    # route's sums of order one: ROUNDING_FLOOR
+    if errors.size and scale > 0 and errors.max() > max(MAX_RELATIVE_ERROR * scale, ROUNDING_FLOOR):
         raise ValueError(f"{what} is not resolved: its error estimate {errors.max():.2g} exceeds "
                          f"{MAX_RELATIVE_ERROR:g} of its size {scale:.3g}")
