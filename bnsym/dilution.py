@@ -248,7 +248,7 @@ def _positive(name: str, value, why: str) -> np.ndarray:
     try:
         array = check_real_array(value, name)
     except ValueError as error:
-        raise ValueError(f"{name} must be finite and > 0 ({why}): {error}") from None
+        raise ValueError(f"{error} ({why})") from None
     if np.any(array <= 0):
         raise ValueError(f"{name} must be finite and > 0 ({why}), got {shown(value)}")
     if np.any(array < MIN_RATIO) or np.any(array > MAX_RATIO):
@@ -339,9 +339,9 @@ def composed_dilution(ks) -> np.ndarray:
 
     P_n - 1 is evaluated as expm1(sum_b log1p(k_b^-2)), which keeps its digits where every k_b is large.
     """
-    if np.ndim(ks) == 0 or np.shape(ks)[-1] == 0:
-        raise ValueError("ks must hold at least one dilution k_b (got an empty sequence)")
     array = _positive("every k_b", ks, "each block's dilution is a ratio of norms")
+    if array.ndim == 0:
+        raise ValueError(f"ks must be a sequence of dilutions k_b (one per block), got one number {shown(ks)}")
     with np.errstate(over="ignore"):
         excess = np.expm1(np.sum(np.log1p(array**-2.0), axis=-1))
     if not np.all(np.isfinite(excess)):

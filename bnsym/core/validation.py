@@ -124,8 +124,10 @@ def check_real_array(value: object, name: str, min_ndim: int = 0) -> np.ndarray:
                          dtype=float).reshape(array.shape)
     if array.dtype.kind not in "iuf":
         raise ValueError(f"{name} must hold real numbers, got {array.dtype} entries")
-    if array.ndim < min_ndim or 0 in array.shape:
-        raise ValueError(f"{name} must have at least {min_ndim} axes, none of them empty, got shape {array.shape}")
+    if 0 in array.shape:
+        raise ValueError(f"{name} must not be empty, got shape {array.shape}")
+    if array.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {array.shape}")
     array = array.astype(float)
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} must be finite, got non-finite entries")
