@@ -8,6 +8,7 @@ they return the route's :class:`~bnsym.core.estimate.Estimate` (or a dict of the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
@@ -17,7 +18,16 @@ import torch
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
-from .core.validation import check_batch_size, check_covariance, check_eps, check_joint_covariance, check_variance
+from .core.validation import (
+    check_activation,
+    check_batch_size,
+    check_covariance,
+    check_eps,
+    check_joint_covariance,
+    check_resolved,
+    check_tol,
+    check_variance,
+)
 from .meanfield.backward import MAX_TRAINABLE_DEPTH_FACTOR, operator_eigenvalues, rate_closed_form, rate_spherical
 from .meanfield.backward import depth_scale as _depth_scale
 from .meanfield.crossbatch import (
@@ -84,8 +94,6 @@ def _gegenbauer(name: str, phi: Activation, x: object, eps: float, tol: float | 
     if eps != 0:
         raise ValueError(f"method {name!r} needs eps = 0: the BN output is then uniform on its sphere, which the "
                          "basis is built on")
-    if not tol > 0:
-        raise ValueError(f"tol must be a positive number, got {tol!r}")
 
 
 def _bsb1_input(name: str, phi: Activation, sigma: np.ndarray, eps: float, tol: float | None) -> None:
@@ -160,19 +168,50 @@ def _choose(table: Mapping[str, Route], method: str | None, phi: Activation, x: 
     return name, table[name]
 
 
+def _values_and_errors(result: object) -> tuple[np.ndarray, np.ndarray]:
+    """All values and errors of a route's result (an Estimate, a dict of them, or a FixedPoint's q* and q* c*)."""
+    if isinstance(result, FixedPoint):
+        return np.array([result.q, result.q * result.c]).ravel(), np.array([result.error]).ravel()
+    parts = list(result.values()) if isinstance(result, dict) else [result]
+    return (np.concatenate([np.ravel(part.value) for part in parts]),
+            np.concatenate([np.ravel(part.error) for part in parts]))
+
+
+def _resolved(name: str, route: Route, phi: Activation, x: object, eps: float, tol: float | None):
+    """The route's result, if finite and resolved (:func:`~bnsym.core.validation.check_resolved`)."""
+    result = route.compute(phi, x, eps, tol)
+    where = f"at B = {x}" if np.ndim(x) < 2 else f"for this Sigma (B = {np.shape(x)[0]})"
+    check_resolved(*_values_and_errors(result), f"method {name!r} for activation {phi} {where}")
+    return result
+
+
 def _compute(table: Mapping[str, Route], method: str | None, phi: Activation, batch: int | np.ndarray, eps: float,
-             tol: float | None, aliases: Mapping[str, str] | None = None):
-    """Choose the route, refuse an array of B where it is not vectorised (naming those that are), compute."""
-    name, route = _choose(table, method, phi, batch, eps, tol, aliases)
-    if np.ndim(batch) and not route.vectorised:
-        takers = []
-        for other, candidate in table.items():
-            if candidate.vectorised:
-                reason = _why_not(table, other, phi, batch, eps, tol)
-                takers.append(f"{other!r}" + (f" ({reason})" if reason else ""))
-        raise ValueError(f"method {name!r} takes one batch size at a time; arrays of B need method "
-                         + " or ".join(takers))
-    return route.compute(phi, batch, eps, tol)
+             tol: float | None, aliases: Mapping[str, str] | None = None, batched: bool | None = None):
+    """Choose the route, refuse an array of B where it is not vectorised (naming those that are), compute.
+
+    A named method must resolve phi; by default the first applicable route that resolves it answers, and where
+    none does, the first one's reason is raised. ``batched``: ``batch`` is an array of B (default: it has axes).
+    """
+    batched = bool(np.ndim(batch)) if batched is None else batched
+    if method is not None or batched:
+        name, route = _choose(table, method, phi, batch, eps, tol, aliases)
+        if batched and not route.vectorised:
+            takers = []
+            for other, candidate in table.items():
+                if candidate.vectorised:
+                    reason = _why_not(table, other, phi, batch, eps, tol)
+                    takers.append(f"{other!r}" + (f" ({reason})" if reason else ""))
+            raise ValueError(f"method {name!r} takes one batch size at a time; arrays of B need method "
+                             + " or ".join(takers))
+        return _resolved(name, route, phi, batch, eps, tol)
+    failures = []
+    for name, route in table.items():
+        if _why_not(table, name, phi, batch, eps, tol) is None:
+            try:
+                return _resolved(name, route, phi, batch, eps, tol)
+            except ValueError as error:
+                failures.append(error)
+    raise failures[0]
 
 
 def _effective_eps(eps: object, sigma_w2: object, sigma_b2: object = 0.0, array_ok: bool = False):
@@ -200,8 +239,9 @@ def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, si
     first of these that applies. Past the collapse (eps above :func:`collapse_eps`) the attracting fixed point has
     mu* = 0: Sigma* = phi(0)^2 11^T, ``collapsed`` is True and c = 1 (this is not an error).
     """
-    phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
+    phi = check_activation(parse_activation(phi), batch)
+    tol = check_tol(tol)
     eps, t = _effective_eps(eps, sigma_w2, sigma_b2)
     point = _compute(FIXED_POINT_ROUTES, method, phi, batch, t, tol, FIXED_POINT_ALIASES)
     return replace(point, eps=eps, sigma_w2=float(sigma_w2))
@@ -214,8 +254,9 @@ def collapse_eps(phi: str | Activation, B: int, sigma_w2: float = 1.0) -> float:
     for degree-1 positive-homogeneous phi (mu_0* at eps = 0); sigma_w2 phi'(0)^2 for phi smooth at 0 whose
     H(w) is largest at w = 0 (tanh(gamma z): gamma^2 sigma_w2). inf for degree < 1 (it never collapses).
     """
-    phi = parse_activation(phi)
-    return _collapse_eps(phi, check_batch_size(B), check_variance(sigma_w2, "sigma_w2", positive=True))
+    batch = check_batch_size(B)
+    phi = check_activation(parse_activation(phi), batch)
+    return _collapse_eps(phi, batch, check_variance(sigma_w2, "sigma_w2", positive=True))
 
 
 def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method: str | None = None,
@@ -233,11 +274,13 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
     Default: "laplace" where it applies, else "spherical" where it applies, else "qmc".
     With ``with_error=True`` returns the Estimate (V and its elementwise error; it unpacks as ``V, error``).
     """
-    phi = parse_activation(phi)
     sigma = check_covariance(Sigma)
+    phi = check_activation(parse_activation(phi), sigma.shape[0])
     eps = check_eps(eps)
-    _, route = _choose(BN_KERNEL_ROUTES, method, phi, sigma, eps, None)
-    estimate = route.compute(phi, sigma, eps, None)
+    # batch norm sees (Sigma, eps) only through Sigma / eps: dividing both by a power of 2 near max |Sigma| is exact
+    # and keeps the routes' intermediate numbers away from overflow and underflow
+    scale = math.ldexp(1.0, math.frexp(np.abs(sigma).max())[1] - 1)
+    estimate = _compute(BN_KERNEL_ROUTES, method, phi, sigma / scale, eps / scale, None, batched=False)
     return estimate if with_error else estimate.value
 
 
@@ -255,13 +298,15 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     sigma_w2 phi'(0)^2 / eps for phi smooth at 0). Default: the first that applies. Below 1 gradients vanish.
     With ``with_error=True`` returns the Estimate (absolute error).
     """
-    phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
+    phi = check_activation(parse_activation(phi), batch, slope=True)
+    tol = check_tol(tol)
     eps, t = _effective_eps(eps, sigma_w2, array_ok=True)
     if np.ndim(t):
         if np.ndim(batch) or method not in (None, "radial"):
             raise ValueError("an array of eps needs one batch size and method 'radial' (the default for arrays)")
         estimate = rate_radial(phi, batch, t)
+        check_resolved(estimate.value, estimate.error, f"method 'radial' for activation {phi} at B = {batch}")
     else:
         estimate = _compute(GRADIENT_RATE_ROUTES, method, phi, batch, t, tol)
     return estimate if with_error else estimate.value
@@ -274,12 +319,14 @@ def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False
     exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`). One B at a time.
     With ``with_error=True`` the values are Estimates.
     """
-    phi = parse_activation(phi)
-    if np.ndim(B):
-        raise ValueError("backward_eigenvalues takes one batch size at a time; for an array of B, "
+    batch_size = check_batch_size(B, array_ok=True)
+    if np.ndim(batch_size):
+        raise ValueError("backward_eigenvalues takes one batch size B at a time; for an array of B, "
                          "gradient_rate(method='closed_form') gives lambda_G")
-    batch_size = check_batch_size(B)
-    eigenvalues = {**operator_eigenvalues(phi, batch_size), "G": gradient_rate(phi, batch_size, with_error=True)}
+    phi = check_activation(parse_activation(phi), batch_size, slope=True)
+    operator = operator_eigenvalues(phi, batch_size)
+    check_resolved(*_values_and_errors(operator), f"the backward operator of activation {phi} at B = {batch_size}")
+    eigenvalues = {**operator, "G": gradient_rate(phi, batch_size, with_error=True)}
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 
@@ -332,8 +379,9 @@ def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float =
     of the scalar map mu -> mu'; past the collapse the limit at mu* = 0). Default: the first that applies.
     With ``with_error=True`` the values are Estimates.
     """
-    phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
+    phi = check_activation(parse_activation(phi), batch)
+    tol = check_tol(tol)
     eps, t = _effective_eps(eps, sigma_w2)
     eigenvalues = _compute(FORWARD_EIGENVALUE_ROUTES, method, phi, batch, t, tol)
     if t == 0:
@@ -364,8 +412,8 @@ def cross_batch_fixed_point(phi: str | Activation, B: int | np.ndarray, method: 
     c*_cross = (E phi(x_1))^2, x_1 one coordinate of the BN output (eps = 0). ``method``: "closed_form"
     (positive-homogeneous phi; ``B`` may be an array) or "spherical" (quadrature, any phi, one B).
     """
-    phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
+    phi = check_activation(parse_activation(phi), batch)
     estimate = _compute(CROSS_FIXED_POINT_ROUTES, method, phi, batch, 0.0, None)
     return estimate if with_error else estimate.value
 
@@ -378,8 +426,8 @@ def cross_batch_rate(phi: str | Activation, B: int | np.ndarray, method: str | N
     at most Gamma(B/2)^2 / (Gamma((B-1)/2) Gamma((B+1)/2)) < 1, with equality for linear phi. ``method``:
     "closed_form" (positive-homogeneous phi; ``B`` may be an array) or "spherical" (any phi, one B).
     """
-    phi = parse_activation(phi)
     batch = check_batch_size(B, array_ok=True)
+    phi = check_activation(parse_activation(phi), batch)
     estimate = _compute(CROSS_RATE_ROUTES, method, phi, batch, 0.0, None)
     return estimate if with_error else estimate.value
 
@@ -404,8 +452,8 @@ def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, 
     Default: "laplace" where it applies, else "qmc". ValueError for a non-PSD Sigma, B1 or B2 below 4, a
     stack for "qmc", unknown ``blocks``.
     """
-    phi = parse_activation(phi)
     matrix, batch1 = check_joint_covariance(Sigma, B1)
+    phi = check_activation(parse_activation(phi), [batch1, matrix.shape[-1] - batch1])
     eps = check_eps(eps)
     if blocks not in ("all", "cross"):
         raise ValueError(f"blocks must be 'all' (the joint covariance) or 'cross' (the B1 x B2 block), got {blocks!r}")

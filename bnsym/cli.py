@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 
 from . import api
 from .core.activations import parse_activation
@@ -38,14 +39,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _number(text: object, name: str, kind: type = float) -> object:
+    """A command-line string as a number of ``kind`` (int, or float where it has a point or an exponent); other
+    values pass through, for the API's checks (which also judge the range)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return float(text) if kind is float or any(ch in text for ch in ".eE") else int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a {'whole number' if kind is int else 'number'}, got {text!r}") from None
+
+
 def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None = None,
             sigma_w2: object = 1.0) -> dict:
     """All predictions for (phi, B, eps, sigma_w^2) as a JSON-ready dict."""
-    if isinstance(batch_size, str):
-        try:
-            batch_size = float(batch_size) if any(ch in batch_size for ch in ".eE") else int(batch_size)
-        except ValueError:
-            raise ValueError(f"batch size must be a whole number, got {batch_size!r}") from None
+    batch_size, eps = _number(batch_size, "batch size B", int), _number(eps, "eps")
     sigma_w2 = _number(sigma_w2, "sigma_w2")
     point = api.fixed_point(phi, batch_size, eps=eps, sigma_w2=sigma_w2, method=method)
     # forward linearization: per-layer factors and depth scales -1/log(lambda), null where undefined
@@ -80,16 +88,6 @@ def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | No
             "gradient_correlation_rate": rate / api.gradient_rate(phi, batch_size)}
 
 
-def _number(value: object, name: str) -> object:
-    """A command-line string as a float (the API checks its range); other objects pass through."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-
-
 def _finite_or_none(value: float) -> float | None:
     """JSON has no NaN or Infinity: such values become null."""
     return value if math.isfinite(value) else None
@@ -111,17 +109,28 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; every error is one ``bnsym: error: ...`` line on stderr and exit status 2, like argparse's.
+
+    Numerical warnings of intermediate steps are not shown: every value printed has passed the input contract of
+    :mod:`bnsym.core.validation` and is finite.
+    """
     args = _parser().parse_args(argv)
     try:
-        if args.command == "sweep":
-            print(run_sweep_command(args))
-            return 0
-        result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if args.command == "sweep":
+                print(run_sweep_command(args))
+                return 0
+            result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
+        text = json.dumps(result, allow_nan=False) if args.json else None
     except ValueError as error:
         print(f"bnsym: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # a bug: still one line, never a traceback
+        print(f"bnsym: error: internal error ({type(error).__name__}: {error}); please report it", file=sys.stderr)
+        return 2
     if args.json:
-        print(json.dumps(result))
+        print(text)
     else:
         fp = result["fixed_point"]
         print(f"phi = {result['phi']}, B = {result['batch_size']}, eps = {result['eps']}, "

@@ -17,6 +17,9 @@ Definitions (numpy, any leading axes):
 * effective depth: the largest lambda whose lambda-residual gradient terms are not negligible, here with
   Veit's bound on their size (:func:`residual_tail_bound`, :func:`effective_depth`).
 
+Every function checks its arguments by the input contract of :mod:`bnsym.core.validation` and returns finite values;
+ratios r, k lie in [``MIN_RATIO``, ``MAX_RATIO``] and depths L in [0, ``MAX_DEPTH``] (their docstrings say why).
+
 Results, each derived in SymPy from its premises and lambdified (cse=True):
 
 * Theorem 3: a k-diluted block with undiluted rate r grows the GSC by sqrt((k^2 + r^2)/(k^2 + 1))
@@ -40,22 +43,37 @@ from scipy.special import gammaln
 from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
 from .core.symbols import E_dphi2, E_phi, E_phi2, P_n, k, r, r_d, z
+from .core.validation import check_activation, check_number, check_real_array, check_whole_number, shown
+
+MIN_RATIO, MAX_RATIO = 1e-150, 1e150  # the formulas square r and k and add or multiply two squares: all stay normal
+MAX_DEPTH = 10**8  # the tail sums cost O(L) time and memory (0.8 GB at 1e8); residual networks are far shallower
 
 # --------------------------------------------------------------------------------------------
 # definitions
 
 
-def quadratic_mean(x: np.ndarray, axis=None) -> np.ndarray:
-    """Q[X] = E[X^2]^(1/2), the quadratic expectation of the samples along ``axis``."""
-    return np.sqrt(np.mean(np.square(np.asarray(x, dtype=float)), axis=axis))
+def _root_mean_square(x: np.ndarray, axis) -> np.ndarray:
+    """sqrt(mean(x^2)) along ``axis``, scaled by max |x| so that x^2 neither overflows nor underflows."""
+    scale = np.max(np.abs(x), axis=axis, keepdims=True)
+    unit = np.divide(x, scale, out=np.zeros_like(x), where=scale > 0)
+    return np.squeeze(scale, axis=axis) * np.sqrt(np.mean(np.square(unit), axis=axis))
+
+
+def _finite(value: np.ndarray, what: str) -> np.ndarray:
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"{what} overflows float64 for these arguments")
+    return value
+
+
+def quadratic_mean(x: np.ndarray, axis: int | tuple[int, ...] | None = None) -> np.ndarray:
+    """Q[X] = E[X^2]^(1/2), the quadratic expectation of the samples along ``axis`` (finite, at least one)."""
+    return _root_mean_square(check_real_array(x, "x", min_ndim=1), axis)
 
 
 def qm_norm(a: np.ndarray) -> np.ndarray:
     """||A||_qm = ||A||_F / sqrt(n) for (..., m, n) matrices A (n = input dimension; Definition 1)."""
-    a = np.asarray(a, dtype=float)
-    if a.ndim < 2:
-        raise ValueError(f"qm_norm needs a matrix (..., m, n), got shape {a.shape}")
-    return np.sqrt(np.square(a).sum(axis=(-2, -1)) / a.shape[-1])
+    a = check_real_array(a, "A (qm_norm needs matrices (..., m, n))", min_ndim=2)
+    return _root_mean_square(a.reshape(*a.shape[:-2], -1), -1) * math.sqrt(a.shape[-2])
 
 
 def gsc(jacobian: np.ndarray, f_k: np.ndarray, f_l: np.ndarray) -> np.ndarray:
@@ -63,11 +81,22 @@ def gsc(jacobian: np.ndarray, f_k: np.ndarray, f_l: np.ndarray) -> np.ndarray:
 
     ``jacobian`` is J_k^l = d f_l / d f_k, shape (..., d_l, d_k); f_k (..., d_k); f_l (..., d_l).
     """
-    f_k, f_l = np.asarray(f_k, dtype=float), np.asarray(f_l, dtype=float)
-    norm_l = np.linalg.norm(f_l, axis=-1)
+    jacobian = check_real_array(jacobian, "jacobian", min_ndim=2)
+    f_k, f_l = check_real_array(f_k, "f_k", min_ndim=1), check_real_array(f_l, "f_l", min_ndim=1)
+    if jacobian.shape[-2:] != (f_l.shape[-1], f_k.shape[-1]):
+        raise ValueError(f"jacobian = d f_l / d f_k must have shape (..., d_l, d_k) = (..., {f_l.shape[-1]}, "
+                         f"{f_k.shape[-1]}) for these f_l and f_k, got {jacobian.shape}")
+    try:
+        np.broadcast_shapes(jacobian.shape[:-2], f_k.shape[:-1], f_l.shape[:-1])
+    except ValueError:
+        raise ValueError(f"the leading axes of jacobian {jacobian.shape}, f_k {f_k.shape} and f_l {f_l.shape} "
+                         "do not broadcast") from None
+    norm_l = _root_mean_square(f_l, -1)
     if np.any(norm_l == 0):
         raise ValueError("GSC(k, l) is undefined where f_l = 0 (it divides by ||f_l||)")
-    return qm_norm(jacobian) * np.linalg.norm(f_k, axis=-1) / norm_l
+    with np.errstate(over="ignore"):
+        return _finite(qm_norm(jacobian) * (_root_mean_square(f_k, -1) / norm_l)
+                       * math.sqrt(f_k.shape[-1] / f_l.shape[-1]), "GSC(k, l)")
 
 
 def derive_qm_norm() -> Derivation:
@@ -96,12 +125,37 @@ def fit_explosion(gsc_to_error: np.ndarray, layers: np.ndarray | None = None) ->
 
     ``gsc_to_error[i]`` is GSC(layers[i], 0); default layers 1, 2, ...
     """
-    values = np.asarray(gsc_to_error, dtype=float)
+    values = check_real_array(gsc_to_error, "gsc_to_error", min_ndim=1)
     if values.ndim != 1 or values.size < 2 or np.any(values <= 0):
-        raise ValueError("fit_explosion needs at least two positive GSC values")
-    layers = np.arange(1, values.size + 1) if layers is None else np.asarray(layers, dtype=float)
-    slope, intercept = np.polyfit(layers, np.log(values), 1)
-    return float(np.exp(slope)), float(np.exp(intercept))
+        raise ValueError("fit_explosion needs gsc_to_error to hold at least two positive GSC values")
+    layers = np.arange(1, values.size + 1.0) if layers is None else check_real_array(layers, "layers", min_ndim=1)
+    if layers.shape != values.shape or np.ptp(layers) == 0:
+        raise ValueError(f"layers must be {values.size} layer indices, not all equal, one per GSC value; got {layers}")
+    with np.errstate(all="ignore"):
+        centred = layers - layers.mean()
+        slope = np.sum(centred * (np.log(values) - np.log(values).mean())) / np.sum(centred**2)
+        rate, intercept = np.exp(slope), np.exp(np.log(values).mean() - slope * layers.mean())
+    if not (np.isfinite(rate) and np.isfinite(intercept) and rate > 0 and intercept > 0):
+        raise ValueError("the fitted rate or intercept of fit_explosion over- or underflows float64 for these "
+                         "layers and gsc_to_error")
+    return float(rate), float(intercept)
+
+
+def _log_tails(depth: int, p: float) -> np.ndarray:
+    """log sum_{l=lam}^{L} p^l C(L, l) for lam = 0..L (-inf for p = 0, lam > 0): O(L), summed in log space."""
+    ls = np.arange(depth + 1.0)
+    with np.errstate(divide="ignore"):
+        log_terms = gammaln(depth + 1) - gammaln(ls + 1) - gammaln(depth - ls + 1) + ls * np.log(p)
+    log_terms[0] = 0.0  # p^0 = 1, also for p = 0
+    return np.logaddexp.accumulate(log_terms[::-1])[::-1]
+
+
+def _depth_arguments(depth: object, p: object) -> tuple[int, float]:
+    depth = check_whole_number(depth, "depth L", 0, MAX_DEPTH, "the tail sums cost O(L) time and memory")
+    p = check_number(p, "p")
+    if not (math.isfinite(p) and p >= 0):
+        raise ValueError(f"p bounds operator norms, so it must be a finite number >= 0; got {p}")
+    return depth, p
 
 
 def residual_tail_bound(depth: int, p: float, lam: int) -> float:
@@ -109,21 +163,23 @@ def residual_tail_bound(depth: int, p: float, lam: int) -> float:
 
     res^lambda sums the gradient terms with at least lambda residual Jacobians, each of operator norm < p.
     """
-    if depth < 0 or lam < 0:
-        raise ValueError(f"depth L and lambda must be >= 0, got L = {depth}, lambda = {lam}")
-    if not 0 <= p:
-        raise ValueError(f"p bounds operator norms, so p >= 0; got {p}")
-    ls = np.arange(lam, depth + 1)
-    return float(np.sum(np.exp(gammaln(depth + 1) - gammaln(ls + 1) - gammaln(depth - ls + 1)
-                               + ls * np.log(p)))) if p > 0 else float(lam == 0)
+    depth, p = _depth_arguments(depth, p)
+    lam = check_whole_number(lam, "lambda", 0, MAX_DEPTH)
+    if lam > depth:
+        return 0.0
+    with np.errstate(over="ignore"):
+        return float(_finite(np.exp(_log_tails(depth, p)[lam]), "residual_tail_bound (at most (1 + p)^L)"))
 
 
 def effective_depth(depth: int, p: float, threshold: float) -> int:
     """The largest lambda whose lambda-residual terms are not negligible: residual_tail_bound >= threshold
-    (Veit et al.)."""
-    if threshold <= 0:
-        raise ValueError(f"the threshold h must be > 0, got {threshold}")
-    return max((lam for lam in range(depth + 1) if residual_tail_bound(depth, p, lam) >= threshold), default=0)
+    (Veit et al.); 0 if none is. O(L): the tails are non-increasing in lambda and summed once."""
+    depth, p = _depth_arguments(depth, p)
+    threshold = check_number(threshold, "threshold h")
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise ValueError(f"the threshold h must be a finite number > 0, got {threshold}")
+    above = np.nonzero(_log_tails(depth, p) >= math.log(threshold))[0]
+    return int(above[-1]) if above.size else 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,9 +244,16 @@ def _rate_kernels():
 
 
 def _positive(name: str, value, why: str) -> np.ndarray:
-    array = np.asarray(value, dtype=float)
-    if not np.all(np.isfinite(array)) or np.any(array <= 0):
-        raise ValueError(f"{name} must be finite and > 0 ({why}), got {value!r}")
+    """A ratio of norms: finite, in [MIN_RATIO, MAX_RATIO]."""
+    try:
+        array = check_real_array(value, name)
+    except ValueError as error:
+        raise ValueError(f"{error} ({why})") from None
+    if np.any(array <= 0):
+        raise ValueError(f"{name} must be finite and > 0 ({why}), got {shown(value)}")
+    if np.any(array < MIN_RATIO) or np.any(array > MAX_RATIO):
+        raise ValueError(f"{name} must lie in [{MIN_RATIO:g}, {MAX_RATIO:g}] (the formulas square it and add or "
+                         f"multiply two squares, which must stay normal float64 numbers), got {shown(value)}")
     return array
 
 
@@ -203,22 +266,23 @@ def _rate_arguments(rate, dilution) -> tuple[np.ndarray, np.ndarray]:
 def diluted_rate(r: float | np.ndarray, k: float | np.ndarray) -> np.ndarray:
     """sqrt((k^2 + r^2)/(k^2 + 1)): Theorem 3's exact rate of a k-diluted block of undiluted rate r."""
     rate, dilution = _rate_arguments(r, k)
-    return _rate_kernels()[0](rate, dilution)
+    return _finite(_rate_kernels()[0](rate, dilution), "diluted_rate")
 
 
 def first_order_diluted_rate(r: float | np.ndarray, k: float | np.ndarray) -> np.ndarray:
     """1 + (r - 1)/(k^2 + 1): Theorem 3 to first order in r - 1 (main text)."""
     rate, dilution = _rate_arguments(r, k)
-    return _rate_kernels()[1](rate, dilution)
+    return _finite(_rate_kernels()[1](rate, dilution), "first_order_diluted_rate")
 
 
 def undiluted_rate(rd: float | np.ndarray, k: float | np.ndarray) -> np.ndarray:
     """sqrt((k^2 + 1) r_d^2 - k^2): the exact inverse of :func:`diluted_rate` (r_d >= 1 for r >= 1)."""
     rate, dilution = _rate_arguments(rd, k)
-    radicand = (dilution**2 + 1) * rate**2 - dilution**2
-    if np.any(radicand <= 0):
-        raise ValueError("r_d is too small for this k: no undiluted rate r > 0 gives it")
-    return _rate_kernels()[2](rate, dilution)
+    with np.errstate(over="ignore"):
+        radicand = (dilution**2 + 1) * rate**2 - dilution**2
+        if np.any(radicand <= 0):
+            raise ValueError("r_d is too small for this k: no undiluted rate r > 0 gives it")
+        return _finite(_rate_kernels()[2](rate, dilution), "undiluted_rate")
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,20 +328,25 @@ def derive_composed_dilution() -> Derivation:
 
 
 @cache
-def _composition_kernels():
-    factor = sp.lambdify(k, 1 + k**-2, modules="numpy", cse=True)
-    closed = sp.lambdify(P_n, derive_composed_dilution().result, modules="numpy", cse=True)
-    return factor, closed
+def _composition_kernel():
+    """The composed dilution as a function of P_n - 1, lambdified from :func:`derive_composed_dilution`."""
+    excess = sp.Symbol("P_n - 1", positive=True)
+    return sp.lambdify(excess, derive_composed_dilution().result.subs(P_n, excess + 1), modules="numpy", cse=True)
 
 
 def composed_dilution(ks) -> np.ndarray:
-    """((prod_b (1 + 1/k_b^2)) - 1)^(-1/2) over the last axis of ``ks`` (Proposition 7)."""
-    array = np.asarray(ks, dtype=float)
-    if array.ndim == 0 or array.shape[-1] == 0:
-        raise ValueError("ks must hold at least one dilution k_b (got an empty sequence)")
-    array = _positive("every k_b", array, "each block's dilution is a ratio of norms")
-    factor, closed = _composition_kernels()
-    return closed(np.prod(factor(array), axis=-1))
+    """((prod_b (1 + 1/k_b^2)) - 1)^(-1/2) over the last axis of ``ks`` (Proposition 7).
+
+    P_n - 1 is evaluated as expm1(sum_b log1p(k_b^-2)), which keeps its digits where every k_b is large.
+    """
+    array = _positive("every k_b", ks, "each block's dilution is a ratio of norms")
+    if array.ndim == 0:
+        raise ValueError(f"ks must be a sequence of dilutions k_b (one per block), got one number {shown(ks)}")
+    with np.errstate(over="ignore"):
+        excess = np.expm1(np.sum(np.log1p(array**-2.0), axis=-1))
+    if not np.all(np.isfinite(excess)):
+        raise ValueError("the composed dilution of these ks underflows float64: prod_b (1 + k_b^-2) overflows")
+    return _composition_kernel()(excess)
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,7 +417,5 @@ def normalized_gsc_rate(phi: str | Activation, norm: str = "batch") -> float:
     kernels = _normalized_rate_kernels()
     if norm not in kernels:
         raise ValueError(f"unknown normalization {norm!r}; the mean-field rate is derived for {tuple(kernels)}")
-    moments = gaussian_moments(parse_activation(phi))
-    if moments[1] - moments[0] ** 2 <= 0:
-        raise ValueError(f"phi = {phi} is constant on N(0, 1): normalization is undefined")
-    return float(np.sqrt(kernels[norm](*moments)))
+    moments = gaussian_moments(check_activation(parse_activation(phi), slope=True))
+    return float(_finite(np.sqrt(kernels[norm](*moments)), f"the GSC rate of activation {phi}"))

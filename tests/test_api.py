@@ -191,7 +191,7 @@ def test_whole_number_types_are_accepted():
 
 
 @pytest.mark.parametrize("eps, match", [(-0.1, "eps"), (float("nan"), "eps.*finite"), (float("inf"), "finite"),
-                                        (None, "eps must be a number"), ("abc", "eps must be a number")])
+                                        (None, "eps must be a real number"), ("abc", "eps must be a real number")])
 def test_bad_eps(eps, match):
     with pytest.raises(ValueError, match=match):
         bnsym.fixed_point("tanh", 8, eps=eps)

@@ -10,7 +10,11 @@ An :class:`Activation` carries everything the theory needs about phi:
   (None if phi is not positive-homogeneous), and then ``ab`` = (a, b), read off ``expr``, with
   phi(z) = a rho_alpha(z) - b rho_alpha(-z), rho_alpha(z) = max(z, 0)^alpha (Yang et al. 2019, Prop E.17,
   with the corrected sign b = -phi(-1));
-* ``kinks``: the points where phi is not smooth (quadrature splits there).
+* ``kinks``: the points where phi is not smooth (quadrature splits there), and ``kink_power``: phi behaves like
+  |z - kink|^kink_power on one side of each (1 for a corner), so E[phi'^2] is finite only for kink_power > 1/2.
+
+Parameters must be finite and given once; tanh, erf and sin take 0 < |gamma| <= ``MAX_GAMMA`` (the input contract
+of :mod:`bnsym.core.validation` says why).
 
 Strings understood by :func:`parse_activation`::
 
@@ -31,6 +35,7 @@ import sympy as sp
 import torch
 
 from .symbols import z
+from .validation import MAX_GAMMA, WHY_MAX_GAMMA
 
 KNOWN_ACTIVATIONS = (
     "relu",
@@ -61,6 +66,7 @@ class Activation:
     torch_derivative: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
     degree: float | None = None
     kinks: tuple[float, ...] = ()
+    kink_power: float = 1.0
 
     @classmethod
     def from_expr(cls, name: str, expr: sp.Expr, degree: float | None = None,
@@ -156,6 +162,7 @@ def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
         torch_derivative=deriv_t,
         degree=float(alpha) if beta == 0 else None,
         kinks=(0.0 - float(beta),),
+        kink_power=float(alpha),
     )
 
 
@@ -231,6 +238,8 @@ def _parse_args(args: str | None, spec: str) -> tuple[list[float], dict[str, flo
             raise ValueError(f"activation {spec!r}: parameter {part!r} is not a number") from None
         if not math.isfinite(number):
             raise ValueError(f"activation {spec!r}: parameter {part!r} must be finite")
+        if key.strip() in keywords:
+            raise ValueError(f"activation {spec!r}: parameter {key.strip()!r} is given twice")
         if key:
             keywords[key.strip()] = number
         else:
@@ -296,5 +305,7 @@ def _parse_string(spec: str) -> Activation:
         if gamma == 0:
             raise ValueError(f"activation {spec!r}: gamma = 0 makes phi constant, "
                              "and batch norm of a constant is undefined")
+        if abs(gamma) > MAX_GAMMA:
+            raise ValueError(f"activation {spec!r}: |gamma| must be at most {MAX_GAMMA:g}: {WHY_MAX_GAMMA}")
         return _scaled_smooth(base, gamma)
     raise ValueError(f"unknown activation {spec!r}{known}")

@@ -1,11 +1,51 @@
-"""Input checks shared by the Python API and the CLI: bad input raises ValueError saying what and why."""
+"""The input contract of bnsym's public surface (:mod:`bnsym.api`, :mod:`bnsym.dilution`, the ``bnsym`` command).
+
+Every public function calls these checks at its top. Bad input raises ``ValueError`` whose message names the
+argument and says why; any other input gives finite values that satisfy the theory's invariants (lambda_G >=
+(B-2)/(B-3), forward eigenvalues >= 0, q* > 0, |c*| <= 1). No public function answers NaN or inf, and none
+raises another exception type for bad input.
+
+* **A number** is an int, a float, a numpy integer or floating scalar, or a Fraction: never a bool, a string,
+  a Decimal, a complex number or None (the command line parses its strings before it calls the API).
+* **A batch size** B is a whole number with ``MIN_BATCH_SIZE`` <= B <= ``MAX_BATCH_SIZE`` (:func:`check_batch_size`,
+  which says why at each end). **An array of B**, where a function takes one, is a non-empty array or (nested)
+  list of batch sizes; functions that take one B at a time refuse it.
+* **eps** is a finite number >= 0 (:func:`check_eps`); **tol** a finite number > 0 (:func:`check_tol`).
+* **Sigma** is a real, finite, symmetric, positive semi-definite B x B matrix with B a batch size and
+  G Sigma G != 0 (:func:`check_covariance`).
+* **An activation** is an :class:`~bnsym.core.activations.Activation` or a string that
+  :func:`~bnsym.core.activations.parse_activation` understands, each parameter finite and given once, and
+  0 < |gamma| <= ``MAX_GAMMA`` for tanh, erf and sin. At a batch size B it must be *usable on the BN sphere*
+  (:func:`check_activation`), where each coordinate x of the batch-norm output lies in [-sqrt(B-1), sqrt(B-1)]:
+
+  - *not constant*: a phi constant there (``relu(beta=-50)`` at B = 8 is identically 0) makes every next-layer
+    pre-activation equal across the batch, and batch norm divides by their variance, 0;
+  - *not overflowing*: phi(x)^2 and phi'(x)^2, times B (the largest factor the moments multiply them by), are
+    finite float64 numbers (``leaky_relu(1e308)``, ``relu^1e300`` fail);
+  - *not underflowing*: the variance of phi(x) is a normal float64 number with full precision (>=
+    ``MIN_VARIANCE``); ``tanh(gamma=1e-300)`` fails, phi^2 ~ 1e-600 being 0 in float64;
+  - *not nearly constant*: its variance is at least ``MIN_RELATIVE_VARIANCE`` of its mean square, since
+    mu* = q* (1 - c*) is a difference of two numbers of size q*, and every quantity divided by mu* (rates,
+    eigenvalues) would keep fewer than half of float64's digits (``relu(beta=1e9)``: an offset 1e9 times its
+    variation);
+  - for gradients (``slope=True``): E[phi'^2] finite, i.e. no kink of power <= 1/2 (``relu^0.4``) inside the
+    sphere.
+* **Results**: a numeric route whose own error estimate exceeds ``MAX_RELATIVE_ERROR`` of its result's scale (and
+  the rounding floor ``ROUNDING_FLOOR``) has not resolved phi (:func:`check_resolved`): the default method moves on
+  to the next route, a named one raises.
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
+from typing import TYPE_CHECKING
 
 import numpy as np
+from scipy.special import gammaln, roots_legendre
+
+if TYPE_CHECKING:  # pragma: no cover - activations imports this module's constants
+    from .activations import Activation
 
 MIN_BATCH_SIZE = 4
 WHY_MIN_BATCH = (
@@ -13,32 +53,117 @@ WHY_MIN_BATCH = (
     "all gradients vanish, and for B = 3 the gradient moments diverge (E[1/r^2] is infinite for r^2 ~ chi^2 "
     "with 2 degrees of freedom)"
 )
+MAX_BATCH_SIZE = 10**7
+WHY_MAX_BATCH = (
+    "the theory's quantities approach their B -> infinity limits like 1/B, and float64 resolves them only to "
+    "about B x 1e-17: 1 - lambda_L ~ 1/B loses log10(B) of float64's 16 digits to cancellation (measured against "
+    "exact SymPy values: relative error 1e-13 at B = 1e3, 1e-12 at B = 1e5), so B <= 1e7 keeps at least 9 digits"
+)
+MAX_GAMMA = 3.0
+WHY_MAX_GAMMA = (
+    "phi(gamma z) tends to a step function as |gamma| grows, whose gradient rate diverges, and the quadratures "
+    "stop resolving its transition of width 1/gamma (measured for tanh and erf, B = 4 to 1e6: the spherical "
+    "routes' relative error estimates stay below 1e-3 up to gamma = 3, reach 1e-2 at gamma = 5 and 3e-2 at 10)"
+)
+MIN_VARIANCE = np.finfo(float).tiny / np.finfo(float).eps  # ~1e-292: below it a variance loses digits (subnormal)
+MIN_RELATIVE_VARIANCE = 1e-8  # mu*/q* below it leaves fewer than 8 of float64's 16 digits in mu* = q* - q* c*
+MAX_RELATIVE_ERROR = 1e-2  # a route's error estimate above 1% of its result's scale: phi is not resolved
+ROUNDING_FLOOR = 1e-12  # an error estimate below it is rounding, whatever the result's size
+_SPHERE_NODES = 32  # Gauss-Legendre nodes per smooth piece of one BN coordinate's range (check_activation)
+
+
+def shown(value: object) -> str:
+    """repr(value), shortened to about 60 characters for error messages (a 600-digit int stays readable)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def check_number(value: object, name: str) -> float:
+    """``value`` as a float if it is a real number (see the module docstring; a 0-d real numpy array is one too);
+    an int too large for a float is inf."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {shown(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _whole(value: object) -> int | None:
+    """``value`` as an exact int if it is a whole real number (see the module docstring), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    number = float(value)
+    return int(number) if math.isfinite(number) and number == round(number) else None
+
+
+def check_whole_number(value: object, name: str, minimum: int, maximum: int, why: str = "") -> int:
+    """``value`` as an int: a whole number in [minimum, maximum]; ``why`` explains the range in the message."""
+    whole = _whole(value)
+    if whole is None:
+        raise ValueError(f"{name} must be a whole number, got {shown(value)}")
+    if not minimum <= whole <= maximum:
+        raise ValueError(f"{name} must be between {minimum:,} and {maximum:,}, got {shown(whole)}"
+                         + (f": {why}" if why else ""))
+    return whole
+
+
+def check_real_array(value: object, name: str, min_ndim: int = 0) -> np.ndarray:
+    """``value`` (a number, a list or an array of numbers, see the module docstring) as a finite float array with at
+    least ``min_ndim`` axes, none of them empty."""
+    try:
+        array = np.asarray(value)
+    except ValueError:  # a ragged list
+        raise ValueError(f"{name} must be a regular array of real numbers, got {shown(value)}") from None
+    if array.dtype.kind == "O":
+        array = np.array([check_number(item, f"every entry of {name}") for item in array.ravel().tolist()],
+                         dtype=float).reshape(array.shape)
+    if array.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must hold real numbers, got {array.dtype} entries")
+    if 0 in array.shape:
+        raise ValueError(f"{name} must not be empty, got shape {array.shape}")
+    if array.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {array.shape}")
+    array = array.astype(float)
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite, got non-finite entries")
+    return array
 
 
 def check_batch_size(batch_size: object, array_ok: bool = False) -> int | np.ndarray:
-    """B must be a whole number >= 4; with ``array_ok`` a numpy array (or list) of them is accepted too.
+    """B must be a whole number with 4 <= B <= 1e7; with ``array_ok`` a non-empty array (or list) of them too.
 
     Returns an int, or an int array of the same shape. Scalars and arrays share one set of checks and messages.
     """
-    many = np.ndim(batch_size) > 0
+    try:
+        array = np.asarray(batch_size, dtype=object)
+    except ValueError:  # a ragged list
+        raise ValueError(f"batch sizes B must be whole numbers in a regular array, got {shown(batch_size)}") from None
+    many = array.ndim > 0
     if many and not array_ok:
-        raise ValueError(f"batch size must be one whole number here, got an array of shape {np.shape(batch_size)}")
-    whole = (f"batch sizes must be whole numbers, got {batch_size!r}" if many
-             else f"batch size must be a whole number, got {batch_size!r}")
+        raise ValueError(f"batch size B must be one whole number here, got an array of shape {array.shape}")
     if isinstance(batch_size, np.ndarray) and batch_size.dtype.kind in "iuf" and batch_size.size:
-        values = batch_size.astype(float).ravel()  # a numeric array: no per-item checks (1e5 B in microseconds)
+        values = batch_size.ravel().astype(float)  # a numeric array: vectorised checks (1e5 B in microseconds)
+        exact = np.isfinite(values).all() and (values == np.round(values)).all()
+        wholes = values.astype(np.int64).tolist() if exact and np.abs(values).max() < 2**62 else [None]
     else:
-        items = np.asarray(batch_size, dtype=object).ravel().tolist()
-        if not items or any(isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) for b in items):
-            raise ValueError(whole)
-        values = np.array(items, dtype=float)
-    if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-        raise ValueError(whole)
-    if values.min() < 1:
-        raise ValueError(f"batch size must be positive, got {values.min():g}")
-    if values.min() < MIN_BATCH_SIZE:
-        raise ValueError(f"batch size {values.min():g} is below {MIN_BATCH_SIZE}: {WHY_MIN_BATCH}")
-    return values.astype(int).reshape(np.shape(batch_size)) if many else int(values[0])
+        wholes = [_whole(b) for b in array.ravel().tolist()]
+    if not wholes or None in wholes:
+        raise ValueError(f"batch sizes B must be whole numbers, got {shown(batch_size)}" if many
+                         else f"batch size B must be a whole number, got {shown(batch_size)}")
+    low, high = min(wholes), max(wholes)
+    if low < 1:
+        raise ValueError(f"batch size B must be positive, got {low}")
+    if low < MIN_BATCH_SIZE:
+        raise ValueError(f"batch size B = {low} is below {MIN_BATCH_SIZE}: {WHY_MIN_BATCH}")
+    if high > MAX_BATCH_SIZE:
+        size = f"{high:,}" if high < 10**15 else f"about 1e{len(str(high)) - 1}"
+        raise ValueError(f"batch size B = {size} is above {MAX_BATCH_SIZE:.0e}: {WHY_MAX_BATCH}")
+    return np.array(wholes, dtype=int).reshape(array.shape) if many else wholes[0]
 
 
 def check_eps(eps: object, array_ok: bool = False) -> float | np.ndarray:
@@ -46,55 +171,64 @@ def check_eps(eps: object, array_ok: bool = False) -> float | np.ndarray:
     if array_ok and np.ndim(eps) > 0:
         values = [check_eps(item) for item in np.asarray(eps, dtype=object).ravel().tolist()]
         return np.array(values, dtype=float).reshape(np.shape(eps))
-    try:
-        if isinstance(eps, (bool, np.bool_)):
-            raise TypeError
-        value = float(eps)
-    except (TypeError, ValueError):
-        raise ValueError(f"eps must be a number, got {eps!r}") from None
+    value = check_number(eps, "eps")
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"eps must be a finite number >= 0 (it is added to a variance), got {eps!r}")
+        raise ValueError(f"eps must be a finite number >= 0 (it is added to a variance), got {shown(eps)}")
+    return value
+
+
+def check_tol(tol: object) -> float:
+    """tol (a route's error target) must be a finite number > 0."""
+    value = check_number(tol, "tol")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"tol must be a finite number > 0 (an error target), got {shown(tol)}")
     return value
 
 
 def check_variance(value: object, name: str, positive: bool) -> float:
     """A weight or bias variance (``name``): a finite number, > 0 if ``positive`` else >= 0."""
-    try:
-        if isinstance(value, (bool, np.bool_)):
-            raise TypeError
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    number = check_number(value, name)
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
         bound = "> 0 (a zero weight variance cuts the network)" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite variance {bound}, got {value!r}")
+        raise ValueError(f"{name} must be a finite variance {bound}, got {shown(value)}")
     return number
 
 
 def check_covariance(sigma: object) -> np.ndarray:
-    """Sigma must be a finite, symmetric, positive semi-definite B x B matrix with B >= 4 and G Sigma G != 0."""
+    """Sigma must be a real, finite, symmetric, positive semi-definite B x B matrix with B a batch size and
+    G Sigma G != 0. Returns it symmetrised, as floats."""
     try:
-        matrix = np.asarray(sigma, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"Sigma must be a numeric B x B matrix, got {type(sigma).__name__}") from None
+        matrix = np.asarray(sigma)
+        if np.iscomplexobj(matrix):
+            raise ValueError("Sigma must be a real B x B matrix (a covariance), got complex entries")
+        matrix = matrix.astype(float)
+    except (TypeError, ValueError, OverflowError) as error:
+        message = str(error) if str(error).startswith("Sigma") else f"Sigma must be a real numeric B x B matrix, got " \
+            f"{type(sigma).__name__}"
+        raise ValueError(message) from None
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"Sigma must be a square B x B matrix, got shape {matrix.shape}")
     check_batch_size(matrix.shape[0])
     if not np.all(np.isfinite(matrix)):
         raise ValueError("Sigma has non-finite entries")
-    scale = max(np.abs(matrix).max(), 1e-300)
-    if np.abs(matrix - matrix.T).max() > 1e-10 * scale:
+    same = ("G Sigma G = 0: every input of the batch has the same pre-activation, so the batch variance is 0 and "
+            "batch norm divides by zero")
+    scale = np.abs(matrix).max()
+    if scale == 0:
+        raise ValueError(same)
+    unit = matrix / scale  # the checks below are scale free, and this keeps eigvalsh away from overflow
+    if np.abs(unit - unit.T).max() > 1e-10:
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
-    eigenvalues = np.linalg.eigvalsh((matrix + matrix.T) / 2)
-    if eigenvalues.min() < -1e-10 * scale:
+    unit = (unit + unit.T) / 2
+    eigenvalues = np.linalg.eigvalsh(unit)
+    if eigenvalues.min() < -1e-10:
         raise ValueError(f"Sigma must be positive semi-definite (a covariance matrix); "
-                         f"its smallest eigenvalue is {eigenvalues.min():.3g}")
+                         f"its smallest eigenvalue is {eigenvalues.min() * scale:.3g}")
     batch = matrix.shape[0]
     g = np.eye(batch) - 1.0 / batch
-    if np.abs(g @ matrix @ g).max() <= 1e-12 * scale:
-        raise ValueError("G Sigma G = 0: every input of the batch has the same pre-activation, "
-                         "so the batch variance is 0 and batch norm divides by zero")
-    return (matrix + matrix.T) / 2
+    if np.abs(g @ unit @ g).max() <= 1e-12:
+        raise ValueError(same)
+    return unit * scale
 
 
 def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, int]:
@@ -105,9 +239,13 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
     != 0 for both batches (batch norm divides by the batch's standard deviation).
     """
     try:
-        matrix = np.asarray(sigma.detach().cpu() if hasattr(sigma, "detach") else sigma, dtype=float)
+        matrix = np.asarray(sigma.detach().cpu() if hasattr(sigma, "detach") else sigma)
+        if np.iscomplexobj(matrix):
+            raise TypeError
+        matrix = matrix.astype(float)
     except (TypeError, ValueError):
-        raise ValueError(f"Sigma must be a numeric (B1 + B2) x (B1 + B2) matrix, got {type(sigma).__name__}") from None
+        raise ValueError(f"Sigma must be a real numeric (B1 + B2) x (B1 + B2) matrix, got {type(sigma).__name__} "
+                         "(complex entries are refused)") from None
     if matrix.ndim < 2 or matrix.shape[-1] != matrix.shape[-2]:
         raise ValueError(f"Sigma must be a square (B1 + B2) x (B1 + B2) matrix or a stack (..., B1 + B2, B1 + B2) "
                          f"of them, got shape {matrix.shape}")
@@ -135,3 +273,87 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
             raise ValueError(f"G Sigma G = 0 for the batch of rows {lo}..{hi - 1}: all its inputs have the same "
                              "pre-activation, so the batch variance is 0 and batch norm divides by zero")
     return matrix, batch1
+
+
+def _coordinate_rule(batch_size: int | None, kinks: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes x and weights (summing to about 1) for E[f(x)], x one BN coordinate (N(0, 1) for None), split at kinks.
+
+    x = sqrt(B-1) t has density proportional to (1 - t^2)^((B-4)/2) on |x| <= sqrt(B-1); beyond |x| = 40 it (and
+    N(0, 1)) is below e^-800. Gauss-Legendre on each piece, the density in log space, its mass exact (Beta).
+    """
+    reach = 40.0 if batch_size is None else min(math.sqrt(batch_size - 1), 40.0)
+    cuts = sorted({-reach, reach, *(k for k in kinks if -reach < k < reach)})
+    s, w = roots_legendre(_SPHERE_NODES)
+    nodes = np.concatenate([lo + (hi - lo) * (s + 1) / 2 for lo, hi in zip(cuts, cuts[1:])])
+    widths = np.concatenate([(hi - lo) / 2 * w for lo, hi in zip(cuts, cuts[1:])])
+    if batch_size is None:
+        return nodes, widths * np.exp(-nodes**2 / 2) / math.sqrt(2 * math.pi)
+    radius, a = math.sqrt(batch_size - 1), (batch_size - 4) / 2
+    log_mass = math.log(radius) + gammaln(0.5) + gammaln(a + 1) - gammaln(a + 1.5)  # int (1 - x^2/R^2)^a dx
+    return nodes, widths * np.exp(a * np.log1p(-((nodes / radius) ** 2)) - log_mass)  # Gauss nodes lie inside
+
+
+def check_activation(phi: Activation, batch_size: int | np.ndarray | None = None, slope: bool = False) -> Activation:
+    """phi must be usable on the BN sphere at every B given (see the module docstring); ``slope``: phi' too.
+
+    ``batch_size`` None checks phi on N(0, 1), the law of one BN coordinate as B -> infinity (the mean-field
+    setting of :mod:`bnsym.dilution`). For an array of B it checks the smallest and largest (the sphere's range
+    grows with B). Returns phi.
+    """
+    if batch_size is None:
+        _check_usable(phi, None, slope)
+        return phi
+    sizes = np.atleast_1d(batch_size)
+    for batch in sorted({int(sizes.min()), int(sizes.max())}):
+        _check_usable(phi, batch, slope)
+    return phi
+
+
+def _check_usable(phi: Activation, batch_size: int | None, slope: bool) -> None:
+    if batch_size is None:
+        radius, factor, where = math.inf, 1, "on N(0, 1)"
+    else:
+        radius, factor = math.sqrt(batch_size - 1), batch_size
+        where = f"on the BN sphere of B = {batch_size}, where each coordinate lies in [-{radius:.4g}, {radius:.4g}]"
+    inside = [k for k in phi.kinks if -radius < k < radius]
+    if slope and inside and not phi.kink_power > 0.5:
+        raise ValueError(f"activation {phi}: E[phi'^2] is infinite {where} (phi ~ |z - {inside[0]:g}|^"
+                         f"{phi.kink_power:g} at its kink, a power <= 1/2), so its gradient quantities are infinite")
+    x, w = _coordinate_rule(batch_size, phi.kinks)
+    ends = [] if batch_size is None else [-radius, radius]
+    x = np.concatenate([x, ends, inside])
+    w = np.concatenate([w, np.zeros(x.size - w.size)])
+    with np.errstate(all="ignore"):
+        f = np.asarray(phi.numpy(x), dtype=float)
+        big = factor * np.maximum(f**2, np.asarray(phi.numpy_derivative(x), dtype=float) ** 2)
+        if not np.all(np.isfinite(big)):
+            raise ValueError(f"activation {phi} overflows float64 {where}: phi(x)^2 or phi'(x)^2"
+                             + (" times B" if batch_size else "") + " is not finite there")
+        if np.ptp(f) == 0:
+            raise ValueError(f"activation {phi} is constant (= {f[0]:g}) {where}: the next layer's pre-activations "
+                             "are then equal across the batch, and batch norm divides by their variance, 0")
+        mean_square = w @ f**2
+        variance = w @ (f - (w @ f) / w.sum()) ** 2
+    if not variance >= MIN_VARIANCE:
+        raise ValueError(f"activation {phi} underflows float64 {where}: the variance of phi(x) is {variance:.3g}, "
+                         f"below {MIN_VARIANCE:.3g} (its square underflows, or phi varies only where x has "
+                         "negligible probability)")
+    if variance < MIN_RELATIVE_VARIANCE * mean_square:
+        raise ValueError(f"activation {phi} is nearly constant {where}: the variance of phi(x) is "
+                         f"{variance / mean_square:.2g} of its mean square, so mu* = q* (1 - c*) would keep fewer than "
+                         "8 of float64's 16 digits")
+
+
+def check_resolved(value: object, error: object, what: str) -> None:
+    """A route's result must be finite and its error estimate at most MAX_RELATIVE_ERROR of the result's scale
+    (max |value|)."""
+    values, errors = np.abs(np.asarray(value, dtype=float)), np.asarray(error, dtype=float)
+    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(errors))):
+        raise ValueError(f"{what} is not finite in float64")
+    scale = values.max() if values.size else 0.0
+    # a result that is exactly 0 (the collapsed fixed point Sigma* = phi(0)^2 11^T of an odd phi) has no scale to
+    # judge its error by, and one that is 0 up to rounding (c*_cross of the identity) errs by the rounding of the
+    # route's sums of order one: ROUNDING_FLOOR
+    if errors.size and scale > 0 and errors.max() > max(MAX_RELATIVE_ERROR * scale, ROUNDING_FLOOR):
+        raise ValueError(f"{what} is not resolved: its error estimate {errors.max():.2g} exceeds "
+                         f"{MAX_RELATIVE_ERROR:g} of its size {scale:.3g}")
