@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..core.activations import Activation, parse_activation
+from ..core.progress import progress_bar
 from .device import configure_torch, default_device, generator
 from .networks import SAMPLERS, _batched_inputs, gram, gram_root
 
@@ -153,8 +153,8 @@ def simulate_gradients(
         progress = flops > _PROGRESS_FLOPS
     gen = generator(seed, device)
     grams, gradients = [], []
-    with tqdm(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
-              disable=not progress) as bar:
+    with progress_bar(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
+                      show=progress) as bar:
         for part in x.split(chunk):
             g, p = _chunk_run(part, depth, eps, activation, gen, sampler, bar)
             grams.append(g)

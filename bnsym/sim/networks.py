@@ -19,9 +19,9 @@ from typing import Callable
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..core.activations import Activation, parse_activation
+from ..core.progress import progress_bar
 from .device import configure_torch, default_device, generator
 
 SAMPLERS = ("weights", "gram")
@@ -200,8 +200,8 @@ def simulate_forward(
         dtype: the compute dtype (float64 for comparisons with theory; TF32 is always off).
         chunk: networks per W draw of the "weights" sampler; default keeps a chunk's W under
             512 MB.
-        progress: show a progress bar over layers; default: when the job exceeds 2e10
-            multiply-adds.
+        progress: show a progress bar over layers (where bnsym.core.progress allows); default: when
+            the job exceeds 2e10 multiply-adds.
 
     Returns:
         float64 CPU tensor (M, L + 1, B, B): [:, 0] is the inputs' Gram, [:, l] layer l's.
@@ -226,7 +226,7 @@ def simulate_forward(
         progress = flops > _PROGRESS_FLOPS
     gen = generator(seed, device)
     grams = [gram(x)]
-    for _ in tqdm(range(depth), desc=f"forward ({sampler})", disable=not progress):
+    for _ in progress_bar(range(depth), desc=f"forward ({sampler})", show=progress):
         x = activation.torch(batch_norm(sample(x, gen), eps))
         grams.append(gram(x))
     return torch.stack(grams, dim=1).to(device="cpu", dtype=torch.float64)
