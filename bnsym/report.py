@@ -89,7 +89,8 @@ CHECKS_DIR_ENV = "BNSYM_CHECKS_DIR"
 
 @dataclass(frozen=True)
 class Check:
-    """One asserted comparison: |estimate - theory| <= tolerance, with ``z`` = (estimate - theory) / error.
+    r"""One asserted comparison, :math:`|\hat\theta - \theta| \le \text{tolerance}` for the estimate
+    :math:`\hat\theta` and the theory :math:`\theta`, with :math:`z = (\hat\theta - \theta) / \text{error}`.
 
     ``error`` is the standard error (or error bound) of the difference; ``tolerance`` is what the assertion
     allowed and ``rule`` says where it came from (e.g. ``"4.1 SE (t, n=64, m=12)"``, ``"1e-10 abs"``).
@@ -112,6 +113,7 @@ class Check:
 
 
 ERRATA_SUFFIX = ".errata.jsonl"
+#: How strong an erratum's evidence is: a SymPy identity, or a numerical comparison.
 STRENGTHS = ("proven symbolically", "shown numerically")
 ERRATUM_KINDS = ("erratum", "ambiguity")
 
@@ -172,7 +174,8 @@ class CheckLog:
     def check(self, quantity: str, theory: Any, estimate: Any, error: float | None = None, *,
               k: float | None = None, atol: float = 0.0, rule: str | None = None,
               anchor: str | None = None) -> Check:
-        """Assert |estimate - theory| <= k error + atol, record it, and return the :class:`Check`.
+        r"""Assert :math:`|\hat\theta - \theta| \le k\,\text{error} + \text{atol}`; record and return the
+        :class:`Check`.
 
         ``theory`` and ``estimate`` are floats or :class:`~bnsym.core.estimate.Estimate` (an Estimate brings its
         error; the errors of both sides add in quadrature). ``k`` is the number of standard errors allowed, from
