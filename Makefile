@@ -37,8 +37,10 @@ $(STAMP): pyproject.toml constraints.txt
 # notebook per worker, one torch thread each) and its plugin book/_ext/nbval_cache.py stores every notebook
 # that passed in the test build's jupyter cache; the test-scale book build then finds each chapter there
 # (myst-nb matches a notebook by its code cells) instead of executing it again, and the browser test opens
-# that build. Measured on 2 cores (see README): unit tests and nbval take most of the time; the book build
-# renders only, so it costs the same for 6 or 12 chapters.
+# that build. Measured on the shared 2-core machine at load 9-17 (about 4x slower than quiet), six chapters:
+# nbval 665 s (the chapters' own run times sum to 1030 s: two workers), the test-scale book 256 s (renders
+# only; the quickstart page is its one execution), the browser test 123 s (19 pages and search). The book and
+# browser steps barely grow with more chapters; nbval grows by each chapter's run time over two.
 test: lint unit-test nbtest test-book browser-test
 
 lint: $(STAMP)
@@ -59,10 +61,7 @@ nbtest: $(STAMP)
 	$(call drop_stale_cache,$(TEST_BUILD),test)
 	rm -rf $(NBTEST)
 	mkdir -p $(NBTEST)
-	for nb in notebooks/*.md; do \
-	  [ -e "$$nb" ] || continue; \
-	  $(VENV)/bin/jupytext --to ipynb --output "$(NBTEST)/$$(basename "$${nb%.md}").ipynb" "$$nb"; \
-	done
+	$(VENV)/bin/jupytext --to ../$(NBTEST)//ipynb notebooks/*.md  # one process for all: notebooks/X.md -> $(NBTEST)/X.ipynb
 	BNSYM_SCALE=test BNSYM_PROGRESS=0 BNSYM_CHECKS_DIR=$(CURDIR)/$(TEST_BUILD)/.jupyter_cache/checks $(ONE_THREAD) \
 	  PYTHONPATH=book/_ext$${PYTHONPATH:+:$$PYTHONPATH} \
 	  $(PY) -m pytest $(XDIST) --dist loadfile -p nbval_cache --nbval-cache=$(CURDIR)/$(TEST_BUILD)/.jupyter_cache \
