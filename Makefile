@@ -11,15 +11,16 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 NBTEST      := _nbtest
+TEST_BUILD  := _build/test/_build
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 LAB_ARGS    ?=
 ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv test lint unit-test nbtest book bench lab clean distclean
+.PHONY: help venv test lint unit-test nbtest test-book browser-test book bench lab clean distclean
 
 help:
 	@echo "make book       build the Jupyter Book into _build/html   (BNSYM_SCALE=book)"
-	@echo "make test       lint (ruff) + unit tests + every notebook under nbval   (BNSYM_SCALE=test)"
+	@echo "make test       lint, unit tests, every notebook under nbval, the book and its browser test (BNSYM_SCALE=test)"
 	@echo "make bench      every benchmark in benchmarks/ -> benchmarks/results/*.json (BENCH_ARGS=--device cuda ...)"
 	@echo "make lab        JupyterLab; notebooks/*.md open as notebooks (LAB_ARGS=... for extra options)"
 	@echo "make venv       create .venv and install the pinned dependencies"
@@ -33,38 +34,69 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -c constraints.txt -e ".[book,dev]"
 	touch $@
 
-test: lint unit-test nbtest
+# make test executes every chapter once. nbval runs each converted notebook (two pytest-xdist workers, a
+# notebook per worker, one torch thread each) and its plugin book/_ext/nbval_cache.py stores every notebook
+# that passed in the test build's jupyter cache; the test-scale book build then finds each chapter there
+# (myst-nb matches a notebook by its code cells) instead of executing it again, and the browser test opens
+# that build. Measured on the shared 2-core machine at load 9-17 (about 4x slower than quiet), six chapters:
+# nbval 665 s (the chapters' own run times sum to 1030 s: two workers), the test-scale book 256 s (renders
+# only; the quickstart page is its one execution), the browser test 123 s (19 pages and search). The book and
+# browser steps barely grow with more chapters; nbval grows by each chapter's run time over two.
+test: lint unit-test nbtest test-book browser-test
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bnsym tests benchmarks
 
+XDIST := -n 2
+# One BLAS/OpenMP/torch thread per process wherever chapters and tests run (the book's extension sets the same
+# for its kernels). The second thread mostly spin-waits on a shared 2-core machine: a bn_kernel by QMC (tanh,
+# B = 32) took 5.6 CPU-s with the default threads and 0.55 with one; chapter 5's Table 1 networks 49 and 4.
+ONE_THREAD := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 unit-test: $(STAMP)
-	BNSYM_SCALE=test $(PY) -m pytest tests
+	BNSYM_SCALE=test $(ONE_THREAD) $(PY) -m pytest $(XDIST) --ignore tests/test_book_browser.py tests
 
 # nbval collects only .ipynb: convert each MyST notebook into a throw-away folder that
 # sits next to notebooks/, so relative paths like ../something resolve the same way.
 nbtest: $(STAMP)
+	$(call drop_stale_cache,$(TEST_BUILD),test)
 	rm -rf $(NBTEST)
 	mkdir -p $(NBTEST)
-	for nb in notebooks/*.md; do \
-	  [ -e "$$nb" ] || continue; \
-	  $(VENV)/bin/jupytext --to ipynb --output "$(NBTEST)/$$(basename "$${nb%.md}").ipynb" "$$nb"; \
-	done
-	BNSYM_SCALE=test $(PY) -m pytest --nbval-lax --nbval-current-env $(NBTEST)
+	$(VENV)/bin/jupytext --to ../$(NBTEST)//ipynb notebooks/*.md  # one process for all: notebooks/X.md -> $(NBTEST)/X.ipynb
+	BNSYM_SCALE=test BNSYM_PROGRESS=0 BNSYM_CHECKS_DIR=$(CURDIR)/$(TEST_BUILD)/.jupyter_cache/checks $(ONE_THREAD) \
+	  PYTHONPATH=book/_ext$${PYTHONPATH:+:$$PYTHONPATH} \
+	  $(PY) -m pytest $(XDIST) --dist loadfile -p nbval_cache --nbval-cache=$(CURDIR)/$(TEST_BUILD)/.jupyter_cache \
+	  --nbval-lax --nbval-current-env $(NBTEST)
+
+test-book: $(STAMP)
+	$(call build_book,$(TEST_BUILD),test,--path-output _build/test)
+
+browser-test: $(STAMP)
+	BNSYM_BOOK_HTML=$(TEST_BUILD)/html $(PY) -m pytest tests/test_book_browser.py
 
 # jupyter-cache keys a notebook on its own cells only. A change of BNSYM_SCALE, of the bnsym
 # sources or of the pinned dependencies would otherwise leave stale cached results, so such a
-# change drops the execution cache and the chapters' sweep results in _build/sweeps (and only
-# then: an unchanged rebuild stays fast).
+# change drops the execution cache and the check records inside it (and only then: an unchanged
+# rebuild stays fast). $(1): the build folder, $(2): the scale.
+define drop_stale_cache
+key="$(2) $$(cat pyproject.toml constraints.txt $$(find bnsym -name '*.py' | LC_ALL=C sort) | sha1sum | cut -c1-16)"; \
+if [ "$$(cat $(1)/.bnsym_cache_key 2>/dev/null)" != "$$key" ]; then \
+  rm -rf $(1)/.jupyter_cache $(1)/jupyter_execute $(1)/.doctrees $(1)/sweeps; \
+fi; \
+mkdir -p $(1); echo "$$key" > $(1)/.bnsym_cache_key
+endef
+
+# $(1): the build folder, $(2): the scale, $(3): extra jupyter-book options.
+define build_book
+$(call drop_stale_cache,$(1),$(2)); \
+echo "BNSYM_SCALE=$(2)"; \
+BNSYM_SCALE="$(2)" $(VENV)/bin/jupyter-book build . --toc _toc.yml --config book/_config.yml -W -n --keep-going $(3)
+endef
+
+# The book at BNSYM_SCALE (default book) in _build/html; the test-scale book of `make test` lives apart, in
+# _build/test/_build/html, so neither build drops the other's execution cache.
 book: $(STAMP)
-	scale="$${BNSYM_SCALE:-book}"; \
-	key="$$scale $$(cat pyproject.toml constraints.txt $$(find bnsym -name '*.py' | LC_ALL=C sort) | sha1sum | cut -c1-16)"; \
-	if [ "$$(cat _build/.bnsym_cache_key 2>/dev/null)" != "$$key" ]; then \
-	  rm -rf _build/.jupyter_cache _build/jupyter_execute _build/.doctrees _build/sweeps; \
-	fi; \
-	mkdir -p _build; echo "$$key" > _build/.bnsym_cache_key; \
-	echo "BNSYM_SCALE=$$scale"; \
-	BNSYM_SCALE="$$scale" $(VENV)/bin/jupyter-book build . --toc _toc.yml --config book/_config.yml -W -n --keep-going
+	$(call build_book,_build,$${BNSYM_SCALE:-book},)
 
 # One script per comparison in benchmarks/; harness.py runs them all and each writes its JSON record to
 # benchmarks/results/, which the book's benchmarks page shows. Timings, not tests: nothing fails on a slow machine.

@@ -7,7 +7,8 @@ displays as HTML (the book, JupyterLab), and a terminal or a test log prints as 
 are formatted per column with a format spec (``{"z": ".2f", "error": ".1e"}``); others with ``:.6g``.
 
 Checks: a chapter makes one :class:`CheckLog` and asserts each theory-vs-simulation comparison with
-``log.check(...)``, the call that also records it for the book's results dashboard.
+``log.check(...)``, the call that also records it for the book's results dashboard. ``log.erratum(...)``
+states an erratum (or ambiguity) of a paper on the page and records it for the book's errata page.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ CHECKS_DIR_ENV = "BNSYM_CHECKS_DIR"
 
 @dataclass(frozen=True)
 class Check:
-    """One asserted comparison: |estimate - theory| <= tolerance, with ``z`` = (estimate - theory) / error.
+    r"""One asserted comparison, :math:`|\hat\theta - \theta| \le \text{tolerance}` for the estimate
+    :math:`\hat\theta` and the theory :math:`\theta`, with :math:`z = (\hat\theta - \theta) / \text{error}`.
 
     ``error`` is the standard error (or error bound) of the difference; ``tolerance`` is what the assertion
     allowed and ``rule`` says where it came from (e.g. ``"4.1 SE (t, n=64, m=12)"``, ``"1e-10 abs"``).
@@ -110,12 +112,49 @@ class Check:
         return (self.estimate - self.theory) / self.error if self.error > 0 else None
 
 
+ERRATA_SUFFIX = ".errata.jsonl"
+#: How strong an erratum's evidence is: a SymPy identity, or a numerical comparison.
+STRENGTHS = ("proven symbolically", "shown numerically")
+ERRATUM_KINDS = ("erratum", "ambiguity")
+
+
+@dataclass(frozen=True)
+class Erratum:
+    """An erratum or ambiguity of a paper: what it states, what holds, and the evidence (a MyST label)."""
+
+    chapter: str
+    paper: str
+    location: str
+    original: str
+    corrected: str
+    evidence: str
+    strength: str
+    kind: str = "erratum"
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind.capitalize()}: {{cite:t}}`{self.paper}`, {self.location}"
+
+    def _repr_markdown_(self) -> str:
+        return (f":::{{admonition}} {self.title}\n:class: {'warning' if self.kind == 'erratum' else 'note'}\n\n"
+                f"**Printed.** {self.original}\n\n**Corrected.** {self.corrected}\n\n"
+                f"**Evidence.** {{ref}}`{self.evidence}` ({self.strength}).\n:::\n")
+
+    def _repr_html_(self) -> str:
+        rows = (("Printed", self.original), ("Corrected", self.corrected),
+                ("Evidence", f"{self.evidence} ({self.strength})"))
+        body = "".join(f"<p><b>{name}.</b> {html.escape(text)}</p>" for name, text in rows)
+        return (f'<div class="bnsym-erratum"><p><b>{html.escape(self.kind.capitalize())}: {html.escape(self.paper)}, '
+                f"{html.escape(self.location)}</b></p>{body}</div>")
+
+
 class CheckLog:
     """The checks of one chapter. ``log.check(...)`` asserts a comparison and records it.
 
-    Records go to ``$BNSYM_CHECKS_DIR/<chapter>.jsonl`` when that variable is set (the book build sets it;
-    the results dashboard is built from these files), and always to ``log.records``. Creating the log starts
-    the chapter's file afresh, so re-running a notebook replaces its checks.
+    Records go to ``$BNSYM_CHECKS_DIR/<chapter>.jsonl`` (errata to ``<chapter>.errata.jsonl``) when that
+    variable is set (the book build sets it; the results dashboard and the errata page are built from these
+    files), and always to ``log.records`` and ``log.errata``. Creating the log starts the chapter's files
+    afresh, so re-running a notebook replaces its records.
     """
 
     def __init__(self, chapter: str, directory: str | os.PathLike | None = None) -> None:
@@ -123,16 +162,20 @@ class CheckLog:
             raise ValueError(f"chapter must be a plain name such as '01_bsb1_fixed_point', got {chapter!r}")
         self.chapter = chapter
         self.records: list[Check] = []
+        self.errata: list[Erratum] = []
         directory = directory if directory is not None else os.environ.get(CHECKS_DIR_ENV)
         self.path = Path(directory) / f"{chapter}.jsonl" if directory else None
+        self.errata_path = Path(directory) / f"{chapter}{ERRATA_SUFFIX}" if directory else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text("")
+            self.errata_path.write_text("")
 
     def check(self, quantity: str, theory: Any, estimate: Any, error: float | None = None, *,
               k: float | None = None, atol: float = 0.0, rule: str | None = None,
               anchor: str | None = None) -> Check:
-        """Assert |estimate - theory| <= k error + atol, record it, and return the :class:`Check`.
+        r"""Assert :math:`|\hat\theta - \theta| \le k\,\text{error} + \text{atol}`; record and return the
+        :class:`Check`.
 
         ``theory`` and ``estimate`` are floats or :class:`~bnsym.core.estimate.Estimate` (an Estimate brings its
         error; the errors of both sides add in quadrature). ``k`` is the number of standard errors allowed, from
@@ -168,6 +211,30 @@ class CheckLog:
                                  f"({rule})")
         return record
 
+    def erratum(self, paper: str, location: str, original: str, corrected: str, *, evidence: str,
+                strength: str, kind: str = "erratum") -> Erratum:
+        """Record an erratum (or, with ``kind="ambiguity"``, an ambiguity) of a paper and return it for display.
+
+        ``paper`` is the paper's key in ``book/references.bib``; ``location`` where it is (``"Thm 6"``);
+        ``original`` what the paper states and ``corrected`` what holds (MyST markdown, math in ``$...$``);
+        ``evidence`` the MyST label of the section, figure or equation that shows it; ``strength`` one of
+        :data:`STRENGTHS`. Displayed as the last expression of a cell, it renders as an admonition.
+        """
+        for name, value in (("paper", paper), ("location", location), ("original", original),
+                            ("corrected", corrected), ("evidence", evidence)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"an erratum needs a non-empty {name}, got {value!r}")
+        if strength not in STRENGTHS:
+            raise ValueError(f"strength must be one of {STRENGTHS}, got {strength!r}")
+        if kind not in ERRATUM_KINDS:
+            raise ValueError(f"kind must be one of {ERRATUM_KINDS}, got {kind!r}")
+        record = Erratum(self.chapter, paper, location, original, corrected, evidence, strength, kind)
+        self.errata.append(record)
+        if self.errata_path is not None:
+            with self.errata_path.open("a") as file:
+                file.write(json.dumps(asdict(record)) + "\n")
+        return record
+
     def table(self, caption: str | None = None) -> Table:
         """The recorded checks as a :class:`Table`."""
         rows = [{"quantity": c.quantity, "theory": c.theory, "estimate": c.estimate, "SE": c.error, "z": c.z,
@@ -188,8 +255,16 @@ def load_checks(directory: str | os.PathLike) -> list[Check]:
     """Every check recorded under ``directory`` (one ``<chapter>.jsonl`` per chapter), chapter by chapter."""
     checks = []
     for path in sorted(Path(directory).glob("*.jsonl")):
+        if path.name.endswith(ERRATA_SUFFIX):
+            continue
         for line in path.read_text().splitlines():
             fields = json.loads(line)
             fields.pop("z", None)
             checks.append(Check(**fields))
     return checks
+
+
+def load_errata(directory: str | os.PathLike) -> list[Erratum]:
+    """Every erratum recorded under ``directory`` (one ``<chapter>.errata.jsonl`` per chapter), chapter by chapter."""
+    return [Erratum(**json.loads(line)) for path in sorted(Path(directory).glob(f"*{ERRATA_SUFFIX}"))
+            for line in path.read_text().splitlines()]

@@ -64,3 +64,29 @@ def test_check_needs_k_for_a_standard_error():
         CheckLog("99_demo").check("q*", 1.0, 1.0, 0.1)
     with pytest.raises(ValueError, match="must be finite"):
         CheckLog("99_demo").check("q*", 1.0, float("nan"), 0.1, k=2)
+
+
+def test_erratum_renders_and_reloads(tmp_path):
+    from bnsym.report import CheckLog, load_checks, load_errata
+
+    log = CheckLog("99_demo", directory=tmp_path)
+    log.check("identity", 0.5, 0.5, atol=1e-12)
+    erratum = log.erratum("yang2019meanfield", "Thm 6", "$v^*$", r"$\mu^*$", evidence="sec-99-demo",
+                          strength="proven symbolically")
+    text = erratum._repr_markdown_()
+    assert text.startswith(":::{admonition} Erratum: {cite:t}`yang2019meanfield`, Thm 6")
+    assert "{ref}`sec-99-demo` (proven symbolically)" in text and "&lt;" not in erratum._repr_html_()
+    assert load_errata(tmp_path) == [erratum] and len(load_checks(tmp_path)) == 1
+    CheckLog("99_demo", directory=tmp_path)
+    assert load_errata(tmp_path) == []
+
+
+@pytest.mark.parametrize("change, message", [({"strength": "likely"}, "strength must be"),
+                                             ({"kind": "typo"}, "kind must be"), ({"original": " "}, "non-empty")])
+def test_erratum_rejects_bad_input(change, message):
+    from bnsym.report import CheckLog
+
+    fields = dict(paper="p", location="Thm 1", original="a", corrected="b", evidence="sec-x",
+                  strength="shown numerically")
+    with pytest.raises(ValueError, match=message):
+        CheckLog("99_demo").erratum(**{**fields, **change})

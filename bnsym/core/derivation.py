@@ -26,8 +26,13 @@ class Derivation:
         """Record one step and return its equation (so derivations read top to bottom).
 
         With ``name``, the equation's right-hand side is kept under that name; a tuple of equations takes a
-        tuple of names, one per equation.
+        tuple of names, one per equation. An equation that SymPy already evaluated to True or False (``Eq`` of
+        two matrices does) is refused: the page would show the bare boolean; build it with ``evaluate=False``.
         """
+        parts = equation.args if isinstance(equation, sp.Tuple) else (equation,)
+        if any(isinstance(part, sp.logic.boolalg.BooleanAtom) for part in parts):
+            raise TypeError(f"step {text!r} of {self.title!r} evaluated to a boolean ({equation}); "
+                            "build its equation with evaluate=False")
         if name is not None:
             names = (name,) if isinstance(name, str) else tuple(name)
             equations = (equation,) if isinstance(name, str) or not isinstance(equation, sp.Tuple) else equation.args

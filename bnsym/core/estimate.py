@@ -16,7 +16,7 @@ import numpy as np
 class Estimate:
     """``value`` (a float or an array), its absolute ``error`` >= 0 entrywise, and ``method``, the route's name.
 
-    ``error`` has the shape of ``value`` (a scalar error is broadcast). It bounds |value - exact| for the
+    ``error`` has the shape of ``value`` (a scalar error is broadcast). It bounds ``|value - exact|`` for the
     quadratures and series, and is a standard error for (quasi-)Monte Carlo; 0 means the route is exact up
     to float64 rounding (a closed form). A NaN value or error is a bug of the
     route and raises ValueError; an infinite value is allowed (e.g. a depth scale at lambda = 1).

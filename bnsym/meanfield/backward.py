@@ -65,7 +65,7 @@ def derive_bn_jacobian(batch_size: int = 4) -> Derivation:
     d.step(f"Chain rule through $n(y) = \\sqrt{{B}}\\,y/|y|$, $y = Gh$: "
            f"$\\partial n/\\partial y = (\\sqrt B/r)(I - vv^T)$, hence "
            f"(checked entrywise at $B = {batch_size}$, residual $J_h - \\sqrt B r^{{-1}} D(G - vv^T)$):",
-           sp.Eq(sp.Symbol("residual"), residual))
+           sp.Eq(sp.Symbol("residual"), residual, evaluate=False))
     d.result = residual
     return d
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..core.activations import Activation, parse_activation
+from ..core.progress import progress_bar
 from .device import Normals, configure_torch, default_device, generator
 from .networks import (
     _CACHE_BYTES,
@@ -181,8 +181,8 @@ def simulate_gradients(
     def run(robust: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         gen, normals = generator(seed, device), Normals(seed, device)
         grams, gradients, exact = [], [], torch.ones((), dtype=torch.bool, device=device)
-        with tqdm(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
-                  disable=not progress) as bar:
+        with progress_bar(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
+                          show=progress) as bar:
             for part in x.split(chunk):
                 g, p, ok = _chunk_run(part, depth, eps, activation, sampler, gen, normals, robust, bar)
                 grams.append(g)

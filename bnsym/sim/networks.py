@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..core.activations import Activation, parse_activation
+from ..core.progress import progress_bar
 from .device import Normals, configure_torch, default_device, generator
 
 SAMPLERS = ("weights", "gram")
@@ -251,7 +251,7 @@ def simulate_forward(
         sizes: batch sizes that split the B columns into batches normalised separately (two batches
             through one network, App. H); default one batch. (Centring over all B columns before a per-batch
             batch norm changes nothing: each batch norm removes its own mean.)
-        progress: show a progress bar over layers; default: when the job exceeds 2e10
+        progress: show a progress bar over layers (where bnsym.core.progress allows); default: when the job exceeds 2e10
             multiply-adds.
 
     Returns:
@@ -272,7 +272,7 @@ def simulate_forward(
         gen, normals = generator(seed, device), Normals(seed, device)
         out = x.mT.contiguous()  # neurons last, (M, B, N)
         grams, exact = [gram_of_rows(out)], torch.ones((), dtype=torch.bool, device=device)
-        for _ in tqdm(range(depth), desc=f"forward ({sampler})", disable=not bar):
+        for _ in progress_bar(range(depth), desc=f"forward ({sampler})", show=bar):
             if sampler == "weights":
                 h = _weights_preactivations(out, gen, chunk)
             else:

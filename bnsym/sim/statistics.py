@@ -35,7 +35,7 @@ def extrapolate_to_infinite_width(widths: np.ndarray, means: np.ndarray, ses: np
 
 
 def mc_tolerance(n_draws: int, n_comparisons: int = 1, false_alarm: float = 1e-3) -> float:
-    """k such that |mean - truth| < k SE holds for all of a family with probability at least 1 - false_alarm.
+    """k such that ``|mean - truth| < k SE`` holds for all of a family with probability at least 1 - false_alarm.
 
     Each of ``n_comparisons`` independent comparisons is a mean of ``n_draws`` independent draws whose standard
     error comes from the draws themselves, so (mean - truth) / SE is Student-t with n_draws - 1 degrees of freedom

@@ -1,0 +1,165 @@
+"""The built book, opened page by page in headless Chromium with no network.
+
+On every page: math is typeset by MathJax (the copy shipped with the book: the browser can reach nothing
+but the local server), with no error node and no raw TeX left; every image has loaded; no cell output is an
+error; every internal link resolves (page and anchor); the sidebar lists every chapter. Search finds a
+chapter by a word. A screenshot of each page goes to ``_build/screenshots/`` for a person to look at.
+
+Needs the Debian packages ``chromium`` and ``chromium-driver`` and a built book: ``$BNSYM_BOOK_HTML``
+(``make test`` points it at its test-scale build), else ``_build/html``. Skips, saying which is missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = Path(os.environ.get("BNSYM_BOOK_HTML", ROOT / "_build" / "html")).resolve()
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", shutil.which("chromium") or "") if p and
+                 Path(p).is_file()), None)
+CHROMEDRIVER = shutil.which("chromedriver")
+SEARCH_WORD, SEARCH_PAGE = "Gegenbauer", "notebooks/04_gegenbauer.html"
+
+if not (HTML / "index.html").is_file():
+    pytest.skip(f"no built book at {HTML} (make book, or make test)", allow_module_level=True)
+if CHROMIUM is None or CHROMEDRIVER is None:
+    pytest.skip("no Chromium: apt-get install chromium chromium-driver", allow_module_level=True)
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the dev extra)")
+
+PAGES = sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
+               if not any(part.startswith("_") for part in p.relative_to(HTML).parts))
+
+
+def _toc_pages() -> set[str]:
+    """Every page the table of contents lists below its root, as its HTML path."""
+    def files(node) -> list[str]:
+        if isinstance(node, dict):
+            return ([node["file"]] if "file" in node else []) + [f for v in node.values() for f in files(v)]
+        return [f for v in node for f in files(v)] if isinstance(node, list) else []
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return {f"{name}.html" for name in files(toc.get("parts", toc.get("chapters", [])))}
+
+
+@pytest.fixture(scope="module")
+def site():
+    """The book served on 127.0.0.1 (the only host the browser can reach)."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
+                 # offline: no name resolves, and every connection but loopback goes to a closed port
+                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--proxy-server=http://127.0.0.1:9"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_script_timeout(60)
+    yield driver
+    driver.quit()
+
+
+# Waits for MathJax's typesetting and for every image, then reports what the page shows.
+INSPECT = r"""
+const done = arguments[arguments.length - 1];
+const images = Array.from(document.images);
+images.forEach((img) => { img.loading = "eager"; });
+const typeset = window.MathJax && MathJax.startup ? MathJax.startup.promise : Promise.resolve();
+Promise.all([typeset, ...images.map((img) => img.decode().catch(() => null))]).then(() => {
+  const raw = [];
+  const walker = document.createTreeWalker(document.querySelector("main") || document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    if (node.parentElement.closest("pre, code, script, style, mjx-container, .highlight")) continue;
+    const match = node.textContent.match(/\$\$|\\begin|\\\(|\\\[/);
+    if (match) raw.push(node.textContent.trim().slice(0, 80));
+  }
+  done({
+    mathjax: window.MathJax ? MathJax.version || "" : null,
+    mathjaxSrc: Array.from(document.scripts).map((s) => s.src).filter((s) => /mathjax/i.test(s)),
+    mathNodes: document.querySelectorAll("main .math, main span.math, main div.math").length,
+    typeset: document.querySelectorAll("mjx-container").length,
+    mathErrors: document.querySelectorAll("mjx-merror, .MathJax_Error").length,
+    raw: raw,
+    badImages: images.filter((img) => !(img.complete && img.naturalWidth > 0)).map((img) => img.src),
+    errors: Array.from(document.querySelectorAll("div.output.traceback, div.output.error")).map(
+      (e) => e.textContent.trim().slice(0, 200)),
+    links: Array.from(document.querySelectorAll("a[href]")).map((a) => a.href),
+    sidebar: Array.from(document.querySelectorAll(".bd-sidebar-primary a[href]")).map((a) => a.href),
+  });
+});
+"""
+
+
+@functools.cache
+def _ids(page: Path) -> frozenset[str]:
+    return frozenset(re.findall(r'\sid="([^"]+)"', page.read_text(errors="replace")))
+
+
+def _broken(links: list[str], origin: str) -> list[str]:
+    broken = []
+    for link in links:
+        if not link.startswith(origin):
+            continue  # external: not followed
+        parts = urlsplit(link)
+        target = HTML / unquote(parts.path).lstrip("/")
+        target = target / "index.html" if target.is_dir() else target
+        if not target.is_file():
+            broken.append(link)
+        elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in _ids(target):
+            broken.append(link)
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page(browser, site, page):
+    browser.get(site + page)
+    seen = browser.execute_async_script(INSPECT)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / (page.replace("/", "__").removesuffix(".html") + ".png")))
+
+    if seen["mathNodes"]:
+        assert seen["mathjax"] and seen["mathjax"].startswith("3"), "MathJax did not load"
+        assert all(src.startswith(site) for src in seen["mathjaxSrc"]), seen["mathjaxSrc"]
+        assert seen["typeset"] > 0, "math on the page, but MathJax typeset none of it"
+    assert seen["mathErrors"] == 0, f"{seen['mathErrors']} MathJax error nodes"
+    assert not seen["raw"], f"raw TeX left in the text: {seen['raw'][:5]}"
+    assert not seen["badImages"], f"images that did not load: {seen['badImages']}"
+    assert not seen["errors"], f"error outputs: {seen['errors']}"
+    assert not _broken(seen["links"], site), f"broken internal links: {_broken(seen['links'], site)}"
+    listed = {link[len(site):].split("#")[0] for link in seen["sidebar"] if link.startswith(site)}
+    missing = _toc_pages() - listed
+    assert not missing, f"the sidebar lacks {sorted(missing)}"
+
+
+def test_search_finds_a_chapter(browser, site):
+    browser.get(f"{site}search.html?q={SEARCH_WORD}")
+    found = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const start = Date.now();
+        (function poll() {
+          const hits = Array.from(document.querySelectorAll("#search-results li a")).map((a) => a.href);
+          if (hits.length || Date.now() - start > 30000) done(hits); else setTimeout(poll, 200);
+        })();""")
+    assert any(hit.split("#")[0].split("?")[0].endswith(SEARCH_PAGE) for hit in found), found
