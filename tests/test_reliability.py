@@ -16,7 +16,8 @@ import pytest
 import bnsym
 from bnsym import dilution
 from bnsym.cli import main
-from bnsym.core.validation import MAX_BATCH_SIZE, MAX_GAMMA, MIN_RELATIVE_VARIANCE
+from bnsym.core.activations import MAX_GAMMA
+from bnsym.core.validation import MAX_BATCH_SIZE, MIN_RELATIVE_VARIANCE
 
 
 def _message(call) -> str:

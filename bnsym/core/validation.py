@@ -15,8 +15,9 @@ raises another exception type for bad input.
   G Sigma G != 0 (:func:`check_covariance`).
 * **An activation** is an :class:`~bnsym.core.activations.Activation` or a string that
   :func:`~bnsym.core.activations.parse_activation` understands, each parameter finite and given once, and
-  0 < |gamma| <= ``MAX_GAMMA`` for tanh, erf and sin. At a batch size B it must be *usable on the BN sphere*
-  (:func:`check_activation`), where each coordinate x of the batch-norm output lies in [-sqrt(B-1), sqrt(B-1)]:
+  0 < |gamma| <= ``MAX_GAMMA`` of :mod:`~bnsym.core.activations` (3; it says why) for tanh, erf and sin. At a
+  batch size B it must be *usable on the BN sphere* (:func:`check_activation`), where each coordinate x of the
+  batch-norm output lies in [-sqrt(B-1), sqrt(B-1)]:
 
   - *not constant*: a phi constant there (``relu(beta=-50)`` at B = 8 is identically 0) makes every next-layer
     pre-activation equal across the batch, and batch norm divides by their variance, 0;
@@ -39,13 +40,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import gammaln, roots_legendre
 
-if TYPE_CHECKING:  # pragma: no cover - activations imports this module's constants
-    from .activations import Activation
+from .activations import Activation
 
 MIN_BATCH_SIZE = 4
 WHY_MIN_BATCH = (
@@ -58,12 +57,6 @@ WHY_MAX_BATCH = (
     "the theory's quantities approach their B -> infinity limits like 1/B, and float64 resolves them only to "
     "about B x 1e-17: 1 - lambda_L ~ 1/B loses log10(B) of float64's 16 digits to cancellation (measured against "
     "exact SymPy values: relative error 1e-13 at B = 1e3, 1e-12 at B = 1e5), so B <= 1e7 keeps at least 9 digits"
-)
-MAX_GAMMA = 3.0
-WHY_MAX_GAMMA = (
-    "phi(gamma z) tends to a step function as |gamma| grows, whose gradient rate diverges, and the quadratures "
-    "stop resolving its transition of width 1/gamma (measured for tanh and erf, B = 4 to 1e6: the spherical "
-    "routes' relative error estimates stay below 1e-3 up to gamma = 3, reach 1e-2 at gamma = 5 and 3e-2 at 10)"
 )
 MIN_VARIANCE = np.finfo(float).tiny / np.finfo(float).eps  # ~1e-292: below it a variance loses digits (subnormal)
 MIN_RELATIVE_VARIANCE = 1e-8  # mu*/q* below it leaves fewer than 8 of float64's 16 digits in mu* = q* - q* c*
