@@ -127,7 +127,8 @@ def expect_pair(
     if not kinks:  # a smooth periodic integrand: the trapezoidal rule on the circle converges geometrically
         psi = np.arange(n) * (2 * np.pi / n)
         values = f(r * np.cos(psi), r * np.cos(psi - theta0))
-        return float(np.sum(w_u[:, None, None] * values) / n)
+        total = np.sum(w_u[:, None, None] * values, axis=(-3, -2, -1)) / n
+        return float(total) if np.ndim(total) == 0 else total
     # angular breakpoints: psi where x_1 or x_2 crosses a kink (clipped arccos gives harmless extras)
     breaks = [np.zeros_like(u), np.full_like(u, 2 * np.pi)]
     for k in kinks:

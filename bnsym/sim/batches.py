@@ -13,7 +13,7 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from .device import configure_torch, default_device, generator
-from .networks import batch_norm, gram, gram_root
+from .networks import _psd_factor, batch_norm, gram
 
 
 def simulate_batched_gram(phi: str | Activation, inputs: np.ndarray, depth: int, batch_size: int, width: int,
@@ -32,8 +32,8 @@ def simulate_batched_gram(phi: str | Activation, inputs: np.ndarray, depth: int,
     gen = generator(seed, device)
     kernel = (x @ x.T / d).to(device).expand(n_networks, n, n)
     for _ in range(depth):
-        root, _ = gram_root(kernel)
-        h = torch.randn(n_networks, width, root.shape[-1], generator=gen, device=device, dtype=root.dtype) @ root.mT
-        h = batch_norm(h.reshape(n_networks, width, n // batch_size, batch_size)).reshape(n_networks, width, n)
+        root = _psd_factor(kernel)  # eigendecomposition: the input Gram may be singular (d < n)
+        h = torch.randn(n_networks, width, n, generator=gen, device=device, dtype=root.dtype) @ root.mT
+        h = batch_norm(h, sizes=(batch_size,) * (n // batch_size))
         kernel = gram(phi.torch(h))
     return kernel
