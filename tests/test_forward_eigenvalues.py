@@ -94,7 +94,7 @@ def test_default_and_explicit_methods():
     ({"phi": "relu", "B": 8, "eps": -1.0}, "eps"),
     ({"phi": "relu", "B": 8, "eps": 0.1}, "eps = 0"),
     ({"phi": "relu", "B": 8, "method": "fourier"}, "unknown method"),
-    ({"phi": "relu", "B": 8, "method": "gegenbauer", "tol": -1.0}, "tol must be a positive"),
+    ({"phi": "relu", "B": 8, "method": "gegenbauer", "tol": -1.0}, "tol must be a finite number > 0"),
     ({"phi": "tanh", "B": 8, "method": "closed_form"}, "positive-homogeneous"),
 ])
 def test_bad_input(kwargs, match):
