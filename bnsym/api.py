@@ -321,7 +321,7 @@ def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False
     """
     batch_size = check_batch_size(B, array_ok=True)
     if np.ndim(batch_size):
-        raise ValueError("backward_eigenvalues takes one batch size B at a time; for an array of B, "
+        raise ValueError("backward_eigenvalues takes one batch size at a time; for an array of B, "
                          "gradient_rate(method='closed_form') gives lambda_G")
     phi = check_activation(parse_activation(phi), batch_size, slope=True)
     operator = operator_eigenvalues(phi, batch_size)
