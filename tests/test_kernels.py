@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import HOMOGENEOUS, gaussian_pair_moment, homogeneous, random_psd, rho_second_moment
-from scipy.special import gamma
+from scipy.special import gamma, hyp2f1
 
 from bnsym.core.activations import parse_activation
 from bnsym.meanfield.kernels import (
@@ -26,6 +26,7 @@ from bnsym.meanfield.kernels import (
     derive_arccos_kernel,
     gauss_hermite_kernel,
     gauss_hermite_pair,
+    gauss_hypergeometric,
     gaussian_kernel,
     phi_kernel,
     phi_kernel_derivative,
@@ -61,6 +62,14 @@ def test_derived_kernels_are_the_catalogue_closed_forms():
     }
     for order, expected in closed.items():
         assert sp.simplify(derive_arccos_kernel(order).result - expected) == 0
+
+
+@pytest.mark.parametrize("a, b, c_", [(-0.75, -0.75, 0.5), (-0.25, -0.25, 1.5), (0.3, 1.2, 0.5), (-2.5, 0.5, 1.5)])
+def test_gauss_hypergeometric_is_scipys(a, b, c_):
+    """The Horner series (|x| <= 1/4) and SciPy (elsewhere) give 2F1 to rounding, on both sides of the switch."""
+    x = np.concatenate([np.linspace(-0.25, 0.25, 101), [-0.9, -0.3, 0.26, 0.6, 0.99], [0.0]])
+    np.testing.assert_allclose(gauss_hypergeometric(a, b, c_, x), hyp2f1(a, b, c_, x), rtol=1e-14, atol=1e-15)
+    assert gauss_hypergeometric(a, b, c_, np.zeros(3)).tolist() == [1.0, 1.0, 1.0]
 
 
 def test_negative_order_is_refused():

@@ -91,6 +91,31 @@ def arccos_kernel_symbolic(alpha: sp.Expr) -> sp.Expr:
     return (even + odd) / (4 * c_alpha_symbolic(alpha))
 
 
+def gauss_hypergeometric(a: float, b: float, c: float, x: np.ndarray) -> np.ndarray:
+    """2F1(a, b; c; x), vectorised over x: the Gauss series sum_k (a)_k (b)_k / ((c)_k k!) x^k by Horner where
+    |x| <= 1/4 (K terms with max|x|^K < 1e-17), SciPy's hyp2f1 elsewhere. The series is several times faster for
+    the correlations of a batch, c^2 <= 1/(B-1)^2."""
+    x = np.asarray(x, dtype=float)
+    small = np.abs(x) <= 0.25
+    every = bool(small.all())  # the usual case: no masking
+    xs = x if every else x[small]
+    largest = float(np.abs(xs).max()) if xs.size else 0.0
+    terms = 1 if largest == 0 else int(np.ceil(np.log(1e-17) / np.log(largest)))
+    coefficients = [1.0]
+    for k in range(terms):
+        coefficients.append(coefficients[-1] * (a + k) * (b + k) / ((c + k) * (k + 1)))
+    series = np.full_like(xs, coefficients[-1])
+    for coefficient in reversed(coefficients[:-1]):
+        series *= xs
+        series += coefficient
+    if every:
+        return series
+    out = np.empty_like(x)
+    out[small] = series
+    out[~small] = hyp2f1(a, b, c, x[~small])
+    return out
+
+
 def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     """J_alpha(c), vectorised over c in [-1, 1], for alpha > -1/2.
 
@@ -105,9 +130,9 @@ def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     if float(alpha).is_integer() and alpha <= 3:
         return np.clip(_integer_kernel(int(alpha))(corr) + 0.0 * corr, 0.0, 1.0)
     x = corr**2
-    even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * hyp2f1(
+    even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * gauss_hypergeometric(
         -alpha / 2, -alpha / 2, 0.5, x)
-    odd = np.exp((alpha + 1) * np.log(2.0) + 2 * gammaln(alpha / 2 + 1) - np.log(np.pi)) * corr * hyp2f1(
+    odd = np.exp((alpha + 1) * np.log(2.0) + 2 * gammaln(alpha / 2 + 1) - np.log(np.pi)) * corr * gauss_hypergeometric(
         (1 - alpha) / 2, (1 - alpha) / 2, 1.5, x)
     return np.clip((even + odd) / (4 * c_alpha(alpha)), 0.0, 1.0)
 

@@ -32,13 +32,13 @@ from ..core.progress import progress_bar
 from .device import Normals, configure_torch, default_device, generator
 from .networks import (
     _CACHE_BYTES,
-    _CHUNK_BYTES,
     _PROGRESS_FLOPS,
     SAMPLERS,
     _batched_inputs,
     _gram_preactivations,
     batch_norm_forward,
     centred_factor,
+    chunk_budget,
     gram_of_rows,
 )
 
@@ -156,8 +156,9 @@ def simulate_gradients(
 
     Arguments as :func:`bnsym.sim.simulate_forward`; ``sampler`` is "gram" (exact conditional
     sampling, the default) or "weights" (explicit weights); ``chunk`` networks are simulated at a time
-    (default: keep the stored activations, and for "weights" the stored W, under 512 MB; for "gram" on the CPU
-    also keep one chunk's (B, N) tensor within 2 MB, so that its many passes stay in cache: about 20% faster).
+    (default: keep the stored activations, and for "weights" the stored W, within :func:`chunk_budget`; for
+    "gram" on the CPU also keep one chunk's (B, N) tensor within 2 MB, so that its many passes stay in cache:
+    about 20% faster).
     """
     configure_torch()
     if sampler not in SAMPLERS:
@@ -171,7 +172,7 @@ def simulate_gradients(
     per_network = (depth * x.element_size() * (n * n if sampler == "weights" else 0)
                    + 4 * depth * n * b * x.element_size())
     if chunk is None:
-        chunk = max(1, _CHUNK_BYTES // per_network)
+        chunk = max(1, chunk_budget(device) // per_network)
         if sampler == "gram" and torch.device(device).type == "cpu":  # memory-bound passes: keep them in cache
             chunk = min(chunk, max(1, _CACHE_BYTES // (n * b * x.element_size())))
     flops = 2 * m * depth * n * b * (n if sampler == "weights" else 4 * b)

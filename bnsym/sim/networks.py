@@ -24,9 +24,18 @@ from ..core.progress import progress_bar
 from .device import Normals, configure_torch, default_device, generator
 
 SAMPLERS = ("weights", "gram")
-_CHUNK_BYTES = 512 * 2**20  # the "weights" sampler keeps one chunk's W under this size
+_CHUNK_BYTES = 512 * 2**20  # memory a simulator keeps per chunk of networks on the CPU (see chunk_budget)
 _CACHE_BYTES = 2 * 2**20  # the "gram" sampler on the CPU keeps one chunk's (B, N) activations under this size
 _PROGRESS_FLOPS = 2e10  # show a progress bar by default above this many multiply-adds
+
+
+def chunk_budget(device: torch.device | str) -> int:
+    """Bytes a simulator keeps per chunk of networks: 512 MB on the CPU; on a GPU a quarter of its free memory
+    (at least 512 MB), so that a chunk fills the card."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return _CHUNK_BYTES
+    return max(_CHUNK_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
 
 
 def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False,
@@ -246,12 +255,13 @@ def simulate_forward(
             as rows N(0, G G^{l-1} G) (:func:`centred_factor`). Both give the same law of (G^0, ..., G^L).
         device: where to compute; default :func:`default_device`.
         dtype: the compute dtype (float64 for comparisons with theory; TF32 is always off).
-        chunk: networks per W draw of the "weights" sampler; default keeps a chunk's W under
-            512 MB.
+        chunk: networks per W draw of the "weights" sampler; default keeps a chunk's W within
+            :func:`chunk_budget` (512 MB on the CPU).
         sizes: batch sizes that split the B columns into batches normalised separately (two batches
             through one network, App. H); default one batch. (Centring over all B columns before a per-batch
             batch norm changes nothing: each batch norm removes its own mean.)
-        progress: show a progress bar over layers (where bnsym.core.progress allows); default: when the job exceeds 2e10
+        progress: show a progress bar over layers (where bnsym.core.progress allows); default: when
+            the job exceeds 2e10
             multiply-adds.
 
     Returns:
@@ -264,7 +274,7 @@ def simulate_forward(
     m, n, b = x.shape
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {SAMPLERS}")
-    chunk = chunk or max(1, _CHUNK_BYTES // (n * n * x.element_size()))
+    chunk = chunk or max(1, chunk_budget(device) // (n * n * x.element_size()))
     flops = m * n * b * depth * (n if sampler == "weights" else b)
     bar = progress if progress is not None else flops > _PROGRESS_FLOPS
 
