@@ -138,7 +138,8 @@ class Erratum:
     def _repr_markdown_(self) -> str:
         return (f":::{{admonition}} {self.title}\n:class: {'warning' if self.kind == 'erratum' else 'note'}\n\n"
                 f"**Printed.** {self.original}\n\n**Corrected.** {self.corrected}\n\n"
-                f"**Evidence.** {{ref}}`{self.evidence}` ({self.strength}).\n:::\n")
+                f"**Evidence.** {{{'eq' if self.evidence.startswith('eq-') else 'ref'}}}`{self.evidence}` "
+                f"({self.strength}).\n:::\n")
 
     def _repr_html_(self) -> str:
         rows = (("Printed", self.original), ("Corrected", self.corrected),

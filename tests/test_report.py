@@ -81,6 +81,15 @@ def test_erratum_renders_and_reloads(tmp_path):
     assert load_errata(tmp_path) == []
 
 
+def test_erratum_links_an_equation_with_eq():
+    """An equation label needs MyST's eq role (ref cannot target it), as the errata page's links do."""
+    from bnsym.report import CheckLog
+
+    erratum = CheckLog("99_demo").erratum("yang2019meanfield", "eq. (9)", "a", "b", evidence="eq-demo",
+                                          strength="shown numerically", kind="ambiguity")
+    assert "{eq}`eq-demo` (shown numerically)" in erratum._repr_markdown_()
+
+
 @pytest.mark.parametrize("change, message", [({"strength": "likely"}, "strength must be"),
                                              ({"kind": "typo"}, "kind must be"), ({"original": " "}, "non-empty")])
 def test_erratum_rejects_bad_input(change, message):

@@ -87,9 +87,9 @@ def helmert(batch_size: int, like: torch.Tensor) -> torch.Tensor:
 
 def _jacobi_rule(n: int, exponent_one_minus: float, exponent_zero: float, like: torch.Tensor):
     """Nodes x in (0, 1) and normalised weights for x^(exponent_zero) (1 - x)^(exponent_one_minus)."""
-    t, w = gauss_jacobi(n, exponent_one_minus, exponent_zero)
-    return (torch.as_tensor((1 + t) / 2, dtype=like.dtype, device=like.device),
-            torch.as_tensor(w, dtype=like.dtype, device=like.device))
+    t, w = gauss_jacobi(n, exponent_one_minus, exponent_zero)  # cached, read-only: torch gets copies
+    return (torch.tensor((1 + t) / 2, dtype=like.dtype, device=like.device),
+            torch.tensor(w, dtype=like.dtype, device=like.device))
 
 
 def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) -> torch.Tensor:
