@@ -250,7 +250,7 @@ def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, si
 def collapse_eps(phi: str | Activation, B: int, sigma_w2: float = 1.0) -> float:
     """eps*: above it the only attracting fixed point has mu* = 0 and the centred covariance shrinks every layer.
 
-    Closed forms (derived in :func:`bnsym.meanfield.epsilon.derive_fixed_point_equation`): sigma_w2 mu_0* (B-1)/B
+    Closed forms (derived in ``bnsym.meanfield.epsilon.derive_fixed_point_equation``): sigma_w2 mu_0* (B-1)/B
     for degree-1 positive-homogeneous phi (mu_0* at eps = 0); sigma_w2 phi'(0)^2 for phi smooth at 0 whose
     H(w) is largest at w = 0 (tanh(gamma z): gamma^2 sigma_w2). inf for degree < 1 (it never collapses).
     """
@@ -346,11 +346,11 @@ def depth_scale(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndar
 def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0,
                         sigma_w2: float = 1.0, method: str | None = None, tol: float = 1e-8,
                         with_error: bool = False) -> float | np.ndarray | Estimate:
-    """The predicted deepest trainable network, 16 xi = 16 / |log lambda_G| layers (Sec. 4, Fig 3, Fig 5; R19).
+    """The predicted deepest trainable network, 16 xi = 16 / abs(log lambda_G) layers (Sec. 4, Fig 3, Fig 5; R19).
 
     The factor 16 is ``MAX_TRAINABLE_DEPTH_FACTOR`` of :mod:`bnsym.meanfield.backward`: the paper's empirical
     finding that SGD trains networks up to about 16 depth scales deep. gamma and beta enter through the
-    activation (``"tanh(gamma=0.5)"``, ``"relu(beta=2)"``), eps and sigma_w2 as arguments. |log lambda_G|: where
+    activation (``"tanh(gamma=0.5)"``, ``"relu(beta=2)"``), eps and sigma_w2 as arguments. abs(log lambda_G): where
     eps makes gradients vanish (lambda_G < 1) they limit the depth as well. ``method``, ``tol`` and arrays of B or
     of eps as for :func:`gradient_rate`; inf where lambda_G = 1. With ``with_error=True`` returns the Estimate.
     """

@@ -9,7 +9,7 @@ with i.i.d. standard normal W^l and v (sigma_w^2 = 1, no bias; with eps = 0 batc
 so sigma_w^2 changes nothing but the scale of f). As the width N grows the outputs f over all n inputs become a
 centred Gaussian process (Yang et al. 2019, Sec. 1 and App. H) with covariance K^L, where K^0 = X X^T / d and,
 for two batches a and b, the joint 2B x 2B block of K^l is the cross-batch layer map applied to that of
-K^{l-1} (:func:`bnsym.meanfield.crossbatch.cross_batch_kernel_laplace`; its diagonal blocks are
+K^{l-1} (``bnsym.meanfield.crossbatch.cross_batch_kernel_laplace``; its diagonal blocks are
 :func:`bnsym.bn_kernel`'s).
 
 **Which points share a batch.** The prior depends on it: a train-mode BN network's output for x depends on
@@ -337,7 +337,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
         if len(self.classes_) < 2:
-            raise ValueError(f"a classifier needs at least 2 classes in y, got {len(self.classes_)}")
+            raise ValueError(f"y has 1 class ({self.classes_[0]!r}); a classifier needs at least 2 classes")
         codes = np.eye(len(self.classes_))[encoder.transform(y)] - 1.0 / len(self.classes_)
         self._fit_targets(X, codes)
         return self
