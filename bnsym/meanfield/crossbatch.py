@@ -51,6 +51,7 @@ from .sphere import expect_pair_with_error
 
 RTOL = 1e-9  # adaptive rule: nodes per axis double from 8 until two rules agree to RTOL max |V|
 MAX_NODES = 128
+RANK_TOL = 1e-10  # an eigenvalue below this times the mean eigenvalue of its batch's block counts as zero
 _CHUNK_BYTES = 256 * 2**20  # memory budget of one chunk of the stack of inputs
 
 
@@ -92,13 +93,19 @@ def _jacobi_rule(n: int, exponent_one_minus: float, exponent_zero: float, like: 
             torch.tensor(w, dtype=like.dtype, device=like.device))
 
 
-def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) -> torch.Tensor:
-    """The cross block of (*) for reduced centred covariances ``omega`` (..., r1 + r2, r1 + r2), r_k = B_k - 1.
+def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, rank1: int,
+                 rank2: int) -> torch.Tensor:
+    """The cross block of (*) for reduced centred covariances ``omega`` (..., r1 + r2, r1 + r2), r_k = B_k - 1,
+    whose diagonal blocks Omega_11, Omega_22 have ranks ``rank1``, ``rank2`` (r1, r2 unless the batch's inputs
+    span fewer directions, as raw inputs with fewer features than B - 1 do).
 
     Each batch is rescaled to unit mean eigenvalue (batch norm is scale invariant per batch). The changes of
     variables s = x / (2 m1 (1 - x)), t = y / (2 m2 (1 - y)), m1 = mean eig Omega_11, m2 = mean eig Y_s, turn (*)
-    into int int x^(alpha/2-1) (1-x)^(r1/2-1) y^(alpha/2-1) (1-y)^(r2/2-1) F(x, y) dx dy with F smooth where
-    Omega_11 and Y_s have full rank; a tensor Gauss-Jacobi rule integrates the endpoint powers exactly.
+    into int int x^(alpha/2-1) (1-x)^(r1/2-1) y^(alpha/2-1) (1-y)^(r2/2-1) F(x, y) dx dy. Each zero eigenvalue of
+    Omega_11 puts a factor (1 + 0)^(-1/2) in det(I + 2s Omega_11), that is (1 - x)^(-1/2) after the change of
+    variables, and likewise for Y_s, whose rank is that of Omega_22 for every finite s; those factors are taken
+    into the endpoint powers, (1-x)^(rank1/2-1) (1-y)^(rank2/2-1), and F is smooth again. A tensor Gauss-Jacobi
+    rule integrates the endpoint powers exactly.
     """
     alpha = phi.degree
     r1 = batch1 - 1
@@ -109,26 +116,29 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) 
     m1 = o11.diagonal(0, -2, -1).mean(-1)[..., None, None]  # batch norm is scale invariant per batch:
     m22 = o22.diagonal(0, -2, -1).mean(-1)[..., None, None]  # rescale each to mean eigenvalue 1
     o11, o12, o22 = o11 / m1, o12 / (m1 * m22).sqrt(), o22 / m22
-    omega_eig, u = torch.linalg.eigh(o11)  # (..., r1), (..., r1, r1); mean eigenvalue 1
-    x, wx = _jacobi_rule(nodes, r1 / 2 - 1, alpha / 2 - 1, omega)
-    y, wy = _jacobi_rule(nodes, r2 / 2 - 1, alpha / 2 - 1, omega)
+    omega_eig, u = torch.linalg.eigh(o11)  # (..., r1), (..., r1, r1); ascending
+    live1 = torch.arange(r1, device=omega.device) >= r1 - rank1  # the rank1 nonzero eigenvalues
+    omega_eig = torch.where(live1, omega_eig, 0.0)
+    x, wx = _jacobi_rule(nodes, rank1 / 2 - 1, alpha / 2 - 1, omega)
+    y, wy = _jacobi_rule(nodes, rank2 / 2 - 1, alpha / 2 - 1, omega)
     xs = x[:, None]  # (nx, 1)
     den1 = (1 - xs) + xs * omega_eig[..., None, :]  # (..., nx, r1): (1 + 2 s omega_k) (1 - x)
-    det1 = den1.rsqrt().prod(-1)  # (..., nx)
+    det1 = torch.where(live1, den1, 1.0).rsqrt().prod(-1)  # (..., nx)
     t1 = e1 @ u  # (..., B1, r1)
     p0 = (t1.square()[..., None, :, :] * (omega_eig[..., None, :] / den1)[..., None, :]).sum(-1)  # (..., nx, B1)
-    rot = u.mT @ o12  # (..., r1, r2)
+    rot = torch.where(live1[:, None], u.mT @ o12, 0.0)  # (..., r1, r2); o12 vanishes on the null space of o11
     tilt = xs / den1  # (..., nx, r1): 2 s / (1 + 2 s omega_k)
     ys_ = o22[..., None, :, :] - rot.mT[..., None, :, :] @ (tilt[..., :, None] * rot[..., None, :, :])
-    kappa, v = torch.linalg.eigh(ys_)  # (..., nx, r2)
-    kappa = kappa.clamp(min=0.0)
+    kappa, v = torch.linalg.eigh(ys_)  # (..., nx, r2), ascending
+    live2 = torch.arange(r2, device=omega.device) >= r2 - rank2
+    kappa = torch.where(live2, kappa.clamp(min=0.0), 0.0)
     m2 = kappa.mean(-1).clamp(min=torch.finfo(omega.dtype).tiny)  # (..., nx)
     ratio = kappa / m2[..., None]
     t2 = e2 @ v  # (..., nx, B2, r2)
-    z = (t1[..., None, :, :] / den1[..., None, :]) @ (rot[..., None, :, :] @ v)  # (..., nx, B1, r2)
+    z = torch.where(live2, (t1[..., None, :, :] / den1[..., None, :]) @ (rot[..., None, :, :] @ v), 0.0)
     yy = y[:, None]
     den2 = (1 - yy) + yy * ratio[..., None, :]  # (..., nx, ny, r2)
-    det2 = den2.rsqrt().prod(-1)  # (..., nx, ny)
+    det2 = torch.where(live2, den2, 1.0).rsqrt().prod(-1)  # (..., nx, ny)
     q = (t2.square()[..., None, :, :] * (kappa[..., None, :] / den2)[..., None, :]).sum(-1)  # (..., nx, ny, B2)
     drop = (1 - xs) * y / m2[..., None]  # (..., nx, ny): (1 - x) y / m2
     p = p0[..., None, :] - drop[..., None] * (z.square()[..., None, :, :] / den2[..., None, :]).sum(-1)
@@ -141,7 +151,8 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) 
     weight = (wx[:, None] * wy) * det1[..., None] * det2 * m2[..., None] ** (-alpha / 2)
     total = (weight[..., None, None] * integrand).sum((-4, -3))
     log_pref = (alpha / 2 * math.log(batch1 * batch2 / 4) + float(np.log(c_alpha(alpha)))
-                + gammaln(r1 / 2) + gammaln(r2 / 2) - gammaln((alpha + r1) / 2) - gammaln((alpha + r2) / 2))
+                + gammaln(rank1 / 2) + gammaln(rank2 / 2) - gammaln((alpha + rank1) / 2)
+                - gammaln((alpha + rank2) / 2))
     return math.exp(log_pref) * total
 
 
@@ -159,12 +170,28 @@ def _reduce(sigma: torch.Tensor, batch1: int) -> torch.Tensor:
     return basis.mT @ sigma @ basis
 
 
+def _ranks(block: torch.Tensor) -> torch.Tensor:
+    """Numerical ranks of a stack of PSD matrices: eigenvalues above RANK_TOL times the mean eigenvalue."""
+    eig = torch.linalg.eigvalsh(block)
+    return (eig > RANK_TOL * eig.mean(-1, keepdim=True).clamp(min=torch.finfo(block.dtype).tiny)).sum(-1)
+
+
 def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) -> torch.Tensor:
-    """:func:`_cross_block` over a flat stack (n, r, r), in chunks that keep the node arrays under a budget."""
+    """:func:`_cross_block` over a flat stack (n, r, r), grouped by the ranks of the two diagonal blocks, in chunks
+    that keep the node arrays under a budget."""
+    r1 = batch1 - 1
     batch2 = omega.shape[-1] - batch1 + 2
     per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * 4
     size = max(1, _CHUNK_BYTES // per_item)
-    return torch.cat([_cross_block(phi, part, batch1, nodes) for part in omega.split(size)])
+    ranks = torch.stack([_ranks(omega[:, :r1, :r1]), _ranks(omega[:, r1:, r1:])], -1)
+    if bool((ranks == 0).any()):
+        raise ValueError("a batch's centred covariance is zero: batch norm divides by a zero batch variance")
+    out = omega.new_empty(len(omega), batch1, batch2)
+    for rank1, rank2 in torch.unique(ranks, dim=0).tolist():
+        index = ((ranks[:, 0] == rank1) & (ranks[:, 1] == rank2)).nonzero()[:, 0]
+        out[index] = torch.cat([_cross_block(phi, omega[part], batch1, nodes, rank1, rank2)
+                                for part in index.split(size)])
+    return out
 
 
 def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor, batch1: int,
