@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -88,10 +89,12 @@ def _psd_factor(k: torch.Tensor) -> torch.Tensor:
     return eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2)
 
 
+@lru_cache(maxsize=64)
 def centred_basis(batch_size: int, device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """e (B x (B-1)): orthonormal columns spanning 1^perp (Helmert basis), so e e^T = G = I - 11^T/B.
 
-    Column k (k = 1..B-1) is (1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1)), with k ones; built on ``device``.
+    Column k (k = 1..B-1) is (1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1)), with k ones; built on ``device``
+    once per (B, device, dtype) and shared: do not modify it.
     """
     row = torch.arange(batch_size, device=device, dtype=dtype).unsqueeze(-1)
     k = torch.arange(1, batch_size, device=device, dtype=dtype)
@@ -135,9 +138,8 @@ def centred_factor(k: torch.Tensor, robust: bool = False) -> CentredFactor:
     chol, info = torch.linalg.cholesky_ex(reduced)
     pivots = chol.diagonal(0, -2, -1).square()  # a rank-deficient K_r leaves pivots of rounding size
     exact = (info == 0) & (pivots.amin(-1) > 1e-12 * pivots.amax(-1))
-    identity = torch.eye(chol.shape[-1], dtype=k.dtype, device=k.device)
-    inverse = torch.linalg.solve_triangular(chol, identity, upper=False)  # L^-1
-    return CentredFactor(e @ chol, e @ inverse.mT, exact)
+    inverse_root = torch.linalg.solve_triangular(chol, e.mT, upper=False).mT  # (L^-1 e^T)^T = e L^-T
+    return CentredFactor(e @ chol, inverse_root, exact)
 
 
 def inputs_with_gram(
