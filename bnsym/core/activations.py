@@ -149,8 +149,8 @@ def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
         return positive if alpha == 1 else positive**alpha
 
     def deriv_t(x):
-        if alpha == 1:  # the step function, in one pass: the Monte Carlo backward pass calls this per layer
-            return (x > -beta).to(x.dtype)
+        if alpha == 1:  # the step function, written as floats in one pass: the Monte Carlo backward calls it per layer
+            return torch.gt(x, -beta, out=torch.empty_like(x))
         r = torch.clamp(x + beta, min=0.0)
         return torch.where(r > 0, alpha * torch.where(r > 0, r, torch.ones_like(r)) ** (alpha - 1.0),
                            torch.zeros_like(r))

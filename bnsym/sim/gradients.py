@@ -94,28 +94,36 @@ def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root
 
 
 def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, sampler: str,
-               gen: torch.Generator, normals: Normals, robust: bool,
-               bar) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               gen: torch.Generator, normals: Normals, robust: bool, bar,
+               store: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Forward then backward pass of one chunk of networks: (forward Grams, gradient Grams, exact).
 
     Activations are stored neurons last, (M, B, N). ``exact`` (a device scalar) is False where a Cholesky
-    factor of the "gram" sampler failed.
+    factor of the "gram" sampler failed. ``store`` (the "gram" sampler), a (3 L + 1, >= M, B, N) tensor, holds
+    x^0..x^L, z^1..z^L and H_c^1..H_c^L; one store serves every chunk of a run, since on the CPU each fresh page
+    of memory costs a page fault, and re-allocating the stored activations chunk after chunk cost a third of
+    the run.
     """
     m, n, b = x.shape
-    x = x.mT.contiguous()
+
+    def slot(index: int) -> torch.Tensor | None:
+        return None if store is None else store[index, :m]
+
+    x = x.mT.contiguous() if store is None else slot(0).copy_(x.mT)
     xs, grams, saved = [x], [gram_of_rows(x)], []
     exact = torch.ones((), dtype=torch.bool, device=x.device)
-    for _ in range(depth):
+    for layer in range(depth):
         if sampler == "weights":
             w = torch.randn(m, n, n, generator=gen, device=x.device, dtype=x.dtype) / math.sqrt(n)
             h, memo = x @ w.mT, w
         else:
-            h, factor = _gram_preactivations(x, normals, robust)
+            h, factor = _gram_preactivations(x, normals, robust, out=slot(2 * depth + 1 + layer))
             exact = exact & factor.exact.all()
             memo = (h, factor.inverse_root)
-        z, s = batch_norm_forward(h, eps, centred=sampler == "gram", dim=-2)  # the Gram sampler draws G h
+        # the Gram sampler draws G h, already centred
+        z, s = batch_norm_forward(h, eps, centred=sampler == "gram", dim=-2, out=slot(depth + 1 + layer))
         saved.append((z, s, memo))
-        x = activation.torch(z)
+        x = activation.torch(z) if store is None else slot(layer + 1).copy_(activation.torch(z))
         xs.append(x)
         grams.append(gram_of_rows(x))
         bar.update(1)
@@ -182,10 +190,12 @@ def simulate_gradients(
     def run(robust: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         gen, normals = generator(seed, device), Normals(seed, device)
         grams, gradients, exact = [], [], torch.ones((), dtype=torch.bool, device=device)
+        store = (torch.empty(3 * depth + 1, min(chunk, m), b, n, dtype=dtype, device=device)
+                 if sampler == "gram" else None)
         with progress_bar(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
                           show=progress) as bar:
             for part in x.split(chunk):
-                g, p, ok = _chunk_run(part, depth, eps, activation, sampler, gen, normals, robust, bar)
+                g, p, ok = _chunk_run(part, depth, eps, activation, sampler, gen, normals, robust, bar, store)
                 grams.append(g)
                 gradients.append(p)
                 exact = exact & ok

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -38,17 +39,17 @@ def chunk_budget(device: torch.device | str) -> int:
     return max(_CHUNK_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
 
 
-def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False,
-                       dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False, dim: int = -1,
+                       out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(BN(h), s): BN(h) = (h - mean h) / s, s = sqrt(var h + eps) along the batch axis ``dim``, var biased (1/B).
 
-    ``centred``: h already has batch mean 0 (the Gram sampler draws G h), so the centring pass is skipped.
+    ``centred``: h already has batch mean 0 (the Gram sampler draws G h), so the centring pass is skipped;
+    ``out``: where to write BN(h).
     """
     if not centred:
         h = h - h.mean(dim, keepdim=True)
-    # vecdot: one pass and no temporary (vector_norm along dim -2 is 10x slower on the CPU)
     s = torch.sqrt(torch.linalg.vecdot(h, h, dim=dim).unsqueeze(dim) / h.shape[dim] + eps)
-    return h / s, s
+    return torch.div(h, s, out=out), s
 
 
 def batch_norm(h: torch.Tensor, eps: float = 0.0, sizes: tuple[int, ...] | None = None,
@@ -95,10 +96,12 @@ def _psd_factor(k: torch.Tensor) -> torch.Tensor:
     return eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2)
 
 
+@lru_cache(maxsize=64)
 def centred_basis(batch_size: int, device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """e (B x (B-1)): orthonormal columns spanning 1^perp (Helmert basis), so e e^T = G = I - 11^T/B.
 
-    Column k (k = 1..B-1) is (1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1)), with k ones; built on ``device``.
+    Column k (k = 1..B-1) is (1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1)), with k ones; built on ``device``
+    once per (B, device, dtype) and shared: do not modify it.
     """
     row = torch.arange(batch_size, device=device, dtype=dtype).unsqueeze(-1)
     k = torch.arange(1, batch_size, device=device, dtype=dtype)
@@ -142,9 +145,8 @@ def centred_factor(k: torch.Tensor, robust: bool = False) -> CentredFactor:
     chol, info = torch.linalg.cholesky_ex(reduced)
     pivots = chol.diagonal(0, -2, -1).square()  # a rank-deficient K_r leaves pivots of rounding size
     exact = (info == 0) & (pivots.amin(-1) > 1e-12 * pivots.amax(-1))
-    identity = torch.eye(chol.shape[-1], dtype=k.dtype, device=k.device)
-    inverse = torch.linalg.solve_triangular(chol, identity, upper=False)  # L^-1
-    return CentredFactor(e @ chol, e @ inverse.mT, exact)
+    inverse_root = torch.linalg.solve_triangular(chol, e.mT, upper=False).mT  # (L^-1 e^T)^T = e L^-T
+    return CentredFactor(e @ chol, inverse_root, exact)
 
 
 def inputs_with_gram(
@@ -198,17 +200,19 @@ def _weights_preactivations(x: torch.Tensor, gen: torch.Generator, chunk: int) -
     return torch.cat(products) / math.sqrt(n)
 
 
-def _gram_preactivations(x: torch.Tensor, normals: Normals, robust: bool) -> tuple[torch.Tensor, CentredFactor]:
+def _gram_preactivations(x: torch.Tensor, normals: Normals, robust: bool,
+                         out: torch.Tensor | None = None) -> tuple[torch.Tensor, CentredFactor]:
     """Centred pre-activations H_c = W x G of one layer, drawn without W: H_c = Z R^T, R R^T = G K G, K = gram(x).
 
     Given x, the rows of W x are i.i.d. N(0, K), so those of W x G are i.i.d. N(0, G K G): with
     Z (M, N, B-1) i.i.d. N(0, 1) and R from :func:`centred_factor` this is exact, at cost O(N B^2) instead of
     O(N^2 B). Batch norm sees h only through G h, so the network has the law of the "weights" sampler's.
     x and H_c are stored neurons last, (M, B, N): H_c^T = R Z^T. Returns H_c^T and the factor (the backward
-    pass needs its pseudo-inverse; ``exact`` says where it holds).
+    pass needs its pseudo-inverse; ``exact`` says where it holds); ``out``: where to write H_c^T.
     """
     factor = centred_factor(gram_of_rows(x), robust)
-    return factor.root @ normals(x.shape[0], factor.root.shape[-1], x.shape[-1], dtype=x.dtype), factor
+    noise = normals(x.shape[0], factor.root.shape[-1], x.shape[-1], dtype=x.dtype)
+    return torch.matmul(factor.root, noise, out=out), factor
 
 
 def _batched_inputs(
