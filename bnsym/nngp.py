@@ -84,14 +84,14 @@ def default_nodes(batch_size: int) -> int:
     return 6 if batch_size >= 16 else 24
 
 
-def first_layer_nodes(nodes: int, batch_size: int, n_features: int) -> int:
-    """Nodes for the first layer, whose input Gram X X^T / d has rank at most d. Below B - 1 the Laplace rule takes
-    the rank into its endpoint weights, but the few nonzero eigenvalues of raw inputs are spread far apart, which
-    the smooth part of the integrand feels: relu, B = 32, 128 standardised inputs with d = 10, the largest error
-    of the prior relative to its largest entry is 3e-3 (diabetes) and 2e-2 (ten digits pixels) with 6 nodes, 3e-6
-    and 1e-4 with 12, 5e-12 and 5e-9 with 24 (iris, d = 4, B = 8: 3e-6 with 24). Deeper layers see full-rank
-    post-activation Grams with eigenvalues near their mean."""
-    return max(nodes, 24) if n_features < batch_size - 1 else nodes
+def first_layer_nodes(batch_size: int, n_features: int) -> int:
+    """Default nodes for the first layer, whose input Gram X X^T / d has rank at most d. Below B - 1 the Laplace
+    rule takes the rank into its endpoint weights, but the few nonzero eigenvalues of raw inputs are spread far
+    apart, which the smooth part of the integrand feels: relu, B = 32, 128 standardised inputs with d = 10, the
+    largest error of the prior relative to its largest entry is 3e-3 (diabetes) and 2e-2 (ten digits pixels) with 6
+    nodes, 3e-6 and 1e-4 with 12, 5e-12 and 5e-9 with 24 (iris, d = 4, B = 8: 3e-6 with 24). Deeper layers see
+    full-rank post-activation Grams with eigenvalues near their mean."""
+    return 24 if n_features < batch_size - 1 else default_nodes(batch_size)
 
 
 def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
@@ -100,12 +100,14 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     """K^l blocks of k batches (k, B, d) at each l in ``depths``: within-batch (k, B, B) and cross (P, B, B) blocks.
 
     ``pairs`` (P, 2) holds batch indices (i, j), i != j. Each layer maps the joint 2B x 2B covariance of every
-    pair with the cross-batch map (Laplace route, ``nodes`` per axis), all pairs in one batched tensor op; the
-    within-batch blocks are the cross blocks of each batch with an identical copy of itself, in the same op.
+    pair with the cross-batch map (Laplace route, ``nodes`` per axis; None: :func:`first_layer_nodes`, then
+    :func:`default_nodes`), all pairs in one batched tensor op; the within-batch blocks are the cross blocks of
+    each batch with an identical copy of itself, in the same op.
     """
     phi = _homogeneous(phi)
     depths = sorted({_check_depth(depth) for depth in depths})
     batch = np.shape(batches)[-2]
+    first = nodes or first_layer_nodes(batch, np.shape(batches)[-1])
     nodes = nodes or default_nodes(batch)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -118,7 +120,7 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     for layer in range(1, depths[-1] + 1):
         joint = torch.cat([torch.cat([within, within], -1), torch.cat([within, within], -1)], -2)
         joint_pairs = torch.cat([torch.cat([within[left], cross], -1), torch.cat([cross.mT, within[right]], -1)], -2)
-        rule = first_layer_nodes(nodes, batch, x.shape[-1]) if layer == 1 else nodes
+        rule = first if layer == 1 else nodes
         blocks = cross_batch_kernel_laplace(phi, torch.cat([joint, joint_pairs]), batch, nodes=rule, blocks="cross")
         within, cross = (blocks[: len(x)] + blocks[: len(x)].mT) / 2, blocks[len(x):]
         if layer in depths:
@@ -279,7 +281,8 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         batch_size: B, the batch size of the network (training and test batching as in the module docstring).
         noise: the observation noise variance added to the diagonal of the prior covariance.
         normalize_y: centre and scale the targets (the prior's variance is O(1)).
-        nodes: Gauss-Jacobi nodes per axis of the cross-batch Laplace integral (None: :func:`default_nodes`).
+        nodes: Gauss-Jacobi nodes per axis of the cross-batch Laplace integral in every layer (None:
+            :func:`first_layer_nodes`, then :func:`default_nodes`).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
