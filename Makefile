@@ -59,14 +59,7 @@ unit-test: $(STAMP)
 # nbval collects only .ipynb: convert each MyST notebook into a throw-away folder that
 # sits next to notebooks/, so relative paths like ../something resolve the same way.
 nbtest: $(STAMP)
-	$(call drop_stale_cache,$(TEST_BUILD),test)
-	rm -rf $(NBTEST)
-	mkdir -p $(NBTEST)
-	$(VENV)/bin/jupytext --to ../$(NBTEST)//ipynb notebooks/*.md  # one process for all: notebooks/X.md -> $(NBTEST)/X.ipynb
-	BNSYM_SCALE=test BNSYM_PROGRESS=0 BNSYM_CHECKS_DIR=$(CURDIR)/$(TEST_BUILD)/.jupyter_cache/checks $(ONE_THREAD) \
-	  PYTHONPATH=book/_ext$${PYTHONPATH:+:$$PYTHONPATH} \
-	  $(PY) -m pytest $(XDIST) --dist loadfile -p nbval_cache --nbval-cache=$(CURDIR)/$(TEST_BUILD)/.jupyter_cache \
-	  --nbval-lax --nbval-current-env $(NBTEST)
+	$(call execute_notebooks,$(TEST_BUILD),test,)
 
 test-book: $(STAMP)
 	$(call build_book,$(TEST_BUILD),test,--path-output _build/test)
@@ -86,6 +79,18 @@ fi; \
 mkdir -p $(1); echo "$$key" > $(1)/.bnsym_cache_key
 endef
 
+# Execute every chapter under nbval, two at a time, into the jupyter cache of the build folder $(1) at scale
+# $(2); $(3): extra pytest options. The book build then renders the chapters from that cache.
+define execute_notebooks
+$(call drop_stale_cache,$(1),$(2)); \
+rm -rf $(NBTEST); mkdir -p $(NBTEST); \
+$(VENV)/bin/jupytext --to ../$(NBTEST)//ipynb notebooks/*.md; \
+BNSYM_SCALE=$(2) BNSYM_PROGRESS=0 BNSYM_CHECKS_DIR=$(CURDIR)/$(1)/.jupyter_cache/checks $(ONE_THREAD) \
+  PYTHONPATH=book/_ext$${PYTHONPATH:+:$$PYTHONPATH} \
+  $(PY) -m pytest $(XDIST) --dist loadfile -p nbval_cache --nbval-cache=$(CURDIR)/$(1)/.jupyter_cache \
+  --nbval-lax --nbval-current-env $(3) $(NBTEST)
+endef
+
 # $(1): the build folder, $(2): the scale, $(3): extra jupyter-book options.
 define build_book
 $(call drop_stale_cache,$(1),$(2)); \
@@ -96,6 +101,7 @@ endef
 # The book at BNSYM_SCALE (default book) in _build/html; the test-scale book of `make test` lives apart, in
 # _build/test/_build/html, so neither build drops the other's execution cache.
 book: $(STAMP)
+	$(call execute_notebooks,_build,$${BNSYM_SCALE:-book},--nbval-cache-missing-only) || test $$? = 5  # 5: all cached
 	$(call build_book,_build,$${BNSYM_SCALE:-book},)
 
 # One script per comparison in benchmarks/; harness.py runs them all and each writes its JSON record to

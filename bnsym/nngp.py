@@ -281,8 +281,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         batch_size: B, the batch size of the network (training and test batching as in the module docstring).
         noise: the observation noise variance added to the diagonal of the prior covariance.
         normalize_y: centre and scale the targets (the prior's variance is O(1)).
-        nodes: Gauss-Jacobi nodes per axis of the cross-batch Laplace integral in every layer (None:
-            :func:`first_layer_nodes`, then :func:`default_nodes`).
+        nodes: Gauss-Jacobi nodes per axis of the Laplace integral, every layer (None: the default rules).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,

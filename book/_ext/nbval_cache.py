@@ -6,6 +6,8 @@ after every cell of a converted notebook ``_nbtest/NAME.ipynb`` has passed, the 
 the result in the jupyter cache. myst-nb's ``execute_notebooks: cache`` matches a notebook by its code cells,
 so the book build then renders these outputs instead of executing the chapter a second time. A notebook with
 a failed or skipped cell, or whose code cells differ from its source's, is not stored (the book executes it).
+With ``--nbval-cache-missing-only`` (the Makefile's ``book``) a notebook whose source the cache already holds is
+not collected, so an unchanged rebuild executes nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nbval-cache", "store notebooks executed by nbval in the book's jupyter cache")
     group.addoption("--nbval-cache", default=None, help="the jupyter cache folder of the book build")
     group.addoption("--nbval-cache-sources", default="notebooks", help="folder of the notebooks' MyST sources")
+    group.addoption("--nbval-cache-missing-only", action="store_true",
+                    help="skip the notebooks that the cache already holds with the same code cells")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --nbval-cache-missing-only: ignore a converted notebook whose source is cached with the same code."""
+    if collection_path.suffix != ".ipynb" or not config.getoption("nbval_cache_missing_only"):
+        return None
+    cache_dir = config.getoption("nbval_cache")
+    source = Path(config.getoption("nbval_cache_sources")) / f"{collection_path.stem}.md"
+    if not cache_dir or not Path(cache_dir).exists() or not source.exists():
+        return None
+    notebook = read_myst_markdown_notebook(source.read_text(), add_source_map=True, path=source)
+    try:
+        get_cache(str(cache_dir)).match_cache_notebook(notebook)
+    except KeyError:
+        return None
+    return True
 
 
 _runs: dict[str, dict] = {}  # notebook path -> {"outputs": [...], "seconds": float, "ok": bool}
