@@ -115,6 +115,10 @@ def test_bad_data(data):
         model.predict(X[:, :3])
     with pytest.raises(ValueError, match="distinct"):
         BatchNormNNGPRegressor(batch_size=4).fit(np.ones((8, 2)), np.zeros(8))
+    same_batch = X[:8].copy()
+    same_batch[:4] = same_batch[0]  # distinct inputs overall, but one batch of four identical ones
+    with pytest.raises(ValueError, match="zero batch variance"):
+        BatchNormNNGPRegressor(batch_size=4, depth=1).fit(same_batch, y[:8])
 
 
 def test_arccos_kernel_is_the_no_bn_limit(data):

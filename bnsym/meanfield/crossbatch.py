@@ -170,20 +170,23 @@ def _reduce(sigma: torch.Tensor, batch1: int) -> torch.Tensor:
     return basis.mT @ sigma @ basis
 
 
-def _ranks(block: torch.Tensor) -> torch.Tensor:
-    """Numerical ranks of a stack of PSD matrices: eigenvalues above RANK_TOL times the mean eigenvalue."""
+def _ranks(block: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Numerical ranks of a stack of centred PSD blocks: eigenvalues above RANK_TOL times the block's mean
+    eigenvalue and above the rounding left by centring, 64 float eps times ``scale`` (the mean variance of the
+    uncentred inputs), so that a block of identical inputs, all rounding, has rank 0."""
     eig = torch.linalg.eigvalsh(block)
-    return (eig > RANK_TOL * eig.mean(-1, keepdim=True).clamp(min=torch.finfo(block.dtype).tiny)).sum(-1)
+    floor = 64 * torch.finfo(block.dtype).eps * scale[:, None]
+    return (eig > torch.maximum(RANK_TOL * eig.mean(-1, keepdim=True), floor)).sum(-1)
 
 
-def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int) -> torch.Tensor:
+def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scale: torch.Tensor) -> torch.Tensor:
     """:func:`_cross_block` over a flat stack (n, r, r), grouped by the ranks of the two diagonal blocks, in chunks
-    that keep the node arrays under a budget."""
+    that keep the node arrays under a budget. ``scale`` (n,): the mean variance of each uncentred input."""
     r1 = batch1 - 1
     batch2 = omega.shape[-1] - batch1 + 2
     per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * 4
     size = max(1, _CHUNK_BYTES // per_item)
-    ranks = torch.stack([_ranks(omega[:, :r1, :r1]), _ranks(omega[:, r1:, r1:])], -1)
+    ranks = torch.stack([_ranks(omega[:, :r1, :r1], scale), _ranks(omega[:, r1:, r1:], scale)], -1)
     if bool((ranks == 0).any()):
         raise ValueError("a batch's centred covariance is zero: batch norm divides by a zero batch variance")
     out = omega.new_empty(len(omega), batch1, batch2)
@@ -217,14 +220,14 @@ def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor
     shape = (*tensor.shape[:-2], batch1, batch - batch1) if blocks == "cross" else tensor.shape
 
     def solve(n: int) -> torch.Tensor:
-        cross = _chunked(phi, _reduce(flat, batch1), batch1, n)
+        cross = _chunked(phi, _reduce(flat, batch1), batch1, n, flat.diagonal(0, -2, -1).mean(-1))
         if blocks == "cross":
             return cross.reshape(shape)
         diagonal = []
         for lo, hi in ((0, batch1), (batch1, batch)):
             block = flat[..., lo:hi, lo:hi]
             pair = torch.cat([torch.cat([block, block], -1)] * 2, -2)
-            diagonal.append(_chunked(phi, _reduce(pair, hi - lo), hi - lo, n))
+            diagonal.append(_chunked(phi, _reduce(pair, hi - lo), hi - lo, n, pair.diagonal(0, -2, -1).mean(-1)))
         top = torch.cat([diagonal[0], cross], -1)
         bottom = torch.cat([cross.mT, diagonal[1]], -1)
         return torch.cat([top, bottom], -2).reshape(shape)
