@@ -57,7 +57,7 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
     sigma_w2 = _number(sigma_w2, "sigma_w2")
     point = api.fixed_point(phi, batch_size, eps=eps, sigma_w2=sigma_w2, method=method)
     # forward linearization: per-layer factors and depth scales -1/log(lambda), null where undefined
-    eigenvalues = api.forward_eigenvalues(phi, point.batch_size, point.eps, sigma_w2)
+    eigenvalues = api.forward_eigenvalues(phi, point.batch_size, point.eps, sigma_w2, with_error=True)
     result = {
         "phi": str(parse_activation(phi)),
         "batch_size": point.batch_size,
@@ -66,8 +66,8 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error,
                         "collapsed": point.collapsed},
         "collapse_eps": _finite_or_none(api.collapse_eps(phi, point.batch_size, sigma_w2)),
-        "forward_eigenvalues": eigenvalues,
-        "depth_scales": api.forward_depth_scales(eigenvalues),
+        "forward_eigenvalues": {key: lam.value for key, lam in eigenvalues.items()},
+        "depth_scales": {key: _finite_or_none(xi) for key, xi in api.forward_depth_scales(eigenvalues).items()},
         # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
         "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }

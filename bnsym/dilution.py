@@ -42,6 +42,7 @@ from scipy.special import gammaln
 
 from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
+from .core.estimate import ROUNDING
 from .core.symbols import E_dphi2, E_phi, E_phi2, P_n, k, r, r_d, z
 from .core.validation import check_activation, check_number, check_real_array, check_whole_number, shown
 
@@ -173,12 +174,17 @@ def residual_tail_bound(depth: int, p: float, lam: int) -> float:
 
 def effective_depth(depth: int, p: float, threshold: float) -> int:
     """The largest lambda whose lambda-residual terms are not negligible: residual_tail_bound >= threshold
-    (Veit et al.); 0 if none is. O(L): the tails are non-increasing in lambda and summed once."""
+    (Veit et al.); 0 if none is. O(L): the tails are non-increasing in lambda and summed once. A tail equal to
+    the threshold up to the rounding of its O(L) sum counts as reaching it."""
     depth, p = _depth_arguments(depth, p)
     threshold = check_number(threshold, "threshold h")
     if not (math.isfinite(threshold) and threshold > 0):
         raise ValueError(f"the threshold h must be a finite number > 0, got {threshold}")
-    above = np.nonzero(_log_tails(depth, p) >= math.log(threshold))[0]
+    # the log tails carry about L roundings: a tail within that of the threshold counts as reaching it (a tie,
+    # e.g. p = 1 and h = 1 at lambda = L, must not be decided by the CPU's last bit)
+    log_tails, log_h = _log_tails(depth, p), math.log(threshold)
+    slack = 4 * (depth + 1) * ROUNDING * np.maximum(1.0, np.maximum(abs(log_h), np.abs(log_tails)))
+    above = np.nonzero(log_tails >= log_h - slack)[0]
     return int(above[-1]) if above.size else 0
 
 

@@ -125,13 +125,24 @@ def _cli(capsys, *arguments: str) -> tuple[int, str, str]:
     ("--phi", "relu(beta=1e308)", "-B", "8"),
     ("--phi", "relu^1e300", "-B", "8"),
     ("--phi", "relu^0.5", "-B", "8"),
-    ("--phi", "relu", "-B", "8", "--eps", "1e300"),
     ("--phi", "tanh(gamma=1,gamma=2)", "-B", "8"),
 ])
 def test_cli_errors_are_one_line_without_warnings(capsys, arguments):
     status, out, err = _cli(capsys, *arguments, "--json")
     assert status == 2 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith("bnsym: error:") and "Warning" not in err, err
+
+
+def test_cli_answers_a_huge_eps(capsys):
+    """eps = 1e300 is valid input: gradients vanish by lambda_G ~ 1e-300 per layer, so the depth scale is
+    1/log(lambda_G) ~ -1/691 layers. (The maximum trainable depth's error used to be propagated through
+    1/(lambda_G - error), which came out negative at this size and was refused as a broken route.)"""
+    status, out, _ = _cli(capsys, "--phi", "relu", "-B", "8", "--eps", "1e300", "--json")
+    rate = bnsym.gradient_rate("relu", 8, eps=1e300)
+    assert status == 0 and json.loads(out)["gradient_rate"] == rate
+    assert 0 < rate < 1e-299
+    depth = bnsym.max_trainable_depth("relu", 8, eps=1e300, with_error=True)
+    assert depth.value == pytest.approx(16 / abs(np.log(rate)), rel=1e-12) and np.isfinite(depth.error)
 
 
 def test_cli_json_is_strict_for_a_large_power(capsys):

@@ -107,9 +107,19 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
     if pending and client is None:
         with connect(scheduler) as own:
             return run(task, configs, out, own, progress=progress)
+    if pending:
+        _compute(task, pending, client, store, records, progress)
+    ordered = tuple(records[key] for key, _ in pairs)
+    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))
+
+
+def _compute(task: str, pending: Mapping[str, dict], client: Client, store: Store, records: dict,
+             progress: bool | None) -> None:
+    """Submit every pending configuration to ``client``; store each record as it arrives (as_completed needs a
+    live client, so a sweep with nothing left to compute never gets here)."""
     futures = {client.submit(execute, task, config, key=f"bnsym-sweep-{key}", pure=False): key
                for key, config in pending.items()}
-    bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not (futures and _show_progress(progress)))
+    bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not _show_progress(progress))
     for future in as_completed(futures):
         key = futures[future]
         try:
@@ -121,5 +131,3 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
         future.release()
         bar.update()
     bar.close()
-    ordered = tuple(records[key] for key, _ in pairs)
-    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))
