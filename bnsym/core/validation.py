@@ -197,9 +197,10 @@ def check_variance(value: object, name: str, positive: bool) -> float:
     return number
 
 
-def check_covariance(sigma: object) -> np.ndarray:
+def check_covariance(sigma: object, batch_norm: bool = True) -> np.ndarray:
     """Sigma must be a real, finite, symmetric, positive semi-definite B x B matrix with B a batch size and
-    G Sigma G != 0. Returns it symmetrised, as floats."""
+    G Sigma G != 0. Returns it symmetrised, as floats. ``batch_norm`` False (a network without train-mode batch
+    norm, whose maps never divide by a batch variance): any B >= 1, and G Sigma G = 0 is allowed."""
     try:
         matrix = np.asarray(sigma)
         if np.iscomplexobj(matrix):
@@ -211,14 +212,19 @@ def check_covariance(sigma: object) -> np.ndarray:
         raise ValueError(message) from None
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"Sigma must be a square B x B matrix, got shape {matrix.shape}")
-    check_batch_size(matrix.shape[0])
+    if batch_norm:
+        check_batch_size(matrix.shape[0])
+    elif matrix.size == 0:
+        raise ValueError("Sigma must not be empty (a batch has at least one input)")
     if not np.all(np.isfinite(matrix)):
         raise ValueError("Sigma has non-finite entries")
     same = ("G Sigma G = 0: every input of the batch has the same pre-activation, so the batch variance is 0 and "
             "batch norm divides by zero")
     scale = np.abs(matrix).max()
     if scale == 0:
-        raise ValueError(same)
+        if batch_norm:
+            raise ValueError(same)
+        return matrix
     unit = matrix / scale  # the checks below are scale free, and this keeps eigvalsh away from overflow
     if np.abs(unit - unit.T).max() > 1e-10:
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
@@ -229,7 +235,7 @@ def check_covariance(sigma: object) -> np.ndarray:
                          f"its smallest eigenvalue is {eigenvalues.min() * scale:.3g}")
     batch = matrix.shape[0]
     g = np.eye(batch) - 1.0 / batch
-    if np.abs(g @ unit @ g).max() <= 1e-12:
+    if batch_norm and np.abs(g @ unit @ g).max() <= 1e-12:
         raise ValueError(same)
     return unit * scale
 

@@ -1,0 +1,76 @@
+"""Architectures as data (Yang et al. 2019 for batch norm; De & Smith 2020; Brock et al. 2021): the infinite-width
+kernels and gradient statistics of any stack of Dense, BatchNorm, LayerNorm, activations and residual blocks.
+
+A network is a value (:mod:`bnsym.core.layers`)::
+
+    from bnsym.arch import BatchNorm, Dense, Activation, Residual, repeat, serial, signal_propagation
+    net = serial(Dense(), repeat(Residual([BatchNorm(), Activation("relu"), Dense()]), 50))
+    result = signal_propagation(net, Sigma0)
+
+Conventions (a contract between this theory and the torch twin :func:`bnsym.sim.arch.torch_network`):
+
+* **Dense**: h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b, W and b standard normal; the first layer
+  must be a Dense, acting on the inputs (dimension d), whose Gram is Sigma0_ab = x_a . x_b / d. Every later Dense
+  maps width n to width n, n -> infinity.
+* **BatchNorm** ("train"): per neuron over the batch, biased variance, no affine map; with eps = 0 a neuron that is
+  constant over the batch maps to 0 (the eps -> 0+ limit), which happens with positive probability after a relu.
+  ("eval"): normalisation by population statistics, the mean and variance over the batch's examples and the
+  layer's neurons (in the limit, :func:`~bnsym.arch.derivations.derive_eval_batch_norm`), constants for the gradient.
+* **LayerNorm**: per example over the features, population variance, no affine map.
+* **Residual(branch, alpha)**: x + alpha branch(x).
+* The **kernel** after a layer is K_ab = lim E[x_a . x_b / n] over its output; the **gradient statistic** is
+  S^l = sum_a ||df(x_a)/dx^l||_F^2 in the limit, f = v . x_out / sqrt(n), v standard normal, x^l the n x B output of
+  top-level layer l.
+
+How each layer's law is computed, and with what error, is in :mod:`bnsym.arch.graph`; the new maps are derived in
+:mod:`bnsym.arch.derivations`. The torch twin and :func:`bnsym.sim.arch.from_torch` live in :mod:`bnsym.sim.arch`
+(the simulator and the theory never import each other).
+"""
+
+from ..core.layers import (
+    SPEC_GRAMMAR,
+    Activation,
+    BatchNorm,
+    Dense,
+    LayerNorm,
+    Residual,
+    Serial,
+    describe,
+    parse_architecture,
+    repeat,
+    serial,
+)
+from .derivations import (
+    derive_bsb1_backward,
+    derive_eval_batch_norm,
+    derive_gaussian_mean,
+    derive_layer_norm,
+    derive_phi_batch_norm_exchangeable,
+    derive_residual_sum,
+)
+from .graph import Sampling
+from .network import SignalPropagation, kernel, signal_propagation
+
+__all__ = [
+    "SPEC_GRAMMAR",
+    "Activation",
+    "BatchNorm",
+    "Dense",
+    "LayerNorm",
+    "Residual",
+    "Sampling",
+    "Serial",
+    "SignalPropagation",
+    "derive_bsb1_backward",
+    "derive_eval_batch_norm",
+    "derive_gaussian_mean",
+    "derive_layer_norm",
+    "derive_phi_batch_norm_exchangeable",
+    "derive_residual_sum",
+    "describe",
+    "kernel",
+    "parse_architecture",
+    "repeat",
+    "serial",
+    "signal_propagation",
+]

@@ -1,0 +1,217 @@
+"""The new layer maps of :mod:`bnsym.arch`, derived in SymPy: each a few lines of algebra on expectations.
+
+A layer's kernel map needs, of the law of one neuron's batch vector x, only its kernel K_ab = E[x_a x_b] and its
+mean m_a = E[x_a] where the map is affine in x; :func:`expect` applies that linearity to a polynomial in the
+coordinates. The derived forms are lambdified (``cse=True``) and are the only place these maps are written.
+
+* LayerNorm (:func:`derive_layer_norm`): neural-tangents' rule K_ab / sqrt((K_aa + eps)(K_bb + eps)) for a
+  Gaussian input, and (K_ab - m_a m_b) / sqrt((K_aa - m_a^2 + eps)(K_bb - m_b^2 + eps)) after an activation.
+* BatchNorm in eval mode (:func:`derive_eval_batch_norm`): the same affine map with population statistics.
+* The residual sum (:func:`derive_residual_sum`): K_x + alpha^2 K_y + alpha (m_x m_y^T + m_y m_x^T).
+* phi -> BN at an exchangeable input (:func:`derive_phi_batch_norm_exchangeable`): (B p / (B - 1)) G.
+* The mean of a positive-homogeneous activation of a Gaussian (:func:`derive_gaussian_mean`), which LayerNorm
+  after phi needs.
+* The gradient through BN -> phi at a BSB1 input, for any Pi = a I + b 11^T (:func:`derive_bsb1_backward`),
+  which at Pi = G is Yang et al.'s Thm 7.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Mapping
+
+import sympy as sp
+
+from ..core.derivation import Derivation
+from ..core.symbols import M11, M12, N11, N12, B, alpha, epsilon, mu, mu_star, z
+from ..meanfield.backward import derive_trace_identity
+
+x_a, x_b, y_a, y_b = sp.symbols("x_a x_b y_a y_b", real=True)  # one neuron's coordinates at two examples
+K_ab, K_aa, K_bb = sp.symbols("K_ab K_aa K_bb", real=True)  # its kernel
+m_a, m_b = sp.symbols("m_a m_b", real=True)  # its mean
+c_a, c_b = sp.symbols("c_a c_b", real=True)  # the shift of an affine normalisation
+s_a, s_b = sp.symbols("s_a s_b", positive=True)  # its scale
+L_ab, L_aa, L_bb, n_a, n_b = sp.symbols("L_ab L_aa L_bb n_a n_b", real=True)  # kernel and mean of a second part y
+m_pop, v_pop = sp.symbols("mbar vbar", real=True)  # population mean and variance of a neuron (eval-mode BN)
+p_const = sp.Symbol("p", positive=True)  # probability that the batch-norm input is not constant over the batch
+a_pi, b_pi = sp.symbols("a_Pi b_Pi", real=True)  # Pi = a_Pi I + b_Pi 11^T
+
+
+def expect(poly: sp.Expr, moments: Mapping[sp.Expr, sp.Expr]) -> sp.Expr:
+    """E[poly] by linearity: expand ``poly`` in the coordinates and replace each monomial by its moment."""
+    coordinates = sorted({symbol for monomial in moments for symbol in monomial.free_symbols}, key=str)
+    total = sp.Integer(0)
+    for powers, coefficient in sp.Poly(sp.expand(poly), *coordinates).terms():
+        monomial = sp.Mul(*(symbol**power for symbol, power in zip(coordinates, powers)))
+        total += coefficient * (1 if monomial == 1 else moments[monomial])
+    return total
+
+
+def _affine(d: Derivation) -> sp.Expr:
+    """The kernel of x' = (x - c)/s for a per-example shift c and scale s, as a step of ``d``."""
+    kernel = expect((x_a - c_a) * (x_b - c_b) / (s_a * s_b), {x_a * x_b: K_ab, x_a: m_a, x_b: m_b})
+    d.step("A per-example affine map $x'_a = (x_a - c_a)/s_a$ with constant $c, s$ maps kernel and mean as",
+           sp.Eq(sp.Symbol("K'_ab"), kernel), name="affine")
+    d.step("and", sp.Eq(sp.Symbol("m'_a"), (m_a - c_a) / s_a), name="mean")
+    return kernel
+
+
+@cache
+def derive_gaussian_mean() -> Derivation:
+    """E[rho_alpha(h)] for h ~ N(0, K_aa), rho_alpha(z) = max(z, 0)^alpha; phi = a rho_alpha(z) - b rho_alpha(-z) has
+    mean (a - b) times it. Named result "E_rho"."""
+    d = Derivation("The mean of rho_alpha of a Gaussian")
+    density = sp.exp(-z**2 / 2) / sp.sqrt(2 * sp.pi)
+    unit = sp.gammasimp(sp.integrate(z**alpha * density, (z, 0, sp.oo), conds="none"))
+    d.step("For $z \\sim \\mathcal N(0, 1)$:", sp.Eq(sp.Symbol("E[rho_alpha(z)]"), unit))
+    d.result = unit * K_aa ** (alpha / 2)
+    d.step("and by homogeneity, for $h \\sim \\mathcal N(0, K_{aa})$:", sp.Eq(sp.Symbol("E[rho_alpha(h)]"), d.result),
+           name="E_rho")
+    return d
+
+
+@cache
+def derive_layer_norm() -> Derivation:
+    """LayerNorm's kernel map in the infinite-width limit (neural-tangents' rule, and the rule after phi).
+
+    LN(x)_ia = (x_ia - mean_j x_ja) / sqrt(var_j x_ja + eps) normalises example a over the n features. The
+    features are i.i.d. given the inputs, so as n -> infinity the statistics are those of one neuron's law,
+    mean_j x_ja -> m_a and var_j x_ja -> K_aa - m_a^2 (law of large numbers): LN becomes the deterministic affine
+    map with c_a = m_a, s_a = sqrt(K_aa - m_a^2 + eps), and its output has mean 0. Named results "layer_norm",
+    "gaussian" (m = 0: neural-tangents' rule) and "mean".
+    """
+    d = Derivation("LayerNorm as a kernel map")
+    d.step("Over infinitely many i.i.d. features, the statistics of example $a$ are those of one neuron:",
+           sp.Tuple(sp.Eq(sp.Symbol("mean_a"), m_a), sp.Eq(sp.Symbol("var_a"), K_aa - m_a**2)))
+    kernel = _affine(d)
+    rule = sp.simplify(kernel.subs({c_a: m_a, c_b: m_b, s_a: sp.sqrt(K_aa - m_a**2 + epsilon),
+                                    s_b: sp.sqrt(K_bb - m_b**2 + epsilon)}))
+    d.step("With $c_a = m_a$, $s_a = \\sqrt{K_{aa} - m_a^2 + \\epsilon}$ (the output mean is $0$):",
+           sp.Eq(sp.Symbol("K'_ab"), rule), name="layer_norm")
+    d.step("A Gaussian input has $m = 0$: neural-tangents' LayerNorm rule",
+           sp.Eq(sp.Symbol("K'_ab"), rule.subs({m_a: 0, m_b: 0})), name="gaussian")
+    d.result = rule
+    return d
+
+
+@cache
+def derive_eval_batch_norm() -> Derivation:
+    """BatchNorm in eval mode: the affine map with the population statistics of the layer's input.
+
+    The population is the batch's examples and the layer's neurons: its mean is mbar = (1/B) sum_a m_a and its
+    variance vbar = (1/B) sum_a K_aa - mbar^2, the limits of the statistics over all n x B entries. They are the
+    same for every example and, being population constants, carry no gradient. Named results "eval_batch_norm"
+    and "mean".
+    """
+    d = Derivation("BatchNorm in eval mode as a kernel map")
+    d.step("Population statistics over the batch's examples and the layer's neurons:",
+           sp.Tuple(sp.Eq(m_pop, sp.Symbol("(1/B) sum_a m_a")), sp.Eq(v_pop, sp.Symbol("(1/B) sum_a K_aa") - m_pop**2)))
+    kernel = _affine(d)
+    scale = sp.sqrt(v_pop + epsilon)
+    rule = sp.factor(kernel.subs({c_a: m_pop, c_b: m_pop, s_a: scale, s_b: scale}))
+    d.step("With $c_a = \\bar m$ and $s_a = \\sqrt{\\bar v + \\epsilon}$ for every example:",
+           sp.Eq(sp.Symbol("K'_ab"), rule), name="eval_batch_norm")
+    d.result = rule
+    return d
+
+
+@cache
+def derive_residual_sum() -> Derivation:
+    """The kernel of x + alpha y for independent x and y (a residual branch that contains a Dense).
+
+    A Dense draws fresh weights, so the branch's output y at one neuron is independent of the skip's x there
+    (given the kernels): E[x_a y_b] = m_a n_b. Named results "kernel", "mean" and "gaussian" (means 0).
+    """
+    d = Derivation("The residual sum as a kernel map")
+    moments = {x_a * x_b: K_ab, y_a * y_b: L_ab, x_a * y_b: m_a * n_b, y_a * x_b: n_a * m_b,
+               x_a: m_a, x_b: m_b, y_a: n_a, y_b: n_b}
+    d.step("Independence of the skip $x$ and the branch $y$ at one neuron:",
+           sp.Eq(sp.Symbol("E[x_a y_b]"), m_a * n_b))
+    kernel = expect((x_a + alpha * y_a) * (x_b + alpha * y_b), moments)
+    d.step("so the kernel of $x + \\alpha y$ is", sp.Eq(sp.Symbol("K'_ab"), kernel), name="kernel")
+    d.step("its mean", sp.Eq(sp.Symbol("m'_a"), expect(x_a + alpha * y_a, moments)), name="mean")
+    d.step("and for centred parts (a Gaussian skip, or a branch ending in a Dense)",
+           sp.Eq(sp.Symbol("K'_ab"), kernel.subs({m_a: 0, m_b: 0})), name="gaussian")
+    d.result = kernel
+    return d
+
+
+@cache
+def derive_phi_batch_norm_exchangeable() -> Derivation:
+    """phi -> BN with eps = 0 at an exchangeable input K = sigma^2 I + beta 11^T: K' = (B p / (B - 1)) G.
+
+    phi(h) is then exchangeable, so K' = a I + b 11^T. Every BN output sums to 0 over the batch (K' 1 = 0) and has
+    squared norm B, or 0 where batch norm maps a constant input to 0 (probability 1 - p): tr K' = B p. Named
+    results "a" and "b"; p = 1 unless phi is constant on a set of positive Gaussian probability (relu: p = 1 -
+    P(all B pre-activations <= 0)).
+    """
+    d = Derivation("phi -> BN at an exchangeable input")
+    a_, b_ = sp.symbols("a b", real=True)
+    rows = sp.Eq(a_ + B * b_, 0)
+    trace = sp.Eq(B * a_ + B * b_, B * p_const)
+    d.step("Exchangeability gives $K' = aI + b\\mathbf{1}\\mathbf{1}^T$; every output sums to 0 and has "
+           "$|BN(x)|^2 = B$ where $x$ is not constant:", sp.Tuple(rows, trace))
+    solution = sp.solve([rows, trace], [a_, b_], dict=True)[0]
+    d.step("so", sp.Tuple(sp.Eq(a_, solution[a_]), sp.Eq(b_, solution[b_])), name=("a", "b"))
+    d.result = solution[a_]
+    d.step("that is $K' = \\frac{Bp}{B-1} G$, with $G = I - \\mathbf{1}\\mathbf{1}^T/B$:",
+           sp.Eq(sp.Symbol("K'"), sp.factor(solution[a_]) * sp.Symbol("G")))
+    return d
+
+
+@cache
+def derive_bsb1_backward() -> Derivation:
+    """E[J^T Pi J] for J the Jacobian of BN -> phi (eps = 0) at a BSB1 input, Pi = a I + b 11^T (Yang et al. 2019,
+    eqs 21-24 and Thm 7, extended from Pi = G to the invariant Pi).
+
+    J = sqrt(B)/r D (G - v v^T), y = G h, r = |y|, v = y/r, D = diag(phi'(sqrt(B) v)); with G Sigma G = mu G, v is
+    uniform on the unit sphere of 1^perp and independent of r^2 ~ mu chi^2_{B-1}, E[1/r^2] = 1/(mu (B - 3)). The
+    image of an invariant Pi is invariant with zero row sums, hence c G with c = tr E[J^T Pi J] / (B - 1), and
+    P = G - v v^T is a projector, so tr(P M P) = tr(P M). Named results "fused" (c), "alone" (c for BN alone,
+    phi = identity), "between" (tr E[D Pi D], the gradient's squared norm between BN and phi) and "minus_thm7".
+    """
+    d = Derivation("The gradient through BN -> phi at a BSB1 input, for Pi = a I + b 11^T")
+    d.step("$D \\Pi D = a D^2 + b\\,dd^T$ with $d = \\phi'(x)$, and $\\mathrm{tr}(P M P) = \\mathrm{tr}(GM) - "
+           "v^TMv$:", sp.Eq(sp.Symbol("tr(P D Pi D P)"),
+                            a_pi * sp.Symbol("(tr(G D^2) - v^T D^2 v)") + b_pi * sp.Symbol("(d^T G d - (v.d)^2)")))
+    # exchangeable coordinates of x = sqrt(B) v: B equal diagonal terms, B (B - 1) equal off-diagonal ones
+    part_a = B * (B - 1) / B * M11 - B * N11 / B
+    part_b = B * M11 - (B * M11 + B * (B - 1) * M12) / B - (B * N11 + B * (B - 1) * N12) / B
+    expected = sp.expand(a_pi * part_a + b_pi * part_b)
+    d.step("Averaging over the sphere:", sp.Eq(sp.Symbol("E_v tr(P D Pi D P)"), sp.collect(expected, [a_pi, b_pi])))
+    fused = sp.factor(B / (mu * (B - 3)) * expected / (B - 1), a_pi, b_pi)
+    d.step("With $E[r^{-2}] = 1/(\\mu(B-3))$, $E[J^T \\Pi J] = c\\,G$ where", sp.Eq(sp.Symbol("c"), fused),
+           name="fused")
+    alone = sp.factor(fused.subs({M11: 1, M12: 1, N11: 1, N12: -1 / (B - 1)}))
+    d.step("Batch norm alone ($\\phi' = 1$, $E[x_1^2] = 1$, $E[x_1 x_2] = -1/(B-1)$):",
+           sp.Eq(sp.Symbol("c_BN"), alone), name="alone")
+    between = sp.expand(a_pi * B * M11 + b_pi * (B * M11 + B * (B - 1) * M12))
+    d.step("Between BN and $\\phi$ the gradient's squared norm is $\\mathrm{tr}\\,E[D\\Pi D]$:",
+           sp.Eq(sp.Symbol("S_between"), between), name="between")
+    thm7 = derive_trace_identity().result.subs(mu_star, mu)
+    gap = sp.simplify(fused.subs({a_pi: 1, b_pi: -1 / B}) - thm7)
+    d.step("At $\\Pi = G$ ($a = 1$, $b = -1/B$) this is Thm 7's $\\lambda_G$:",
+           sp.Eq(sp.Symbol("c(G) - lambda_G"), gap), name="minus_thm7")
+    d.result = fused
+    return d
+
+
+@cache
+def lambdified(name: str):
+    """The numeric form of one derived map, by name: "affine" (K_ab, m_a, m_b, c_a, c_b, s_a, s_b), "gaussian_mean"
+    (alpha, K_aa), "layer_norm" (K_ab, K_aa, K_bb, m_a, m_b, eps),
+    "eval_batch_norm" (K_ab, m_a, m_b, mbar, vbar, eps), "residual" (K_ab, L_ab, m_a, m_b, n_a, n_b, alpha),
+    "fused", "alone", "between" (a_Pi, b_Pi, B, mu, M11, M12, N11, N12), "exchangeable" (B, p)."""
+    table = {
+        "affine": ((K_ab, m_a, m_b, c_a, c_b, s_a, s_b), lambda: derive_layer_norm()["affine"]),
+        "gaussian_mean": ((alpha, K_aa), lambda: derive_gaussian_mean()["E_rho"]),
+        "layer_norm": ((K_ab, K_aa, K_bb, m_a, m_b, epsilon), lambda: derive_layer_norm()["layer_norm"]),
+        "eval_batch_norm": ((K_ab, m_a, m_b, m_pop, v_pop, epsilon),
+                            lambda: derive_eval_batch_norm()["eval_batch_norm"]),
+        "residual": ((K_ab, L_ab, m_a, m_b, n_a, n_b, alpha), lambda: derive_residual_sum()["kernel"]),
+        "exchangeable": ((B, p_const), lambda: derive_phi_batch_norm_exchangeable()["a"]),
+        **{key: ((a_pi, b_pi, B, mu, M11, M12, N11, N12), lambda key=key: derive_bsb1_backward()[key])
+           for key in ("fused", "alone", "between")},
+    }
+    arguments, expression = table[name]
+    return sp.lambdify(arguments, expression(), modules=["scipy", "numpy"], cse=True)

@@ -1,0 +1,823 @@
+"""The per-neuron graph of a network at infinite width: the law of one neuron's batch vector after every layer.
+
+At infinite width the neurons of a layer are i.i.d. given the inputs, so a layer is described by the law of one
+neuron's vector x in R^B. A Dense draws fresh weights: its output is a Gaussian N(0, w K + b 11^T), K the kernel
+of its input, and independent (per neuron) of everything before it. So the law after any layer is a function F
+of independent Gaussian *sources* (the Dense outputs it depends on): a node of this graph is one such x, kind
+
+* "gaussian": N(0, K), made by a Dense (a source), by the sum of independent Gaussians or by LayerNorm or eval-mode
+  BatchNorm of a Gaussian (a rescaling), or the network's input (whose Gram is all a Dense needs);
+* "map": a per-neuron op of its parent (:class:`Elementwise` phi, :class:`TrainBN`, :class:`Affine`);
+* "sum": x + alpha y.
+
+Every node carries its kernel K = E[x x^T] and mean m = E[x], each from the first route that applies:
+
+* closed forms and quadratures: arc-cosine V_phi (positive-homogeneous phi) or Gauss-Hermite (smooth phi) for phi of a
+  Gaussian; the Laplace (eq. 11) or spherical (Thm 4) route of :mod:`bnsym.meanfield` for BN and BN -> phi of a
+  Gaussian; the derived affine map (:mod:`.derivations`) for LayerNorm and eval-mode BN; the derived sum rule for
+  independent parts; (B p / (B - 1)) G for phi -> BN (eps = 0) of an exchangeable Gaussian;
+* otherwise randomised quasi-Monte Carlo over the node's *segment* (the connected non-Gaussian nodes with their
+  Gaussian leaves): R independent runs (scrambled Sobol points, principal components first), each an unbiased
+  estimate; the reported error is their standard error. This is how phi -> BN at a general input and the
+  post-activation residual sum (a non-Gaussian stream) are computed: the exact law, sampled.
+
+Arrays carry a leading replicate axis: length 1 where every route upstream is deterministic, else R, replicate r
+of a node depending only on replicate r upstream, so the spread over replicates is an honest error of the whole
+computation. Deterministic route errors (quadrature, about 1e-12) are carried as a bound, relative to the
+kernel's size, added along the way.
+
+The backward pass (:meth:`Graph.backward`) computes S = E|g|^2, g = sqrt(n) df/dx, for every node, f = v.x_out /
+sqrt(n) with v standard normal. With the gradient-independence property of such a readout (Yang 2019/2020),
+W^T g behind a Dense is a fresh Gaussian, independent of the forward pass: at a Gaussian node the second moment
+Pi = E[g g^T] is all that matters, and a Dense maps it to weight_var Pi. Inside a segment g is carried per sample
+(vector-Jacobian products of the ops), with fresh Gaussian injections N(0, Pi) where the segment feeds a Dense;
+chains phi -> affine (Pi o E[phi'(h) phi'(h)^T]) and BN [-> phi] at a BSB1 input with Pi in span{I, 11^T}
+(:func:`~bnsym.arch.derivations.derive_bsb1_backward`) are exact. A train-mode BN with eps = 0 whose input is
+constant over the batch with positive probability (a relu of a Gaussian) has an infinite gradient second moment
+below it (the eps -> 0 Jacobian blows up like 1/r on a set where r -> 0 in two dimensions): S is inf there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.special import ndtr, ndtri, roots_hermitenorm
+from scipy.stats import qmc
+
+from ..core.activations import Activation as Phi
+from ..core.activations import identity
+from ..core.estimate import Estimate
+from ..core.geometry import bsb1_mu, centring
+from ..meanfield.forward import bn_kernel_spherical
+from ..meanfield.kernels import (
+    c_alpha,
+    gauss_hermite_kernel,
+    gauss_hermite_pair,
+    gaussian_kernel,
+    phi_kernel_derivative,
+)
+from ..meanfield.laplace import bn_kernel_laplace
+from ..meanfield.qmc import normalise
+from ..meanfield.sphere import expect_pair_with_error
+from .derivations import lambdified
+
+EXACT_RTOL = 1e-12  # a matrix is BSB1 / exchangeable / in span{I, 11^T} to this relative tolerance
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The quasi-Monte Carlo routes' sizes: ``points`` per replicate (a power of 2, Sobol balance), ``replicates``
+    independent scramblings (their spread is the error), ``seed``."""
+
+    points: int = 2**12
+    replicates: int = 16
+    seed: int = 0
+
+
+# ------------------------------------------------------------------------------------------- per-neuron ops
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """x -> phi(x) coordinatewise."""
+
+    phi: Phi
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return self.phi.numpy(x)
+
+    def vjp(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """J^T g for samples x, y = phi(x) (..., B) and cotangents g (..., B, k)."""
+        return self.phi.numpy_derivative(x)[..., None] * g
+
+
+@dataclass(frozen=True)
+class TrainBN:
+    """x -> (x - mean x) / sqrt(var x + eps) over the batch (last axis), biased variance; a constant input (eps = 0)
+    maps to 0, the eps -> 0+ limit."""
+
+    eps: float
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = normalise(x - x.mean(-1, keepdims=True), self.eps)
+        return np.where(np.isfinite(out), out, 0.0)
+
+    def vjp(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """J^T g with J = (G - y y^T / B) / s, s = sqrt(|G x|^2 / B + eps) (J is symmetric); 0 where s = 0.
+        x, y (..., B), g (..., B, k)."""
+        centred = x - x.mean(-1, keepdims=True)
+        s = np.sqrt(np.mean(centred * centred, -1, keepdims=True))[..., None] if not self.eps else np.sqrt(
+            np.mean(centred * centred, -1, keepdims=True) + self.eps)[..., None]
+        inner = np.mean(y[..., None] * g, -2, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (g - g.mean(-2, keepdims=True) - y[..., None] * inner) / s
+        return np.where(s > 0, out, 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class Affine:
+    """x_a -> (x_a - shift_a) / scale_a with constants (R, B): LayerNorm (``centred``: shift = the mean) and eval-mode
+    BatchNorm at infinite width. scale = inf maps to 0 (eps = 0 and a zero variance, the eps -> 0+ limit)."""
+
+    shift: np.ndarray
+    scale: np.ndarray
+    centred: bool
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return (x - self.shift[:, None, :]) / self.scale[:, None, :]
+
+    def vjp(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return g / self.scale[:, None, :, None]
+
+
+Op = Elementwise | TrainBN | Affine
+
+
+# --------------------------------------------------------------------------------------------- moments
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A kernel (R, B, B) or mean (R, B) per replicate and a deterministic error bound (B, B) or (B,)."""
+
+    value: np.ndarray
+    bound: np.ndarray
+
+    @property
+    def relative(self) -> float:
+        scale = float(np.abs(self.value).max())
+        return float(self.bound.max()) / scale if scale > 0 else 0.0
+
+
+def _each(function, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``function`` (returning an Estimate or None) on each replicate of the arrays; None if any replicate is."""
+    count = max(len(a) for a in arrays)
+    values, errors = [], []
+    for r in range(count):
+        estimate = function(*(a[min(r, len(a) - 1)] for a in arrays))
+        if estimate is None:
+            return None
+        values.append(np.asarray(estimate.value, dtype=float))
+        errors.append(np.asarray(estimate.error, dtype=float))
+    return np.stack(values), np.max(errors, axis=0)
+
+
+def _exchangeable(sigma: np.ndarray) -> tuple[float, float] | None:
+    """(sigma^2, beta) if sigma = sigma^2 I + beta 11^T (to EXACT_RTOL), else None."""
+    batch = sigma.shape[-1]
+    diagonal = float(np.trace(sigma)) / batch
+    beta = (float(sigma.sum()) - batch * diagonal) / (batch * (batch - 1))
+    fitted = (diagonal - beta) * np.eye(batch) + beta
+    if np.abs(sigma - fitted).max() > EXACT_RTOL * max(np.abs(sigma).max(), 1e-300):
+        return None
+    return diagonal - beta, beta
+
+
+def _invariant(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(a, b) per replicate if every pi[r] = a I + b 11^T (to EXACT_RTOL), else None."""
+    parts = [_exchangeable(p) for p in pi]
+    if any(p is None for p in parts):
+        return None
+    return np.array([p[0] for p in parts]), np.array([p[1] for p in parts])
+
+
+@cache
+def _flat_side(phi: Phi) -> tuple[float, int] | None:
+    """(k, side) if phi is constant on (-inf, k) (side -1) or (k, inf) (side +1) at one of its kinks, else None."""
+    steps = np.array([1e-3, 0.1, 1.0, 3.0, 10.0])
+    for kink in phi.kinks:
+        for side in (-1, 1):
+            if np.all(np.asarray(phi.numpy_derivative(kink + side * steps)) == 0):
+                return kink, side
+    return None
+
+
+@cache
+def _hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
+    nodes, weights = roots_hermitenorm(n)
+    return nodes, weights / weights.sum()
+
+
+def _all_in_flat(phi: Phi, sigma: np.ndarray) -> float | None:
+    """P(phi(h) constant over the batch), h ~ N(0, sigma) exchangeable, by 1-D Gauss-Hermite (None: no route)."""
+    flat = _flat_side(phi)
+    if flat is None:
+        return 0.0
+    parts = _exchangeable(sigma)
+    if parts is None:
+        return None
+    variance, beta = parts
+    kink, side = flat
+    batch = sigma.shape[-1]
+    if beta < 0:  # h = sigma (z - kappa zbar 1): only the rank-(B-1) case K = sigma^2 G with kink 0 is simple
+        return 0.0 if kink == 0 and abs(variance + batch * beta) <= EXACT_RTOL * variance else None
+    nodes, weights = _hermite(200)
+    # all h_a = sqrt(variance) z_a + sqrt(beta) w on the flat side of the kink, given the common part w
+    probability = weights @ ndtr(-side * (kink - math.sqrt(beta) * nodes) / math.sqrt(variance)) ** batch
+    return float(probability)
+
+
+def _has_flat_point(sigma: np.ndarray, phi: Phi) -> bool:
+    """Whether h ~ N(0, sigma) lies on phi's flat side in every coordinate with positive probability: some vector
+    of the range of sigma has every coordinate strictly inside it (a linear program)."""
+    flat = _flat_side(phi)
+    if flat is None:
+        return False
+    kink, side = flat
+    if -side * kink > 0:  # the origin is inside the flat side
+        return True
+    lam, vecs = np.linalg.eigh(sigma)
+    basis = vecs[:, lam > 1e-12 * max(lam.max(), 1e-300)]
+    if basis.shape[1] == 0:
+        return False
+    # find c with side * (basis c) <= -1 in every coordinate (then a multiple lies past the kink)
+    result = linprog(np.zeros(basis.shape[1]), A_ub=side * basis, b_ub=-np.ones(len(basis)),
+                     bounds=[(None, None)] * basis.shape[1], method="highs")
+    return result.status == 0
+
+
+# ------------------------------------------------------------------------------------------------ nodes
+
+
+@dataclass(eq=False)
+class Node:
+    """One per-neuron value x in R^B (see the module docstring)."""
+
+    graph: Graph
+    kind: str
+    index: int
+    parents: tuple[Node, ...] = ()
+    op: Op | None = None
+    alpha: float = 1.0
+    # gaussian nodes: ("input",), ("dense", x, w), ("sum", ((node, coefficient), ...)) or ("scale", x, s)
+    link: tuple = ()
+    sources: frozenset = frozenset()  # the independent Gaussian sources this node is a function of
+    zero_mean: bool = False
+    flat: np.ndarray | None = None  # the constant value (R, B) the node takes with positive probability, if any
+    children: list[Node] = field(default_factory=list)
+    _kernel: Moment | None = None
+    _mean: Moment | None = None
+    _samples: np.ndarray | None = None
+    _input: np.ndarray | None = None  # a map node's parent samples, as its segment drew them
+
+    def __hash__(self) -> int:
+        return self.index
+
+    def kernel(self) -> Moment:
+        if self._kernel is None:
+            self._kernel = self.graph.kernel_of(self)
+        return self._kernel
+
+    def mean(self) -> Moment:
+        if self._mean is None:
+            self._mean = self.graph.mean_of(self)
+        return self._mean
+
+    def samples(self) -> np.ndarray:
+        """(R, P, B) samples of x, consistent with every other node of its segment."""
+        if self._samples is None:
+            self.graph.sample_segment(self)
+        return self._samples
+
+
+class Graph:
+    """The nodes of one network at infinite width, built layer by layer (:meth:`dense`, :meth:`apply`,
+    :meth:`affine`, :meth:`add`), with the kernel and mean routes and the sampler."""
+
+    def __init__(self, batch_size: int, sampling: Sampling):
+        self.batch, self.sampling = batch_size, sampling
+        self.nodes: list[Node] = []
+        self._cuts: dict[Node, np.ndarray] = {}
+
+    def _node(self, kind: str, parents: tuple[Node, ...] = (), **fields) -> Node:
+        node = Node(self, kind, len(self.nodes), parents, **fields)
+        for parent in parents:
+            parent.children.append(node)
+        self.nodes.append(node)
+        return node
+
+    # ----------------------------------------------------------------------------------------- building
+
+    def input(self, sigma0: np.ndarray) -> Node:
+        node = self._node("gaussian", link=("input",), zero_mean=True)
+        node.sources = frozenset({node})
+        node._kernel = Moment(sigma0[None], np.zeros_like(sigma0))
+        return node
+
+    def dense(self, x: Node, weight_var: float, bias_var: float) -> Node:
+        """h = sqrt(w) W x / sqrt(n) + sqrt(b) beta: N(0, w K_x + b 11^T), a fresh source."""
+        node = self._node("gaussian", link=("dense", x, weight_var), zero_mean=True)
+        node.sources = frozenset({node})
+        kernel = x.kernel()
+        node._kernel = Moment(weight_var * kernel.value + bias_var, weight_var * kernel.bound)
+        return node
+
+    def apply(self, x: Node, op: Elementwise | TrainBN) -> Node:
+        node = self._node("map", (x,), op=op, sources=x.sources)
+        node.zero_mean = isinstance(op, TrainBN) and x.kind == "gaussian"
+        if isinstance(op, TrainBN):
+            node.flat = None if x.flat is None else np.zeros_like(x.flat)
+        elif x.flat is not None:
+            node.flat = op.phi.numpy(x.flat)
+        elif x.kind == "gaussian" and _has_flat_point(x.kernel().value[0], op.phi):
+            value = op.phi.numpy(np.array(_flat_side(op.phi)[0] + _flat_side(op.phi)[1]))
+            node.flat = np.full((1, self.batch), float(value))
+        return node
+
+    def affine(self, x: Node, shift: np.ndarray, scale: np.ndarray, centred: bool) -> Node:
+        """(x - shift) / scale per example; of a Gaussian (shift 0) it is the Gaussian N(0, K / (s s^T))."""
+        if x.kind == "gaussian" and not np.any(shift):
+            node = self._node("gaussian", link=("scale", x, scale), sources=x.sources, zero_mean=True)
+            kernel = x.kernel()
+            value = kernel.value / (scale[:, :, None] * scale[:, None, :])
+            node._kernel = Moment(value, kernel.relative * np.abs(value).max(0))
+            return node
+        node = self._node("map", (x,), op=Affine(shift, scale, centred), sources=x.sources, zero_mean=centred)
+        if x.flat is not None:
+            value = (x.flat - shift) / scale
+            if np.all(np.abs(value - value[:, :1]) <= EXACT_RTOL * np.maximum(np.abs(value).max(), 1.0)):
+                node.flat = value
+        return node
+
+    def add(self, x: Node, y: Node, alpha: float) -> Node:
+        """x + alpha y. Independent Gaussians sum to a Gaussian; dependent parts are sampled jointly."""
+        independent = not (x.sources & y.sources)
+        if independent and x.kind == y.kind == "gaussian":
+            node = self._node("gaussian", link=("sum", ((x, 1.0), (y, alpha))), sources=x.sources | y.sources,
+                              zero_mean=True)
+            kx, ky = x.kernel(), y.kernel()
+            node._kernel = Moment(kx.value + alpha**2 * ky.value, kx.bound + alpha**2 * ky.bound)
+            return node
+        node = self._node("sum", (x, y), alpha=alpha, sources=x.sources | y.sources,
+                          zero_mean=x.zero_mean and y.zero_mean)
+        if independent and x.flat is not None and y.flat is not None:
+            node.flat = x.flat + alpha * y.flat
+        if not independent:
+            self._invalidate(node)
+        return node
+
+    # ----------------------------------------------------------------------------------- kernel and mean
+
+    def kernel_of(self, node: Node) -> Moment:
+        route = self._kernel_route(node)
+        if route is not None:
+            return route
+        x = node.samples()
+        value = np.einsum("rpa,rpb->rab", x, x) / x.shape[1]
+        return Moment(value, self._inherited(node) * np.abs(value).max(0))
+
+    def mean_of(self, node: Node) -> Moment:
+        if node.zero_mean:
+            return Moment(np.zeros((1, self.batch)), np.zeros(self.batch))
+        route = self._mean_route(node)
+        if route is not None:
+            return route
+        x = node.samples()
+        value = x.mean(1)
+        return Moment(value, self._inherited(node) * np.abs(value).max(0))
+
+    def _inherited(self, node: Node) -> float:
+        """The relative deterministic error a sampled node inherits: the largest of its segment's leaves."""
+        return max((leaf.kernel().relative for leaf in self.segment(node)[1]), default=0.0)
+
+    def _kernel_route(self, node: Node) -> Moment | None:
+        if node.kind == "sum":
+            if node.sources and (node.parents[0].sources & node.parents[1].sources):
+                return None
+            x, y = node.parents
+            kx, ky = x.kernel(), y.kernel()
+            means = [np.zeros((1, self.batch))] * 2
+            if not (x.zero_mean or y.zero_mean):
+                means = [x.mean().value, y.mean().value]
+            value = lambdified("residual")(kx.value, ky.value, means[0][:, :, None], means[0][:, None, :],
+                                           means[1][:, :, None], means[1][:, None, :], node.alpha)
+            bound = kx.bound + node.alpha**2 * ky.bound + (kx.relative + ky.relative) * np.abs(value).max(0)
+            return Moment(value, bound)
+        op, parent = node.op, node.parents[0]
+        if isinstance(op, Affine):
+            k, m = parent.kernel(), parent.mean()
+            value = lambdified("affine")(k.value, m.value[:, :, None], m.value[:, None, :], op.shift[:, :, None],
+                                         op.shift[:, None, :], op.scale[:, :, None], op.scale[:, None, :])
+            value = np.where(np.isfinite(value), value, 0.0)
+            return Moment(value, (k.relative + m.relative) * np.abs(value).max(0))
+        if parent.kind == "gaussian":
+            k = parent.kernel()
+            if isinstance(op, Elementwise):
+                result = _activation_kernel(op.phi, k.value)
+            else:
+                result = _bn_kernel(identity(), k.value, op.eps)
+            return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
+        if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.parents[0].kind == "gaussian"):
+            k = parent.parents[0].kernel()
+            result = _bn_kernel(op.phi, k.value, parent.op.eps)
+            return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
+        if (isinstance(op, TrainBN) and op.eps == 0 and isinstance(parent.op, Elementwise)
+                and parent.parents[0].kind == "gaussian"):
+            k = parent.parents[0].kernel()
+            constant = [_all_in_flat(parent.op.phi, sigma) for sigma in k.value]
+            if None not in constant:
+                scale = lambdified("exchangeable")(self.batch, 1 - np.array(constant))
+                return Moment(scale[:, None, None] * centring(self.batch), np.zeros((self.batch, self.batch)))
+        return None
+
+    def _mean_route(self, node: Node) -> Moment | None:
+        if node.kind == "sum":
+            x, y = node.parents
+            mx, my = x.mean(), y.mean()
+            return Moment(mx.value + node.alpha * my.value, mx.bound + abs(node.alpha) * my.bound)
+        op, parent = node.op, node.parents[0]
+        if isinstance(op, Affine):
+            m = parent.mean()
+            value = (m.value - op.shift) / op.scale
+            return Moment(np.where(np.isfinite(value), value, 0.0), m.relative * np.abs(value).max(0))
+        if isinstance(op, Elementwise) and parent.kind == "gaussian":
+            k = parent.kernel()
+            diagonal = np.diagonal(k.value, axis1=-2, axis2=-1)
+            if op.phi.is_homogeneous:
+                a, b = op.phi.ab
+                value = (a - b) * lambdified("gaussian_mean")(op.phi.degree, diagonal)
+                return Moment(value, k.relative * np.abs(value).max(0))
+            if not op.phi.kinks:
+                estimate = gauss_hermite_pair(op.phi, diagonal, 0.0, 0.0, psi=np.ones_like)
+                return Moment(estimate.value, estimate.error.max(0) + k.relative * np.abs(estimate.value).max(0))
+            return None
+        if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.op.eps == 0
+                and parent.parents[0].kind == "gaussian"):
+            if all(bsb1_mu(sigma) is not None for sigma in parent.parents[0].kernel().value):
+                value, error = expect_pair_with_error(lambda a, b: op.phi.numpy(a), self.batch, op.phi.kinks)
+                return Moment(np.full((1, self.batch), value), np.full(self.batch, error))
+        return None
+
+    # ------------------------------------------------------------------------------------------- sampling
+
+    def segment(self, node: Node) -> tuple[list[Node], list[Node]]:
+        """(the non-Gaussian nodes connected to ``node``, in order; their Gaussian leaves)."""
+        seen, stack, leaves = {node}, [node], set()
+        while stack:
+            current = stack.pop()
+            for other in (*current.parents, *current.children):
+                if other.kind == "gaussian":
+                    if other in current.parents:
+                        leaves.add(other)
+                elif other not in seen:
+                    seen.add(other)
+                    stack.append(other)
+        return sorted(seen, key=lambda n: n.index), sorted(leaves, key=lambda n: n.index)
+
+    def _invalidate(self, node: Node) -> None:
+        """Forget the samples of ``node``'s segment: its leaves now share sources and must be drawn jointly."""
+        for member in self.segment(node)[0]:
+            member._samples = member._input = None
+
+    def _draw(self, node: Node) -> np.ndarray:
+        """Fresh (R, P, B) samples of a Gaussian node from its own kernel: scrambled Sobol points, principal
+        components on the first (best) coordinates, mapped through the inverse normal CDF, in a random order (so
+        that the points of independent sources pair up at random)."""
+        if node not in self._cuts:
+            count, points, kernels = self.sampling.replicates, self.sampling.points, node.kernel().value
+            out = np.zeros((count, points, self.batch))
+            for r in range(count):
+                lam, vecs = np.linalg.eigh(kernels[min(r, len(kernels) - 1)])
+                lam, vecs = lam[::-1], vecs[:, ::-1]
+                keep = lam > 1e-12 * max(lam[0], 1e-300)
+                if keep.any():
+                    rng = np.random.default_rng([self.sampling.seed, node.index, r])
+                    engine = qmc.Sobol(d=int(keep.sum()), scramble=True, seed=rng)
+                    # a random order: two sources drawn from one base sequence would otherwise pair up point by point
+                    points_r = engine.random(points)[rng.permutation(points)]
+                    out[r] = ndtri(points_r) @ (vecs[:, keep] * np.sqrt(lam[keep])).T
+            self._cuts[node] = out
+        return self._cuts[node]
+
+    def _joint(self, node: Node, cache: dict[Node, np.ndarray]) -> np.ndarray:
+        """Samples of a Gaussian node as the function of its sources that it is (for leaves sharing sources)."""
+        if node not in cache:
+            kind = node.link[0]
+            if kind in ("input", "dense"):
+                cache[node] = self._draw(node)
+            elif kind == "scale":
+                cache[node] = self._joint(node.link[1], cache) / node.link[2][:, None, :]
+            else:
+                cache[node] = sum(coefficient * self._joint(part, cache) for part, coefficient in node.link[1])
+        return cache[node]
+
+    def leaf_samples(self, leaves: list[Node]) -> dict[Node, np.ndarray]:
+        """Samples of a segment's leaves: each drawn on its own, except leaves that share sources, drawn jointly."""
+        out, cache = {}, {}
+        for leaf in leaves:
+            shared = any(leaf.sources & other.sources for other in leaves if other is not leaf)
+            out[leaf] = self._joint(leaf, cache) if shared else self._draw(leaf)
+        return out
+
+    def sample_segment(self, node: Node) -> None:
+        members, leaves = self.segment(node)
+        values = self.leaf_samples(leaves)
+        for member in members:
+            if member._samples is None:
+                if member.kind == "sum":
+                    x, y = (values.get(p, p._samples) for p in member.parents)
+                    member._samples = x + member.alpha * y
+                else:
+                    parent = member.parents[0]
+                    member._input = values.get(parent, parent._samples)
+                    member._samples = member.op.apply(member._input)
+            values[member] = member._samples
+
+    # ------------------------------------------------------------------------------------------- backward
+
+    def backward(self, output: Node) -> dict[Node, Moment]:
+        """S = E|g|^2 at every node (per replicate, with a relative bound), g the scaled gradient of
+        f = v.x_out / sqrt(n); inf (and bound 0) where the second moment diverges."""
+        return _Backward(self, output).run()
+
+
+def _activation_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """V_phi(K) per replicate: arc-cosine closed form (positive-homogeneous) or Gauss-Hermite (smooth phi)."""
+    if phi.is_homogeneous:
+        return gaussian_kernel(phi, kernel), np.zeros(kernel.shape[1:])
+    if not phi.kinks:
+        estimate = gauss_hermite_kernel(phi, kernel, degree=96)
+        return estimate.value, estimate.error.max(0)
+    return None
+
+
+def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """E[phi'(h) phi'(h)^T] = c_alpha (K_aa K_bb)^((alpha-1)/2) J_phi'(c) by Price's theorem (positive-homogeneous,
+    alpha > 1/2), or Gauss-Hermite (smooth phi)."""
+    if phi.is_homogeneous:
+        diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
+        scale = np.sqrt(np.clip(diagonal[..., :, None], 0, None)) * np.sqrt(np.clip(diagonal[..., None, :], 0, None))
+        corr = np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
+        value = c_alpha(phi.degree) * np.where(scale > 0, scale, 1.0) ** (phi.degree - 1)
+        return np.where(scale > 0, value * phi_kernel_derivative(phi, corr), 0.0), np.zeros(kernel.shape[1:])
+    if not phi.kinks:
+        estimate = gauss_hermite_kernel(phi.numpy_derivative, kernel, degree=96)
+        return estimate.value, estimate.error.max(0)
+    return None
+
+
+def _bn_kernel(phi: Phi, kernel: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """V_{B_phi}(K) per replicate by the Laplace route (eq. 11; positive-homogeneous phi, eps = 0) or the spherical
+    one (Thm 4 and its radial extension; BSB1-type K); None where neither applies."""
+    batch = kernel.shape[-1]
+
+    def route(sigma: np.ndarray) -> Estimate | None:
+        projected = centring(batch) @ sigma @ centring(batch)
+        if np.abs(projected).max() <= 1e-12 * max(np.abs(sigma).max(), 1e-300):
+            return Estimate(np.zeros((batch, batch)), 0.0, "constant")  # batch norm maps a constant neuron to 0
+        if eps == 0 and phi.is_homogeneous:
+            try:
+                return bn_kernel_laplace(phi, sigma)
+            except ValueError:  # an ill-conditioned Sigma^G: the sampler takes it
+                return None
+        if bsb1_mu(sigma) is not None:
+            return bn_kernel_spherical(phi, sigma, eps)
+        return None
+
+    return _each(route, kernel)
+
+
+@cache
+def _sphere_moments(phi: Phi, batch_size: int) -> tuple[np.ndarray, float]:
+    """(M11, M12, N11, N12) of Thm 7 on the BN sphere (eps = 0) and their largest quadrature error."""
+    dphi = phi.numpy_derivative
+
+    def integrand(a, b):
+        da, db = dphi(a), dphi(b)
+        return np.stack([da * da, da * db, a * a * da * da, a * b * da * db])
+
+    value, error = expect_pair_with_error(integrand, batch_size, phi.kinks)
+    return np.asarray(value), float(np.max(error))
+
+
+CHUNK_FLOATS = 2**23  # floats of per-sample cotangent columns held at once (64 MB)
+
+
+def _factor(pi: np.ndarray) -> np.ndarray:
+    """C with C C^T = pi for each (..., B, B) PSD matrix (eigenvalues below 0 by rounding set to 0)."""
+    lam, vecs = np.linalg.eigh(pi)
+    return vecs * np.sqrt(np.clip(lam, 0.0, None))[..., None, :]
+
+
+class _Backward:
+    """One reverse sweep over the graph (see :meth:`Graph.backward`).
+
+    Cotangents inside a sampled segment are arrays (R, P, B, k): k columns per sample. A chain on one Gaussian
+    leaf carries the columns of a factor of each injection's Pi (exact given the forward samples, k = B per
+    injection); a general segment carries k = min(B, memory) randomly mixed columns (:meth:`_sampled`)."""
+
+    def __init__(self, graph: Graph, output: Node):
+        self.graph, self.output = graph, output
+        sampling = graph.sampling
+        self.batch, self.replicates, self.points = graph.batch, sampling.replicates, sampling.points
+        self.columns = int(min(self.batch, max(1, CHUNK_FLOATS // (self.replicates * self.points * self.batch))))
+        self.rng = np.random.default_rng([sampling.seed, 0xBAC])
+        self.pi: dict[Node, list[np.ndarray]] = defaultdict(list)  # Gaussian nodes: independent Pi contributions
+        self.inject: dict[Node, list[np.ndarray]] = defaultdict(list)  # fresh injections N(0, Pi) at a node
+        self.g: dict[Node, np.ndarray] = {}  # per-sample pulled-back cotangents (R, P, B, k)
+        self.rel: dict[Node, float] = defaultdict(float)  # relative deterministic error of the node's S
+        self.infinite: set[Node] = set()
+        self.result: dict[Node, Moment] = {}
+
+    def zeros(self) -> np.ndarray:
+        return np.zeros((1, self.batch, self.batch))
+
+    def run(self) -> dict[Node, Moment]:
+        target = self.pi if self.output.kind == "gaussian" else self.inject
+        target[self.output].append(np.eye(self.batch)[None])
+        chains = self._chains()
+        in_chains = {member for chain in chains.values() for member in chain}
+        for node in reversed(self.graph.nodes):
+            if node.kind == "gaussian":
+                self._gaussian(node)
+            elif node in chains:
+                self._chain(chains[node])
+            elif node not in in_chains:
+                self._sampled(node)
+        return self.result
+
+    def _record(self, node: Node, value: np.ndarray) -> None:
+        if node in self.infinite:
+            self.result[node] = Moment(np.full((1,), np.inf), np.zeros(()))
+        else:
+            self.result[node] = Moment(value, self.rel[node] * np.abs(value).max())
+        self._spread(node)
+
+    def _spread(self, node: Node) -> None:
+        """Pass the node's relative error, and infinity, to the nodes its gradient flows to."""
+        targets = list(node.parents)
+        if node.kind == "gaussian" and node.link[0] in ("dense", "scale"):
+            targets.append(node.link[1])
+        elif node.kind == "gaussian" and node.link[0] == "sum":
+            targets.extend(part for part, _ in node.link[1])
+        for target in targets:
+            self.rel[target] = max(self.rel[target], self.rel[node])
+            if node in self.infinite:
+                self.infinite.add(target)
+
+    def _gaussian(self, node: Node) -> None:
+        total = sum(self.pi.pop(node, []), self.zeros())
+        if node in self.g:
+            g = self.g.pop(node)
+            total = total + np.einsum("rpak,rpbk->rab", g, g) / g.shape[1]
+        self._record(node, np.trace(total, axis1=-2, axis2=-1))
+        if node in self.infinite:
+            return
+        kind = node.link[0]
+        if kind == "dense":
+            x, weight_var = node.link[1], node.link[2]
+            (self.pi if x.kind == "gaussian" else self.inject)[x].append(weight_var * total)
+        elif kind == "sum":
+            for part, coefficient in node.link[1]:
+                self.pi[part].append(coefficient**2 * total)
+        elif kind == "scale":
+            scale = node.link[2]
+            self.pi[node.link[1]].append(total / (scale[:, :, None] * scale[:, None, :]))
+
+    def _pull(self, node: Node, g: np.ndarray, rows: slice = slice(None)) -> list[tuple[Node, np.ndarray]]:
+        """The cotangent columns ``g`` at ``node`` (samples ``rows``) passed to its parents."""
+        if node.kind == "sum":
+            return [(node.parents[0], g), (node.parents[1], node.alpha * g)]
+        if isinstance(node.op, TrainBN) and node.op.eps == 0 and node.parents[0].flat is not None:
+            self.infinite.add(node.parents[0])
+        output = node.samples()[:, rows]  # (computes node._input too)
+        return [(node.parents[0], node.op.vjp(node._input[:, rows], output, g))]
+
+    def _sampled(self, node: Node) -> None:
+        """One node of a general sampled segment: S from its injections' trace plus the pulled-back columns. The
+        injections join the columns as C E, C C^T their Pi and E a fresh random B x k matrix with E[E E^T] = I and
+        E[E] = 0 (random signs on the diagonal for k = B), so the cross terms with the pulled columns vanish."""
+        total = sum(self.inject.pop(node, []), self.zeros())
+        pulled = self.g.pop(node, None)
+        square = 0.0 if pulled is None else np.mean(np.sum(pulled * pulled, (-2, -1)), -1)
+        self._record(node, np.trace(total, axis1=-2, axis2=-1) + square)
+        if node in self.infinite:
+            return
+        if np.any(total):
+            k, shape = self.columns, (self.replicates, self.points, self.batch)
+            if k == self.batch:
+                mixing = self.rng.choice([-1.0, 1.0], size=shape)[..., None] * np.eye(k)
+            else:
+                mixing = self.rng.choice([-1.0, 1.0], size=(*shape, k)) / np.sqrt(k)
+            fresh = np.einsum("rab,rpbk->rpak", np.broadcast_to(_factor(total), (self.replicates, *total.shape[1:])),
+                              mixing)
+            pulled = fresh if pulled is None else pulled + fresh
+        if pulled is None:
+            return
+        for parent, contribution in self._pull(node, pulled):
+            self.g[parent] = self.g[parent] + contribution if parent in self.g else contribution
+
+    # -------------------------------------------------------------------------------- chains
+
+    def _chains(self) -> dict[Node, list[Node]]:
+        """Segments that are chains of map nodes on one Gaussian leaf, keyed by their first node."""
+        chains, seen = {}, set()
+        for node in self.graph.nodes:
+            if node.kind == "gaussian" or node in seen:
+                continue
+            members, leaves = self.graph.segment(node)
+            seen.update(members)
+            linear = (len(leaves) == 1 and all(m.kind == "map" for m in members) and members[0].parents[0] is leaves[0]
+                      and all(b.parents[0] is a for a, b in zip(members, members[1:]))
+                      and all(sum(c.kind != "gaussian" for c in m.children) <= 1 for m in members))
+            if linear:
+                chains[members[0]] = members
+        return chains
+
+    def _chain(self, chain: list[Node]) -> None:
+        """A chain's backward: exact where a pattern applies (phi -> affines; BN [-> phi] -> affines at a BSB1
+        input), else by the exact columns of its injections over the forward samples."""
+        leaf, ops = chain[0].parents[0], [member.op for member in chain]
+        tail = 2 if isinstance(ops[0], TrainBN) and len(ops) > 1 and isinstance(ops[1], Elementwise) else 1
+        pending = {member: list(self.inject.get(member, [])) for member in chain}
+        if all(isinstance(op, Affine) for op in ops[tail:]):
+            if isinstance(ops[0], Elementwise) and self._elementwise_chain(chain, leaf):
+                return
+            if isinstance(ops[0], TrainBN) and ops[0].eps == 0 and self._bsb1_chain(chain, leaf, tail):
+                return
+        for member, injections in pending.items():
+            self.inject[member] = injections
+        self._columns(chain, leaf)
+
+    def _columns(self, chain: list[Node], leaf: Node) -> None:
+        """E[J^T Pi J] over the chain's forward samples, each injection carried as the B columns of a factor of its
+        Pi, in chunks of samples."""
+        factors = {m: _factor(sum(self.inject.pop(m), self.zeros())) for m in chain if m in self.inject}
+        columns = self.batch * max(len(factors), 1)
+        step = max(1, CHUNK_FLOATS // (self.replicates * self.batch * columns))
+        squares = {m: 0.0 for m in chain}
+        pi = np.zeros((self.replicates, self.batch, self.batch))
+        for start in range(0, self.points, step):
+            rows = slice(start, min(start + step, self.points))
+            count = rows.stop - rows.start
+            g = None
+            for member in reversed(chain):
+                if member in factors:
+                    fresh = np.broadcast_to(factors[member][:, None], (self.replicates, count, self.batch, self.batch))
+                    g = fresh if g is None else np.concatenate([g, fresh], -1)
+                if g is None:
+                    continue
+                squares[member] = squares[member] + np.sum(g * g, (1, 2, 3))
+                ((_, g),) = self._pull(member, g, rows)
+            if g is not None:
+                pi += np.einsum("rpak,rpbk->rab", g, g)
+        for member in chain:
+            self._record(member, np.asarray(squares[member]) / self.points * np.ones(self.replicates))
+        self.pi[leaf].append(pi / self.points)
+        self.rel[leaf] = max(self.rel[leaf], *(self.rel[m] for m in chain))
+
+    def _pull_affines(self, chain: list[Node]) -> list[np.ndarray]:
+        """Pi at each chain node: its injections, plus what flows back through a following affine node (a constant
+        Jacobian diag(1/scale)); nothing flows back through a nonlinear node here (the patterns fuse those)."""
+        pis: list[np.ndarray] = [self.zeros()] * len(chain)
+        for position in range(len(chain) - 1, -1, -1):
+            pi = sum(self.inject.pop(chain[position], []), self.zeros())
+            if position + 1 < len(chain) and isinstance(chain[position + 1].op, Affine):
+                scale = chain[position + 1].op.scale
+                pi = pi + pis[position + 1] / (scale[:, :, None] * scale[:, None, :])
+            pis[position] = pi
+        return pis
+
+    def _elementwise_chain(self, chain: list[Node], leaf: Node) -> bool:
+        """phi -> affines on a Gaussian: Pi_leaf = Pi o E[phi'(h) phi'(h)^T] (Price's theorem)."""
+        slope = _slope_kernel(chain[0].op.phi, leaf.kernel().value)
+        if slope is None:
+            return False
+        pis = self._pull_affines(chain)
+        rel = leaf.kernel().relative + float(slope[1].max()) / max(float(np.abs(slope[0]).max()), 1e-300)
+        for member, pi in zip(reversed(chain), reversed(pis)):
+            self.rel[member] = max(self.rel[member], rel)
+            self._record(member, np.trace(pi, axis1=-2, axis2=-1))
+        self.pi[leaf].append(pis[0] * slope[0])
+        return True
+
+    def _bsb1_chain(self, chain: list[Node], leaf: Node, tail: int) -> bool:
+        """BN [-> phi] -> affines at a BSB1 input with every Pi in span{I, 11^T}: E[J^T Pi J] = c G
+        (:func:`~bnsym.arch.derivations.derive_bsb1_backward`)."""
+        mus = [bsb1_mu(sigma) for sigma in leaf.kernel().value]
+        if any(m is None or m <= 0 for m in mus):
+            return False
+        pis = self._pull_affines(chain)
+        parts = [_invariant(pi) for pi in pis[:tail]]
+        if any(p is None for p in parts):
+            return False
+        batch, mu = self.batch, np.array(mus)
+        phi = chain[1].op.phi if tail == 2 else identity()
+        moments, error = _sphere_moments(phi, batch)
+        coefficient = lambdified("alone")(*parts[0], batch, mu, *moments)
+        traces = [np.trace(pi, axis1=-2, axis2=-1) for pi in pis]
+        if tail == 2:
+            coefficient = coefficient + lambdified("fused")(*parts[1], batch, mu, *moments)
+            traces[0] = traces[0] + lambdified("between")(*parts[1], batch, mu, *moments)
+        rel = error / max(float(np.abs(moments).max()), 1e-300) + leaf.kernel().relative
+        for member, trace in zip(reversed(chain), reversed(traces)):
+            self.rel[member] = max(self.rel[member], rel)
+            self._record(member, trace)
+        self.pi[leaf].append(np.asarray(coefficient, dtype=float).reshape(-1, 1, 1) * centring(batch))
+        return True

@@ -1,0 +1,226 @@
+"""The public maps of :mod:`bnsym.arch`: a network description in, its infinite-width kernels and gradients out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.estimate import Estimate
+from ..core.layers import (
+    Activation,
+    BatchNorm,
+    Dense,
+    Layer,
+    LayerNorm,
+    Serial,
+    describe,
+    serial,
+    walk,
+)
+from ..core.validation import (
+    MIN_BATCH_SIZE,
+    check_activation,
+    check_covariance,
+    check_resolved,
+    check_whole_number,
+)
+from .graph import Elementwise, Graph, Moment, Node, Sampling, TrainBN
+
+MAX_POINTS = 2**20  # quasi-Monte Carlo points per replicate; the samples of a node take replicates x points x B floats
+
+
+def check_network(net: object) -> Serial:
+    """``net`` as a :class:`Serial` (a layer, a list of layers or a Serial), starting with a Dense."""
+    network = serial(net)
+    if not len(network):
+        raise ValueError("the network has no layers")
+    if not isinstance(network.layers[0], Dense):
+        raise ValueError(f"the first layer must be a Dense, got {describe(network.layers[0])}: it acts on the inputs, "
+                         "and only a Dense's output law is fixed by the inputs' Gram matrix Sigma0 alone")
+    return network
+
+
+def check_sampling(points: object, replicates: object, seed: object) -> Sampling:
+    """The quasi-Monte Carlo sizes: points a power of 2 (Sobol balance), at least 2 replicates (a spread)."""
+    count = check_whole_number(points, "points", 16, MAX_POINTS, "points per replicate of the quasi-Monte Carlo routes")
+    if count & (count - 1):
+        raise ValueError(f"points must be a power of 2 (scrambled Sobol points are balanced only then), got {count}")
+    return Sampling(count, check_whole_number(replicates, "replicates", 2, 1024, "a standard error needs at least 2"),
+                    check_whole_number(seed, "seed", 0, 2**63 - 1))
+
+
+def check_inputs(net: object, Sigma0: object, gradient: bool) -> tuple[Serial, np.ndarray]:
+    """The network and its input Gram: Sigma0 PSD; B >= 4 and G Sigma0 G != 0 where a train-mode BatchNorm is;
+    every activation usable (its slope too for ``gradient``)."""
+    network = check_network(net)
+    train = any(isinstance(layer, BatchNorm) and layer.mode == "train" for layer in walk(network))
+    try:
+        sigma = check_covariance(Sigma0, batch_norm=train)
+    except ValueError as error:
+        if train and str(error).startswith("batch size"):
+            raise ValueError(f"with a train-mode BatchNorm, Sigma0 must be at least {MIN_BATCH_SIZE} x "
+                             f"{MIN_BATCH_SIZE}: {error}") from None
+        raise
+    batch = sigma.shape[0]
+    for layer in walk(network):
+        if isinstance(layer, Activation):
+            check_activation(layer.phi, batch if train else None, slope=gradient)
+    return network, sigma
+
+
+def _layer(graph: Graph, layer: Layer, x: Node) -> tuple[Node, Node | None]:
+    """The node after ``layer`` (and, for a residual block, its branch's output)."""
+    if isinstance(layer, Dense):
+        return graph.dense(x, layer.weight_var, layer.bias_var), None
+    if isinstance(layer, Activation):
+        return graph.apply(x, Elementwise(layer.phi)), None
+    if isinstance(layer, BatchNorm) and layer.mode == "train":
+        return graph.apply(x, TrainBN(layer.eps)), None
+    if isinstance(layer, (BatchNorm, LayerNorm)):
+        kernel, mean = x.kernel().value, x.mean().value
+        diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
+        if isinstance(layer, LayerNorm):  # each example over its features (derive_layer_norm)
+            shift, variance = np.broadcast_arrays(mean, diagonal - mean**2)
+        else:  # population statistics over the examples and neurons (derive_eval_batch_norm)
+            population = mean.mean(-1, keepdims=True)
+            shift, variance = np.broadcast_arrays(population, diagonal.mean(-1, keepdims=True) - population**2)
+        total = np.clip(variance, 0.0, None) + layer.eps
+        scale = np.sqrt(np.where(total > 0, total, np.inf))  # a zero variance with eps = 0 maps to 0 (eps -> 0+)
+        shift, scale = np.broadcast_arrays(shift, scale)
+        return graph.affine(x, shift.copy(), scale.copy(), isinstance(layer, LayerNorm) or x.zero_mean), None
+    branch = x
+    for inner in layer.branch:
+        branch = _layer(graph, inner, branch)[0]
+    return graph.add(x, branch, layer.alpha), branch
+
+
+def build(net: Serial, sigma0: np.ndarray, sampling: Sampling) -> tuple[Graph, list[Node], dict[int, Node]]:
+    """The graph of ``net`` on inputs with Gram ``sigma0``: the output node of each top-level layer, and the branch
+    output of each top-level residual block by its position."""
+    graph = Graph(sigma0.shape[0], sampling)
+    x, outputs, branches = graph.input(sigma0), [], {}
+    for position, layer in enumerate(net):
+        x, branch = _layer(graph, layer, x)
+        outputs.append(x)
+        if branch is not None:
+            branches[position] = branch
+    return graph, outputs, branches
+
+
+def _estimate(moment: Moment, method: str) -> Estimate:
+    """A per-replicate moment as an Estimate: the replicates' mean, their standard error plus the bound."""
+    values = moment.value
+    spread = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else np.zeros(values.shape[1:])
+    return Estimate(values.mean(0), spread + moment.bound, method if len(values) == 1 else "qmc")
+
+
+def kernel(net: object, Sigma0: object, with_error: bool = False, points: int = 2**12, replicates: int = 16,
+           seed: int = 0) -> np.ndarray | Estimate:
+    """The B x B output kernel K_ab = lim E[x_a . x_b / n] of ``net`` (a layer, list or Serial) for one batch whose
+    input Gram is Sigma0 (conventions in :mod:`bnsym.arch`).
+
+    Closed forms and quadratures where a layer's law allows them, randomised quasi-Monte Carlo otherwise
+    (``replicates`` scramblings of ``points`` Sobol points each; the error is their standard error). Returns the
+    matrix, or with ``with_error=True`` its :class:`~bnsym.core.estimate.Estimate`. ValueError for an unknown layer,
+    a network not starting with a Dense, a Sigma0 that is not PSD, B < 4 with a train-mode BatchNorm, or a
+    result whose error exceeds 1% of its size (raise ``points``).
+    """
+    network, sigma = check_inputs(net, Sigma0, gradient=False)
+    _, outputs, _ = build(network, sigma, check_sampling(points, replicates, seed))
+    result = _estimate(outputs[-1].kernel(), "exact")
+    check_resolved(result.value, result.error, "the output kernel")
+    return result if with_error else result.value
+
+
+@dataclass(frozen=True)
+class SignalPropagation:
+    """Per top-level layer of a network (``layers``, in the spec grammar): the kernel and Brock et al.'s (2021)
+    signal-propagation summaries, each an :class:`~bnsym.core.estimate.Estimate` over the layers.
+
+    * ``kernels``: the B x B kernel after each layer;
+    * ``diagonal`` (1/B) sum_a K_aa and ``off_diagonal`` the mean of K_ab over a != b; ``correlation`` the mean
+      of K_ab / sqrt(K_aa K_bb) over a != b;
+    * ``channel_mean_squared`` = 1^T K 1 / B^2, the limit of the average over neurons of the squared batch mean,
+      and ``channel_variance`` = tr(G K) / B, the average over neurons of the batch variance;
+    * ``branch_variance``: for each top-level residual block (by position), the channel variance of its branch's
+      output (before alpha);
+    * ``gradient``: S^l = sum_a ||df(x_a)/dx^l||_F^2 in the limit, f = v . x_out / sqrt(n) with v standard normal and
+      x^l the n x B output of layer l; S = B after the last layer. inf where the gradient's second moment
+      diverges (``note`` says where and why).
+    """
+
+    layers: tuple[str, ...]
+    kernels: tuple[Estimate, ...]
+    diagonal: Estimate
+    off_diagonal: Estimate
+    correlation: Estimate
+    channel_mean_squared: Estimate
+    channel_variance: Estimate
+    branch_variance: dict[int, Estimate]
+    gradient: Estimate
+
+
+def _summaries(kernel: Moment) -> dict[str, Moment]:
+    """The signal-propagation summaries of a kernel, per replicate, with their bounds."""
+    values, bound = kernel.value, kernel.bound
+    batch = values.shape[-1]
+    off = ~np.eye(batch, dtype=bool)
+    diagonal = np.diagonal(values, axis1=-2, axis2=-1)
+    root = np.sqrt(np.clip(diagonal, 0.0, None))
+    scale = root[:, :, None] * root[:, None, :]
+    correlation = np.divide(values, scale, out=np.zeros_like(values), where=scale > 0)
+    total, trace = values.sum((-2, -1)), diagonal.sum(-1)
+    parts = {
+        "diagonal": (diagonal.mean(-1), np.diagonal(bound).mean()),
+        "off_diagonal": (values[:, off].mean(-1) if batch > 1 else np.zeros(len(values)), bound[off].mean() if batch > 1
+                         else 0.0),
+        "correlation": (correlation[:, off].mean(-1) if batch > 1 else np.ones(len(values)), 2 * kernel.relative),
+        "channel_mean_squared": (total / batch**2, bound.sum() / batch**2),
+        "channel_variance": (trace / batch - total / batch**2, np.trace(bound) / batch + bound.sum() / batch**2),
+    }
+    return {key: Moment(value, np.asarray(error)) for key, (value, error) in parts.items()}
+
+
+def _stack(moments: list[Moment], what: str) -> Estimate:
+    """One Estimate over the layers from per-layer moments (replicates may differ in number: 1 or R)."""
+    estimates = [_estimate(Moment(np.atleast_1d(m.value), np.asarray(m.bound)), "exact") if np.all(
+        np.isfinite(m.value)) else Estimate(np.inf, 0.0, "exact") for m in moments]
+    value = np.array([e.value for e in estimates])
+    error = np.array([e.error for e in estimates])
+    methods = {e.method for e in estimates}
+    infinite = np.flatnonzero(~np.isfinite(value)).tolist()
+    note = "" if not infinite else (
+        f"{what} is infinite at layers {infinite}: a train-mode BatchNorm with eps = 0 follows an activation that is "
+        "constant over the batch with positive probability (a relu of a Gaussian), and its Jacobian grows like 1/r "
+        "where r, the spread of the batch, tends to 0 in two dimensions, so E[r^-2] diverges; any eps > 0 bounds it")
+    return Estimate(value, error, "qmc" if "qmc" in methods else "exact", note)
+
+
+def signal_propagation(net: object, Sigma0: object, points: int = 2**12, replicates: int = 16,
+                       seed: int = 0) -> SignalPropagation:
+    """The predicted signal propagation of ``net`` on one batch with input Gram Sigma0 (:class:`SignalPropagation`),
+    each top-level layer's kernel and summaries and the gradient statistic S^l, each with its error. Routes and
+    arguments as for :func:`kernel`; the gradient follows each layer's backward map, batch norm's coupling included
+    (:mod:`bnsym.arch.graph`). ValueError as for :func:`kernel`, and for an activation whose slope has an infinite
+    second moment."""
+    network, sigma = check_inputs(net, Sigma0, gradient=True)
+    graph, outputs, branches = build(network, sigma, check_sampling(points, replicates, seed))
+    kernels = [node.kernel() for node in outputs]
+    gradients = graph.backward(outputs[-1])
+    summaries = [_summaries(k) for k in kernels]
+    result = SignalPropagation(
+        layers=tuple(describe(layer) for layer in network),
+        kernels=tuple(_estimate(k, "exact") for k in kernels),
+        **{key: _stack([s[key] for s in summaries], key) for key in summaries[0]},
+        branch_variance={position: _estimate(_summaries(node.kernel())["channel_variance"], "exact")
+                         for position, node in branches.items()},
+        gradient=_stack([gradients[node] for node in outputs], "the gradient statistic S"),
+    )
+    for position, estimate in enumerate(result.kernels):
+        check_resolved(estimate.value, estimate.error, f"the kernel after layer {position} ({result.layers[position]})")
+    finite = np.isfinite(result.gradient.value)
+    for position in np.flatnonzero(finite):
+        check_resolved(result.gradient.value[position], result.gradient.error[position],
+                       f"the gradient statistic after layer {position} ({result.layers[position]})")
+    return result

@@ -1,0 +1,296 @@
+"""Architectures as values: the layers a network description is built from, shared by theory and simulator.
+
+A network is a :class:`Serial` of layers, each a frozen value (the premise "network" of the book's flow, beside
+the activation): :class:`Dense`, :class:`BatchNorm`, :class:`LayerNorm`, :class:`Activation` and
+:class:`Residual`, composed with :func:`serial` and :func:`repeat`. The infinite-width theory
+(:mod:`bnsym.arch`) and the finite torch twin (:mod:`bnsym.sim.arch`) read the same value; the conventions
+they share (a contract) are stated in :mod:`bnsym.arch`.
+
+:func:`parse_architecture` reads the command line's spec strings (:data:`SPEC_GRAMMAR`)::
+
+    dense,bn,relu*20                       20 blocks of Dense, BatchNorm, relu
+    dense,res(bn,relu,dense)*50            a Dense, then 50 pre-activation residual blocks
+    dense(2,0.1),relu,ln                   weight_var 2, bias_var 0.1; LayerNorm after the activation
+    dense,(res(alpha=0.2,relu,dense))*10   SkipInit-style alpha
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Union
+
+from .activations import Activation as Phi
+from .activations import parse_activation
+from .validation import check_eps, check_number, check_variance, check_whole_number, shown
+
+MODES = ("train", "eval")
+MAX_REPEATS = 10_000  # a description longer than this is a typo, not a network
+
+
+@dataclass(frozen=True)
+class Dense:
+    """h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b, W and b standard normal."""
+
+    weight_var: float = 1.0
+    bias_var: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weight_var", check_variance(self.weight_var, "weight_var", positive=True))
+        object.__setattr__(self, "bias_var", check_variance(self.bias_var, "bias_var", positive=False))
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """Batch norm over the batch, per neuron, no affine map; ``mode`` "train" (batch statistics, biased variance)
+    or "eval" (population statistics, constants for the gradient)."""
+
+    eps: float = 0.0
+    mode: str = "train"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eps", check_eps(self.eps))
+        if self.mode not in MODES:
+            raise ValueError(f"BatchNorm mode must be 'train' or 'eval', got {shown(self.mode)}")
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """Layer norm over the features of each example, population variance, no affine map."""
+
+    eps: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eps", check_eps(self.eps))
+
+
+@dataclass(frozen=True)
+class Activation:
+    """phi applied to every coordinate; ``phi`` is any activation bnsym accepts (a name such as "tanh(gamma=0.5)"
+    or a :class:`bnsym.core.activations.Activation`). Two layers are equal when their phi have the same name."""
+
+    phi: Phi = field(compare=False)
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        phi = parse_activation(self.phi)
+        object.__setattr__(self, "phi", phi)
+        object.__setattr__(self, "name", phi.name)
+
+
+@dataclass(frozen=True)
+class Serial:
+    """Layers applied in order (build it with :func:`serial`; nested Serials are flattened there)."""
+
+    layers: tuple[Layer, ...]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self):
+        return iter(self.layers)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """x + alpha * branch(x); ``branch`` is a layer, a list of layers or a Serial."""
+
+    branch: Serial
+    alpha: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "branch", serial(self.branch))
+        alpha = check_number(self.alpha, "alpha")
+        if not math.isfinite(alpha):
+            raise ValueError(f"the residual weight alpha must be finite, got {shown(self.alpha)}")
+        object.__setattr__(self, "alpha", alpha)
+        if not len(self.branch):
+            raise ValueError("a Residual needs a branch with at least one layer (x + alpha * x is a scaling)")
+
+
+Layer = Union[Dense, BatchNorm, LayerNorm, Activation, Residual]
+LAYER_TYPES = (Dense, BatchNorm, LayerNorm, Activation, Residual)
+
+
+def serial(*layers: Layer | Serial | Iterable) -> Serial:
+    """The layers in order, as one :class:`Serial`: nested Serials and lists are flattened, so the top-level layers
+    are the atomic layers and the residual blocks. Anything else is an unknown layer (ValueError)."""
+    flat: list[Layer] = []
+    for position, item in enumerate(layers):
+        if isinstance(item, LAYER_TYPES):
+            flat.append(item)
+        elif isinstance(item, Serial):
+            flat.extend(item.layers)
+        elif isinstance(item, (list, tuple)):
+            flat.extend(serial(*item).layers)
+        else:
+            raise ValueError(f"unknown layer {shown(item)} at position {position}: a network is built from Dense, "
+                             "BatchNorm, LayerNorm, Activation and Residual layers (or lists and Serials of them)")
+    return Serial(tuple(flat))
+
+
+def repeat(layer: Layer | Serial | Iterable, n: int) -> Serial:
+    """``layer`` (one layer or a block of them) ``n`` times in a row."""
+    times = check_whole_number(n, "the number of repeats n", 1, MAX_REPEATS)
+    return serial(*([serial(layer)] * times))
+
+
+def walk(net: Serial) -> Iterator[Layer]:
+    """Every layer of ``net`` in order, the layers of residual branches after their block."""
+    for layer in net:
+        yield layer
+        if isinstance(layer, Residual):
+            yield from walk(layer.branch)
+
+
+def describe(layer: Layer) -> str:
+    """A layer in the spec grammar (:data:`SPEC_GRAMMAR`): ``dense(2,0.1)``, ``bn(eps=0.001,mode=eval)``, ..."""
+    if isinstance(layer, Dense):
+        default = (layer.weight_var, layer.bias_var) == (1, 0)
+        return "dense" if default else f"dense({layer.weight_var:g},{layer.bias_var:g})"
+    if isinstance(layer, BatchNorm):
+        options = ([f"eps={layer.eps:g}"] if layer.eps else []) + (["mode=eval"] if layer.mode == "eval" else [])
+        return "bn" + (f"({','.join(options)})" if options else "")
+    if isinstance(layer, LayerNorm):
+        return "ln" + (f"(eps={layer.eps:g})" if layer.eps else "")
+    if isinstance(layer, Activation):
+        return layer.name
+    weight = [] if layer.alpha == 1 else [f"alpha={layer.alpha:g}"]
+    return f"res({','.join(weight + [describe(inner) for inner in layer.branch])})"
+
+
+SPEC_GRAMMAR = """\
+A network spec is a comma-separated list of layers, read left to right:
+
+  dense | dense(weight_var[,bias_var])   Dense (defaults 1, 0; keywords weight_var=, bias_var= too)
+  bn | bn(eps=E[,mode=train|eval])       BatchNorm (default eps 0, mode train)
+  ln | ln(eps=E)                         LayerNorm
+  res([alpha=A,]LAYERS)                  residual block x + A * branch(x), the branch a spec itself (A = 1)
+  (LAYERS)                               a group
+  relu, tanh(gamma=0.5), relu^1.5, ...   an activation, spelled as for `bnsym predict --phi`
+
+A final *N repeats everything before it in its group (the whole spec, or the list inside the parentheses),
+so "dense,bn,relu*20" is 20 blocks of (dense, bn, relu), and "dense,(bn,relu,dense)*3" repeats only the group.
+The first layer must be a dense: it acts on the inputs, whose Gram matrix is the given Sigma0."""
+
+_NAME = re.compile(r"\s*([a-z_][a-z_0-9]*)\s*", re.IGNORECASE)
+
+
+class _Reader:
+    """A recursive-descent reader of :data:`SPEC_GRAMMAR`; every error names the spec and the position."""
+
+    def __init__(self, spec: str):
+        self.spec, self.at = spec, 0
+
+    def fail(self, why: str) -> ValueError:
+        return ValueError(f"cannot read network spec {self.spec!r} at position {self.at}: {why}")
+
+    def peek(self) -> str:
+        while self.at < len(self.spec) and self.spec[self.at].isspace():
+            self.at += 1
+        return self.spec[self.at] if self.at < len(self.spec) else ""
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise self.fail(f"expected {char!r}, found {self.peek() or 'the end'!r}")
+        self.at += 1
+
+    def sequence(self) -> Serial:
+        items = [self.element()]
+        while self.peek() == ",":
+            self.at += 1
+            items.append(self.element())
+        if self.peek() == "*":
+            self.at += 1
+            match = re.compile(r"\s*(\d+)").match(self.spec, self.at)
+            if not match:
+                raise self.fail("'*' must be followed by a whole number of repeats")
+            self.at = match.end()
+            count = int(match[1])
+            if not 1 <= count <= MAX_REPEATS:
+                raise self.fail(f"the number of repeats must be between 1 and {MAX_REPEATS:,}, got {count}")
+            return repeat(items, count)
+        return serial(*items)
+
+    def arguments(self) -> str:
+        """The text between a parenthesis and its partner (no nesting), or "" when there is none."""
+        if self.peek() != "(":
+            return ""
+        close = self.spec.find(")", self.at)
+        if close < 0:
+            raise self.fail("unclosed '('")
+        text, self.at = self.spec[self.at + 1:close], close + 1
+        return text
+
+    def options(self, text: str, names: tuple[str, ...]) -> dict[str, str]:
+        """Positional then keyword options of a layer, by name."""
+        values: dict[str, str] = {}
+        for position, part in enumerate(p.strip() for p in text.split(",") if p.strip()):
+            key, _, value = part.rpartition("=")
+            key = key.strip() or (names[position] if position < len(names) else "")
+            if key not in names:
+                raise self.fail(f"unknown option {part!r}; this layer takes {', '.join(names)}")
+            if key in values:
+                raise self.fail(f"option {key!r} is given twice")
+            values[key] = value.strip()
+        return values
+
+    def number(self, text: str, what: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise self.fail(f"{what} must be a number, got {text!r}") from None
+
+    def element(self) -> Layer | Serial:
+        if self.peek() == "(":
+            self.at += 1
+            group = self.sequence()
+            self.expect(")")
+            return group
+        match = _NAME.match(self.spec, self.at)
+        if not match:
+            raise self.fail(f"expected a layer, found {self.peek() or 'the end'!r}")
+        name, start = match[1].lower(), self.at
+        self.at = match.end()
+        if name == "res":
+            self.expect("(")
+            alpha = 1.0
+            keyword = re.compile(r"\s*alpha\s*=\s*([^,()]+),").match(self.spec, self.at)
+            if keyword:
+                alpha, self.at = self.number(keyword[1].strip(), "alpha"), keyword.end()
+            branch = self.sequence()
+            self.expect(")")
+            return Residual(branch, alpha)
+        text = self.arguments()
+        try:
+            if name == "dense":
+                values = self.options(text, ("weight_var", "bias_var"))
+                return Dense(*(self.number(values[k], k) for k in ("weight_var", "bias_var") if k in values))
+            if name == "bn":
+                values = self.options(text, ("eps", "mode"))
+                return BatchNorm(self.number(values.get("eps", "0"), "eps"), values.get("mode", "train"))
+            if name == "ln":
+                return LayerNorm(self.number(self.options(text, ("eps",)).get("eps", "0"), "eps"))
+            power = re.compile(r"\s*\^\s*[^,()*\s]+").match(self.spec, self.at)
+            if power:
+                self.at = power.end()
+            return Activation(self.spec[start:self.at].strip())
+        except ValueError as error:
+            if str(error).startswith("cannot read"):
+                raise
+            raise self.fail(str(error)) from None
+
+
+def parse_architecture(spec: str) -> Serial:
+    """The network a spec string describes (:data:`SPEC_GRAMMAR`); ValueError saying where it cannot be read."""
+    if not isinstance(spec, str):
+        raise ValueError(f"a network spec is a string, got {shown(spec)}")
+    reader = _Reader(spec)
+    if not reader.peek():
+        raise reader.fail("the spec is empty")
+    net = reader.sequence()
+    if reader.peek():
+        raise reader.fail(f"unexpected {reader.peek()!r} (a '*N' ends its group; put the repeated part in "
+                          "parentheses)")
+    return net

@@ -1,0 +1,273 @@
+"""The finite torch twin of a network description (:mod:`bnsym.core.layers`), and the reader of a user's torch model.
+
+:func:`torch_network` builds M independent networks of width n as one module, with the law the conventions of
+:mod:`bnsym.arch` state (this module does not import the theory; it reads the same description): Dense layers
+with standard normal weights and biases scaled by sqrt(weight_var / n_in) and sqrt(bias_var), train-mode batch norm
+by :func:`bnsym.sim.networks.batch_norm` (the one batch-norm forward), eval-mode batch norm with the population
+statistics of its input (all n x B entries of a network, held constant for the gradient), LayerNorm over the
+features, activations by their torch form. Tensors are (M, B, n): networks, batch, features.
+
+:func:`simulate_signal_propagation` measures, for M networks, each top-level layer's Gram x x^T / n and the
+gradient statistic S^l = sum_a ||df(x_a)/dx^l||_F^2 by autograd (one backward pass per example a), f = v . x_out /
+sqrt(n) with v standard normal. :func:`from_torch` reads a user's ``nn.Sequential`` (nn.Linear, nn.BatchNorm1d,
+nn.LayerNorm, activations and :class:`ResidualBlock`) into a description.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.activations import Activation as Phi
+from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial
+from .device import configure_torch, default_device, generator
+from .networks import batch_norm, chunk_budget, inputs_with_gram
+
+
+class ResidualBlock(nn.Module):
+    """x + alpha * branch(x): the residual wrapper :func:`from_torch` reads (``branch`` any readable module)."""
+
+    def __init__(self, branch: nn.Module, alpha: float = 1.0):
+        super().__init__()
+        self.branch, self.alpha = branch, float(alpha)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.alpha * self.branch(x)
+
+
+class DenseLayer(nn.Module):
+    """sqrt(weight_var / n_in) x W^T + sqrt(bias_var) b for M networks: W (M, n_out, n_in), b (M, n_out) standard
+    normal."""
+
+    def __init__(self, layer: Dense, n_in: int, n_out: int, networks: int, gen: torch.Generator,
+                 device: torch.device, dtype: torch.dtype):
+        super().__init__()
+        self.scale, self.bias_scale = math.sqrt(layer.weight_var / n_in), math.sqrt(layer.bias_var)
+        self.weight = nn.Parameter(torch.randn(networks, n_out, n_in, generator=gen, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * torch.matmul(x, self.weight.mT) + self.bias_scale * self.bias
+
+
+class BatchNormLayer(nn.Module):
+    """Train mode: batch norm over the batch axis per neuron (:func:`bnsym.sim.networks.batch_norm`); with eps = 0 a
+    neuron constant over the batch maps to 0 (its 0/0). Eval mode: (x - m) / sqrt(v + eps) with m, v the mean and
+    variance of all n x B entries of each network's input, constants for autograd."""
+
+    def __init__(self, layer: BatchNorm):
+        super().__init__()
+        self.eps, self.train_mode = layer.eps, layer.mode == "train"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.train_mode:
+            out = batch_norm(x, self.eps, dim=-2)
+            return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+        with torch.no_grad():
+            mean = x.mean((-2, -1), keepdim=True)
+            variance = x.var((-2, -1), keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(variance + self.eps)
+
+
+class LayerNormLayer(nn.Module):
+    """Layer norm over the features, population variance, no affine map; a zero variance with eps = 0 maps to 0."""
+
+    def __init__(self, layer: LayerNorm):
+        super().__init__()
+        self.eps = layer.eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.layer_norm(x, x.shape[-1:], eps=self.eps)
+        return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+
+
+class ActivationLayer(nn.Module):
+    """phi coordinatewise, by its torch form."""
+
+    def __init__(self, phi: Phi):
+        super().__init__()
+        self.phi = phi
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.phi.torch(x)
+
+
+class ArchNetwork(nn.Module):
+    """M networks of one description; :meth:`layer_outputs` gives every top-level layer's output."""
+
+    def __init__(self, layers: list[nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def layer_outputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        outputs = []
+        for layer in self.layers:
+            x = layer(x)
+            outputs.append(x)
+        return outputs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer_outputs(x)[-1]
+
+
+def _module(layer: Layer, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+            dtype: torch.dtype) -> tuple[nn.Module, int]:
+    """The twin of one layer and its output width."""
+    if isinstance(layer, Dense):
+        return DenseLayer(layer, n_in, width, networks, gen, device, dtype), width
+    if isinstance(layer, BatchNorm):
+        return BatchNormLayer(layer), n_in
+    if isinstance(layer, LayerNorm):
+        return LayerNormLayer(layer), n_in
+    if isinstance(layer, Activation):
+        return ActivationLayer(layer.phi), n_in
+    branch, n_out = [], n_in
+    for inner in layer.branch:
+        module, n_out = _module(inner, n_out, width, networks, gen, device, dtype)
+        branch.append(module)
+    if n_out != n_in:
+        raise ValueError(f"the residual branch {describe(layer)} maps {n_in} features to {n_out}: x + alpha branch(x) "
+                         "needs equal widths")
+    return ResidualBlock(nn.Sequential(*branch), layer.alpha), n_in
+
+
+def torch_network(net: object, width: int, n_networks: int = 1, in_features: int | None = None, seed: int = 0,
+                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> ArchNetwork:
+    """The finite twin of ``net``: ``n_networks`` independent networks of width ``width`` in one module, mapping
+    inputs (M, B, in_features) (default in_features = width) to (M, B, width); weights drawn from ``seed`` on
+    ``device`` (default CUDA where present)."""
+    configure_torch()
+    network = serial(net)
+    device = torch.device(device or default_device())
+    gen = generator(seed, device)
+    modules, n_in = [], in_features or width
+    for layer in network:
+        module, n_in = _module(layer, n_in, width, n_networks, gen, device, dtype)
+        modules.append(module)
+    return ArchNetwork(modules)
+
+
+@dataclass(frozen=True)
+class TwinRun:
+    """Per network (axis 0) and top-level layer (axis 1): ``grams`` x x^T / n (M, L, B, B) and ``gradient`` S^l
+    (M, L), float64 numpy arrays."""
+
+    grams: np.ndarray
+    gradient: np.ndarray
+
+
+def simulate_signal_propagation(net: object, Sigma0: np.ndarray, width: int, n_networks: int, seed: int = 0,
+                                device: torch.device | str | None = None, chunk: int | None = None) -> TwinRun:
+    """Grams and gradient statistics of ``n_networks`` twins of width ``width`` on inputs whose Gram is exactly
+    Sigma0 (:func:`~bnsym.sim.networks.inputs_with_gram`, input dimension = width), ``chunk`` networks at a time
+    (default: their weights within :func:`~bnsym.sim.networks.chunk_budget`)."""
+    network = serial(net)
+    device = torch.device(device or default_device())
+    dense_count = sum(1 for _ in _dense_layers(network))
+    chunk = chunk or max(1, chunk_budget(device) // (8 * width * width * max(dense_count, 1) * 3))
+    grams, gradients = [], []
+    for start in range(0, n_networks, chunk):
+        count = min(chunk, n_networks - start)
+        x = inputs_with_gram(Sigma0, width, count, seed=seed + 7919 * start, device=device).mT.contiguous()
+        model = torch_network(network, width, count, seed=seed + 104729 * start + 1, device=device)
+        outputs = model.layer_outputs(x)
+        readout = torch.randn(count, width, 1, generator=generator(seed + 15485863 * start + 2, device), device=device,
+                              dtype=x.dtype)
+        f = (outputs[-1] @ readout).squeeze(-1) / math.sqrt(width)  # (M, B)
+        squares = torch.zeros(count, len(outputs), dtype=torch.float64, device=device)
+        for a in range(f.shape[-1]):
+            grads = torch.autograd.grad(f[:, a].sum(), outputs, retain_graph=a + 1 < f.shape[-1])
+            squares += torch.stack([g.square().sum((-2, -1)) for g in grads], dim=1)
+        grams.append(torch.stack([(o @ o.mT / width).detach() for o in outputs], dim=1).cpu())
+        gradients.append(squares.cpu())
+    return TwinRun(torch.cat(grams).numpy(), torch.cat(gradients).numpy())
+
+
+def _dense_layers(net: Serial):
+    for layer in net:
+        if isinstance(layer, Dense):
+            yield layer
+        elif isinstance(layer, Residual):
+            yield from _dense_layers(layer.branch)
+
+
+# ---------------------------------------------------------------------------------------------- from_torch
+
+_ACTIVATIONS = {nn.ReLU: lambda m: "relu", nn.Tanh: lambda m: "tanh", nn.Identity: lambda m: "identity",
+                nn.LeakyReLU: lambda m: f"leaky_relu({m.negative_slope!r})"}
+
+
+def _at_identity(module: nn.Module) -> bool:
+    """Whether a norm layer's affine map (if any) is the identity: weight 1 and bias 0."""
+    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+    return (weight is None or bool(torch.all(weight == 1))) and (bias is None or bool(torch.all(bias == 0)))
+
+
+def _read(module: nn.Module, where: str, width: int | None) -> tuple[list[Layer], int | None]:
+    """The description of one module at path ``where`` and the width after it (None: not known yet)."""
+    name = f"layer {where} ({type(module).__name__})"
+
+    def need(features: int) -> None:
+        if width is not None and features != width:
+            raise ValueError(f"cannot read {name}: it takes {features} features but receives {width}")
+
+    if isinstance(module, nn.Sequential):
+        layers = []
+        for position, inner in enumerate(module):
+            read, width = _read(inner, f"{where}.{position}" if where else str(position), width)
+            layers.extend(read)
+        return layers, width
+    if isinstance(module, nn.Linear):
+        need(module.in_features)
+        weight = module.weight.detach().double()
+        bias = 0.0 if module.bias is None else float(module.bias.detach().double().square().mean())
+        return [Dense(module.in_features * float(weight.square().mean()), bias)], module.out_features
+    if isinstance(module, nn.BatchNorm1d):
+        need(module.num_features)
+        if not _at_identity(module):
+            raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity; a description's "
+                             "batch norm has none (read the network at initialisation)")
+        if not module.training and module.track_running_stats:
+            raise ValueError(f"cannot read {name}: in eval mode it normalises by its per-neuron running statistics, "
+                             "which a description does not hold; call .train() to read it as train-mode batch norm, "
+                             "or write BatchNorm(mode='eval') (population statistics) yourself")
+        return [BatchNorm(module.eps)], width
+    if isinstance(module, nn.LayerNorm):
+        if len(module.normalized_shape) != 1:
+            raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
+                             "description's LayerNorm normalises over the one feature axis")
+        need(module.normalized_shape[0])
+        if not _at_identity(module):
+            raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity")
+        return [LayerNorm(module.eps)], width
+    if isinstance(module, ResidualBlock):
+        branch, after = _read(module.branch, f"{where}.branch", width)
+        if width is not None and after != width:
+            raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
+                             "branch(x) needs equal widths")
+        return [Residual(branch, module.alpha)], width
+    for kind, spell in _ACTIVATIONS.items():
+        if type(module) is kind:
+            return [Activation(spell(module))], width
+    readable = "nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm, nn.ReLU, nn.Tanh, nn.LeakyReLU, nn.Identity"
+    raise ValueError(f"cannot read {name}: a description is built from {readable} and "
+                     "bnsym.sim.arch.ResidualBlock")
+
+
+def from_torch(module: object) -> Serial:
+    """The description of a torch model: an ``nn.Sequential`` (or one module) of nn.Linear (weight_var = n_in times
+    the mean square of its weights, bias_var = the mean square of its bias: the variances of the law its parameters
+    were drawn from, estimated from them), nn.BatchNorm1d in train mode and nn.LayerNorm with identity affine maps,
+    nn.ReLU, nn.Tanh, nn.LeakyReLU, nn.Identity and :class:`ResidualBlock`. ValueError naming any layer it cannot
+    read, and why."""
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"from_torch reads a torch nn.Module, got {type(module).__name__}")
+    layers, _ = _read(module, "", None)
+    if not layers:
+        raise ValueError("the module has no layers to read")
+    return serial(*layers)
