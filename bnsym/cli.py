@@ -1,4 +1,6 @@
-"""The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``; ``bnsym sweep ...`` (:mod:`.sweep`)."""
+"""The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``; ``bnsym arch "dense,bn,relu*20"
+--batch-size 32`` (signal propagation of any architecture, :mod:`bnsym.arch`, imported only for it);
+``bnsym sweep ...`` (:mod:`.sweep`)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,12 @@ import math
 import sys
 import warnings
 
+import numpy as np
+
 from . import api
 from .core.activations import parse_activation
+from .core.layers import SPEC_GRAMMAR
+from .core.validation import check_number, check_whole_number
 from .dilution import normalized_gsc_rate
 from .sweep.cli import add_sweep_parser, run_sweep_command
 
@@ -35,6 +41,16 @@ def _parser() -> argparse.ArgumentParser:
                          help="fixed-point method: closed_form (alias laplace), spherical, gegenbauer or radial "
                          "(default: best available)")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
+    arch = commands.add_parser("arch", help="predicted signal propagation and gradient growth of an architecture",
+                               description="Infinite-width signal propagation (Brock et al.'s statistics and the "
+                               "gradient statistic S) of a network, layer by layer, for one batch.",
+                               epilog=SPEC_GRAMMAR, formatter_class=argparse.RawDescriptionHelpFormatter)
+    arch.add_argument("spec", help='the network, e.g. "dense,bn,relu*20" (grammar below)')
+    arch.add_argument("--batch-size", "-B", required=True, help="batch size B (>= 4 with a train-mode bn)")
+    arch.add_argument("--correlation", default="0", help="the inputs' Gram matrix is (1 - c) I + c 11^T (default 0)")
+    arch.add_argument("--points", default=str(2**12), help="quasi-Monte Carlo points per replicate (a power of 2)")
+    arch.add_argument("--json", action="store_true", help="print one JSON object")
+    arch.add_argument("--plot", default=None, help="write the signal-propagation plot to this image file")
     add_sweep_parser(commands, _Parser)
     return parser
 
@@ -108,6 +124,87 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
     }
 
 
+def _period(layers: list[str]) -> tuple[int, int]:
+    """(start, p): the layers from ``start`` on repeat with the smallest period p covering the most layers, (0, 1)
+    if nothing repeats; the repeated units are the blocks whose gradient growth is reported."""
+    best = (len(layers), 0, 1)  # (uncovered layers, start, period)
+    for period in range(1, len(layers) // 2 + 1):
+        start = len(layers) - period
+        while start > 0 and layers[start - 1] == layers[start - 1 + period]:
+            start -= 1
+        start += (len(layers) - start) % period
+        if len(layers) - start >= 2 * period and start < best[0]:
+            best = (start, start, period)
+    return best[1], best[2]
+
+
+def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, points: object = 2**12) -> dict:
+    """Signal propagation of the network ``spec`` on B inputs with Gram (1 - c) I + c 11^T, as a JSON-ready dict."""
+    from . import arch  # imported here: `bnsym predict` does not pay for it
+
+    batch_size, correlation = _number(batch_size, "batch size B", int), _number(correlation, "correlation")
+    points = _number(points, "points", int)
+    batch = check_whole_number(batch_size, "batch size B", 1, 4096, "a B x B kernel per layer")
+    c = check_number(correlation, "correlation")
+    if not -1 / max(batch - 1, 1) <= c <= 1:
+        raise ValueError(f"the correlation must lie in [-1/(B-1), 1] (a Gram matrix is PSD), got {correlation}")
+    result = arch.signal_propagation(arch.parse_architecture(spec), (1 - c) * np.eye(batch) + c, points=points)
+    start, period = _period(list(result.layers))
+    gradient = result.gradient.value
+    ends = list(range(start - 1 + period, len(gradient), period))
+    growth = [gradient[end - period] / gradient[end] if end - period >= 0 else None for end in ends]
+
+    def listed(estimate) -> dict:
+        return {"value": [_finite_or_none(float(v)) for v in estimate.value],
+                "error": [_finite_or_none(float(v)) for v in estimate.error]}
+
+    return {"spec": spec, "batch_size": batch, "input_correlation": c, "layers": list(result.layers),
+            **{key: listed(getattr(result, key)) for key in ("diagonal", "off_diagonal", "correlation",
+                                                               "channel_mean_squared", "channel_variance", "gradient")},
+            "branch_variance": {str(k): v.value for k, v in result.branch_variance.items()},
+            "note": result.gradient.note, "block": {"start": start, "length": period},
+            "gradient_growth": [None if g is None else _finite_or_none(float(g)) for g in growth]}
+
+
+def _plot(result: dict, path: str) -> None:
+    """Brock et al.'s signal-propagation plot (channel mean squared, channel variance) and the gradient S."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    layers = np.arange(len(result["layers"]))
+    for axis, key, title in zip(axes, ("channel_mean_squared", "channel_variance", "gradient"),
+                                ("average squared channel mean", "average channel variance", "gradient S")):
+        values = np.array([np.nan if v is None else v for v in result[key]["value"]])
+        axis.plot(layers, values, marker=".")
+        axis.set(title=title, xlabel="layer")
+        if key == "gradient" and np.nanmin(values) > 0:
+            axis.set_yscale("log")
+    figure.suptitle(f"{result['spec']}, B = {result['batch_size']}")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def _print_arch(result: dict) -> None:
+    print(f"{result['spec']}: B = {result['batch_size']}, input correlation {result['input_correlation']:g}")
+    print(f"{'layer':>5}  {'':24}  {'diag':>10}  {'corr':>8}  {'ch.mean^2':>10}  {'ch.var':>10}  {'S':>12}")
+    for index, name in enumerate(result["layers"]):
+        row = [result[key]["value"][index] for key in ("diagonal", "correlation", "channel_mean_squared",
+                                                        "channel_variance", "gradient")]
+        text = "  ".join(f"{'inf' if v is None else f'{v:.4g}':>{width}}" for v, width in zip(row, (10, 8, 10, 10, 12)))
+        print(f"{index:>5}  {name[:24]:24}  {text}")
+    growth = [g for g in result["gradient_growth"] if g is not None]
+    if growth:
+        block = result["block"]
+        print(f"gradient growth per block of {block['length']} layer(s) (from layer {block['start']}): "
+              + ", ".join(f"{g:.4g}" for g in growth))
+    if result["note"]:
+        print(result["note"])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; every error is one ``bnsym: error: ...`` line on stderr and exit status 2, like argparse's.
 
@@ -121,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "sweep":
                 print(run_sweep_command(args))
                 return 0
-            result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
+            if args.command == "arch":
+                result = arch_prediction(args.spec, args.batch_size, args.correlation, args.points)
+                if args.plot:
+                    _plot(result, args.plot)
+            else:
+                result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
         text = json.dumps(result, allow_nan=False) if args.json else None
     except ValueError as error:
         print(f"bnsym: error: {error}", file=sys.stderr)
@@ -131,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         print(text)
+    elif args.command == "arch":
+        _print_arch(result)
     else:
         fp = result["fixed_point"]
         print(f"phi = {result['phi']}, B = {result['batch_size']}, eps = {result['eps']}, "

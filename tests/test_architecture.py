@@ -1,4 +1,4 @@
-"""The layout's contract: core below everything, theory (meanfield) and simulator (sim) as peers, no cycles.
+"""The layout's contract: core below everything, theory (meanfield, arch) and simulator (sim) as peers, no cycles.
 
 The import graph is read from the source with ``ast`` (every ``import`` and ``from ... import``, at any depth
 in a module, resolved to bnsym modules), so an import hidden inside a function counts too.
@@ -60,9 +60,10 @@ def _room(module: str) -> str:
 
 
 @pytest.mark.parametrize("lower, upper", [("core", "meanfield"), ("core", "sim"), ("core", "dilution"),
-                                          ("sim", "meanfield"), ("meanfield", "sim")])
+                                          ("core", "arch"), ("sim", "meanfield"), ("meanfield", "sim"),
+                                          ("sim", "arch"), ("arch", "sim")])
 def test_room_does_not_import(lower, upper):
-    """core imports nothing above it; sim and meanfield never import each other."""
+    """core imports nothing above it; sim never imports a theory room (meanfield, arch), nor they sim."""
     offending = sorted((module, target) for module, targets in GRAPH.items() if _room(module) == lower
                        for target in targets if _room(target) == upper)
     assert offending == [], f"bnsym.{lower} must not import bnsym.{upper}: {offending}"
@@ -94,4 +95,5 @@ def test_graph_reader_sees_the_known_edges():
     assert "bnsym.core.activations" in GRAPH["bnsym.sim.networks"]
     assert "bnsym.meanfield.forward" in GRAPH["bnsym.api"]
     assert "bnsym.core.geometry" in GRAPH["bnsym.meanfield.laplace"]
-    assert {"bnsym.core", "bnsym.meanfield", "bnsym.sim"} <= set(MODULES)
+    assert "bnsym.core.layers" in GRAPH["bnsym.sim.arch"] and "bnsym.meanfield.laplace" in GRAPH["bnsym.arch.graph"]
+    assert {"bnsym.core", "bnsym.meanfield", "bnsym.sim", "bnsym.arch"} <= set(MODULES)

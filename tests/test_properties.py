@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bnsym
-from bnsym import dilution
+from bnsym import arch, dilution
+from bnsym.arch import Activation, BatchNorm, Dense, LayerNorm, Residual, serial
 from bnsym.cli import main
 from bnsym.core.validation import MAX_BATCH_SIZE
 
@@ -30,7 +31,7 @@ FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 SLOW = settings(FAST, max_examples=15)  # quadrature routes: about 0.1-1 s per example
 ARGUMENTS = re.compile(r"\b(B|batch|phi|activation|eps|tol|method|Sigma|x|A|jacobian|f_k|f_l|gsc_to_error|layers|"
-                       r"depth|p|lambda|threshold|r|k|k_b|r_d|ks|norm)\b")
+                       r"depth|p|lambda|threshold|r|k|k_b|r_d|ks|norm|Sigma0|layer|network spec|points|replicates)\b")
 
 HOSTILE_NUMBERS = st.sampled_from([None, True, "8", Decimal("8"), [8], complex(8, 0), float("nan"), float("inf"),
                                    -float("inf"), 10**400, -(10**400), 2**63, 1e300, 1e-300, -0.0, object()])
@@ -156,6 +157,28 @@ def test_bn_kernel(phi, sigma, eps):
     if kernel is not None:
         _finite(kernel.value, kernel.error)
         assert np.linalg.eigvalsh(kernel.value / np.abs(kernel.value).max()).min() > -1e-6  # a covariance
+
+
+NETS = st.sampled_from([
+    [Dense(), BatchNorm(), Activation("relu")], [Dense(2.0, 0.5), Activation("tanh"), LayerNorm()],
+    serial(Dense(), Residual([BatchNorm(), Activation("relu"), Dense()])),
+    [Dense(), Activation("relu"), BatchNorm(0.1)],
+    [Dense(), Activation("relu"), BatchNorm(mode="eval"), Activation("selu")], "dense,bn,relu*2", "dense,(relu",
+    ["relu"], [], None, [Activation("relu"), Dense()], 3, [Dense(), object()]])
+
+
+@SLOW
+@given(net=NETS, sigma=SIGMAS, points=st.one_of(st.just(2**8), NUMBERS))
+def test_arch_kernel_and_signal_propagation(net, sigma, points):
+    """Every architecture answers with a finite PSD kernel and S >= 0 (inf only with its note), or a ValueError."""
+    kernel = _outcome(arch.kernel, net, sigma, points=points, with_error=True)
+    if kernel is not None:
+        _finite(kernel.value, kernel.error)
+        assert np.linalg.eigvalsh(kernel.value / max(np.abs(kernel.value).max(), 1e-300)).min() > -1e-6
+        result = _outcome(arch.signal_propagation, net, sigma, points=points)
+        if result is not None:
+            assert np.all(result.gradient.value >= 0) and (np.all(np.isfinite(result.gradient.value))
+                                                           or result.gradient.note)
 
 
 @FAST

@@ -144,10 +144,12 @@ Op = Elementwise | TrainBN | Affine
 
 @dataclass(frozen=True)
 class Moment:
-    """A kernel (R, B, B) or mean (R, B) per replicate and a deterministic error bound (B, B) or (B,)."""
+    """A kernel (R, B, B) or mean (R, B) per replicate and a deterministic error bound (B, B) or (B,); ``infinite``:
+    a gradient statistic whose second moment diverges (its value is inf by the theory, not by overflow)."""
 
     value: np.ndarray
     bound: np.ndarray
+    infinite: bool = False
 
     @property
     def relative(self) -> float:
@@ -537,14 +539,21 @@ class Graph:
         return _Backward(self, output).run()
 
 
+def _hermite_kernel(function, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """E[f(h) f(h)^T] by Gauss-Hermite, the degree doubled from 64 until the error estimate (the change from half
+    the degree) is below 1e-12 of the result, or 512 nodes per axis."""
+    for degree in (64, 128, 256, 512):
+        estimate = gauss_hermite_kernel(function, kernel, degree)
+        if estimate.error.max() <= 1e-12 * max(np.abs(estimate.value).max(), 1e-300):
+            break
+    return estimate.value, estimate.error.max(0)
+
+
 def _activation_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """V_phi(K) per replicate: arc-cosine closed form (positive-homogeneous) or Gauss-Hermite (smooth phi)."""
     if phi.is_homogeneous:
         return gaussian_kernel(phi, kernel), np.zeros(kernel.shape[1:])
-    if not phi.kinks:
-        estimate = gauss_hermite_kernel(phi, kernel, degree=96)
-        return estimate.value, estimate.error.max(0)
-    return None
+    return None if phi.kinks else _hermite_kernel(phi, kernel)
 
 
 def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -556,10 +565,7 @@ def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         corr = np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
         value = c_alpha(phi.degree) * np.where(scale > 0, scale, 1.0) ** (phi.degree - 1)
         return np.where(scale > 0, value * phi_kernel_derivative(phi, corr), 0.0), np.zeros(kernel.shape[1:])
-    if not phi.kinks:
-        estimate = gauss_hermite_kernel(phi.numpy_derivative, kernel, degree=96)
-        return estimate.value, estimate.error.max(0)
-    return None
+    return None if phi.kinks else _hermite_kernel(phi.numpy_derivative, kernel)
 
 
 def _bn_kernel(phi: Phi, kernel: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -596,7 +602,7 @@ def _sphere_moments(phi: Phi, batch_size: int) -> tuple[np.ndarray, float]:
     return np.asarray(value), float(np.max(error))
 
 
-CHUNK_FLOATS = 2**23  # floats of per-sample cotangent columns held at once (64 MB)
+COLUMN_FLOATS = 2**23  # floats of per-sample cotangent columns a general segment holds per node (64 MB)
 
 
 def _factor(pi: np.ndarray) -> np.ndarray:
@@ -605,18 +611,69 @@ def _factor(pi: np.ndarray) -> np.ndarray:
     return vecs * np.sqrt(np.clip(lam, 0.0, None))[..., None, :]
 
 
+def _product(diagonals: list[np.ndarray]) -> np.ndarray | None:
+    """The elementwise product of per-sample Jacobian diagonals (None for none)."""
+    out = None
+    for diagonal in diagonals:
+        out = diagonal if out is None else out * diagonal
+    return out
+
+
+def _gram(left: np.ndarray, right: np.ndarray, trace: bool = False) -> np.ndarray:
+    """E over samples of left right^T, (R, P, B) x (R, P, B) -> (R, B, B), or only its diagonal (R, B)."""
+    if trace:
+        return np.mean(left * right, 1)
+    return np.matmul(left.transpose(0, 2, 1), right) / left.shape[1]
+
+
+def _sandwich(pi: np.ndarray, before: np.ndarray | None, norm: tuple[np.ndarray, np.ndarray] | None,
+              after: np.ndarray | None, trace: bool = False) -> np.ndarray:
+    """E[J^T Pi J] over samples (R, B, B), or its trace (R,), for J = diag(after) J_BN diag(before),
+    J_BN = (G - u u^T) / s (``norm`` = (u, w): u = BN(x) / sqrt(B), w = 1/s^2), or J = diag(after * before)
+    without a BN.
+
+    With M = Pi o (d2 d2^T), d2 = after, and d1 = before: J^T Pi J = w (P M P) o (d1 d1^T), P = G - u u^T, and
+    P M P = G M G - G M u u^T - u u^T M G + (u^T M u) u u^T (G u = u). Each term is a product of (P x B) matrices
+    (G M G through the row means r = d2 o (Pi d2) / B of M), so the cost is O(P B^2), not O(P B^3).
+    """
+    if norm is None:
+        d = _product([f for f in (before, after) if f is not None])
+        if d is None:
+            return np.trace(pi, axis1=-2, axis2=-1) if trace else pi
+        return (np.diagonal(pi, axis1=-2, axis2=-1) * _gram(d, d, True)).sum(-1) if trace else pi * _gram(d, d)
+    u, w = norm
+    shape = u.shape
+    pi = np.broadcast_to(pi, (shape[0], shape[2], shape[2]))
+    v = np.ones(shape) if after is None else after
+    z = np.ones(shape) if before is None else before
+    root = np.sqrt(w)[..., None] * v * z
+    rows = v * np.matmul(v, pi) / shape[2]  # row means of M (pi is symmetric)
+    weighted_rows = w[..., None] * rows * z
+    e = v * u
+    f = np.matmul(e, pi)
+    mu = v * f
+    across = w[..., None] * (mu - mu.mean(-1, keepdims=True)) * z  # w (G M u) o d1
+    c = u * z
+    quadratic = w * np.sum(e * f, -1)  # w u^T M u
+    first = (np.diagonal(pi, axis1=-2, axis2=-1) * _gram(root, root, True)) if trace else pi * _gram(root, root)
+    mixed = _gram(weighted_rows, z, trace) + _gram(across, c, trace)  # each appears with its transpose
+    total = (first - mixed - (mixed if trace else mixed.transpose(0, 2, 1))
+             + _gram((w * rows.mean(-1))[..., None] * z, z, trace) + _gram(c, quadratic[..., None] * c, trace))
+    return total.sum(-1) if trace else total
+
+
 class _Backward:
     """One reverse sweep over the graph (see :meth:`Graph.backward`).
 
-    Cotangents inside a sampled segment are arrays (R, P, B, k): k columns per sample. A chain on one Gaussian
-    leaf carries the columns of a factor of each injection's Pi (exact given the forward samples, k = B per
-    injection); a general segment carries k = min(B, memory) randomly mixed columns (:meth:`_sampled`)."""
+    A chain on one Gaussian leaf with at most one train-mode BN is summed in closed form over its forward samples
+    (:meth:`_sampled_chain`). Elsewhere cotangents inside a sampled segment are arrays (R, P, B, k), k = min(B,
+    memory) randomly mixed columns per sample (:meth:`_sampled`)."""
 
     def __init__(self, graph: Graph, output: Node):
         self.graph, self.output = graph, output
         sampling = graph.sampling
         self.batch, self.replicates, self.points = graph.batch, sampling.replicates, sampling.points
-        self.columns = int(min(self.batch, max(1, CHUNK_FLOATS // (self.replicates * self.points * self.batch))))
+        self.columns = int(min(self.batch, max(1, COLUMN_FLOATS // (self.replicates * self.points * self.batch))))
         self.rng = np.random.default_rng([sampling.seed, 0xBAC])
         self.pi: dict[Node, list[np.ndarray]] = defaultdict(list)  # Gaussian nodes: independent Pi contributions
         self.inject: dict[Node, list[np.ndarray]] = defaultdict(list)  # fresh injections N(0, Pi) at a node
@@ -644,7 +701,7 @@ class _Backward:
 
     def _record(self, node: Node, value: np.ndarray) -> None:
         if node in self.infinite:
-            self.result[node] = Moment(np.full((1,), np.inf), np.zeros(()))
+            self.result[node] = Moment(np.full((1,), np.inf), np.zeros(()), infinite=True)
         else:
             self.result[node] = Moment(value, self.rel[node] * np.abs(value).max())
         self._spread(node)
@@ -732,7 +789,7 @@ class _Backward:
 
     def _chain(self, chain: list[Node]) -> None:
         """A chain's backward: exact where a pattern applies (phi -> affines; BN [-> phi] -> affines at a BSB1
-        input), else by the exact columns of its injections over the forward samples."""
+        input), else over its forward samples (:meth:`_sampled_chain`, or node by node)."""
         leaf, ops = chain[0].parents[0], [member.op for member in chain]
         tail = 2 if isinstance(ops[0], TrainBN) and len(ops) > 1 and isinstance(ops[1], Elementwise) else 1
         pending = {member: list(self.inject.get(member, [])) for member in chain}
@@ -743,34 +800,54 @@ class _Backward:
                 return
         for member, injections in pending.items():
             self.inject[member] = injections
-        self._columns(chain, leaf)
-
-    def _columns(self, chain: list[Node], leaf: Node) -> None:
-        """E[J^T Pi J] over the chain's forward samples, each injection carried as the B columns of a factor of its
-        Pi, in chunks of samples."""
-        factors = {m: _factor(sum(self.inject.pop(m), self.zeros())) for m in chain if m in self.inject}
-        columns = self.batch * max(len(factors), 1)
-        step = max(1, CHUNK_FLOATS // (self.replicates * self.batch * columns))
-        squares = {m: 0.0 for m in chain}
-        pi = np.zeros((self.replicates, self.batch, self.batch))
-        for start in range(0, self.points, step):
-            rows = slice(start, min(start + step, self.points))
-            count = rows.stop - rows.start
-            g = None
+        if not self._sampled_chain(chain, leaf):
             for member in reversed(chain):
-                if member in factors:
-                    fresh = np.broadcast_to(factors[member][:, None], (self.replicates, count, self.batch, self.batch))
-                    g = fresh if g is None else np.concatenate([g, fresh], -1)
-                if g is None:
-                    continue
-                squares[member] = squares[member] + np.sum(g * g, (1, 2, 3))
-                ((_, g),) = self._pull(member, g, rows)
-            if g is not None:
-                pi += np.einsum("rpak,rpbk->rab", g, g)
-        for member in chain:
-            self._record(member, np.asarray(squares[member]) / self.points * np.ones(self.replicates))
-        self.pi[leaf].append(pi / self.points)
+                self._sampled(member)
+
+    def _diagonal(self, member: Node) -> np.ndarray | None:
+        """The per-sample diagonal of a non-BN op's Jacobian (R, P, B) at ``member``."""
+        if isinstance(member.op, Affine):
+            return np.broadcast_to(1.0 / member.op.scale[:, None, :], (self.replicates, self.points, self.batch))
+        member.samples()
+        return member.op.phi.numpy_derivative(member._input)
+
+    def _sampled_chain(self, chain: list[Node], leaf: Node) -> bool:
+        """A chain with at most one train-mode BN, over its forward samples: for each injection Pi at node k and
+        each node j below it, E[J^T Pi J] with J = D_after J_BN D_before the Jacobian from j to k, by
+        :func:`_sandwich` (O(P B^2) matrix products, exact given the forward samples)."""
+        norms = [position for position, member in enumerate(chain) if isinstance(member.op, TrainBN)]
+        if len(norms) > 1 or any(m.op.eps == 0 and m.parents[0].flat is not None for m in chain
+                                 if isinstance(m.op, TrainBN)):
+            return False
+        diagonals = [None if isinstance(m.op, TrainBN) else self._diagonal(m) for m in chain]
+        norm = None
+        if norms:
+            member = chain[norms[0]]
+            output, source = member.samples(), member._input
+            centred = source - source.mean(-1, keepdims=True)
+            spread = np.mean(centred * centred, -1) + member.op.eps
+            norm = (output / np.sqrt(self.batch), np.where(spread > 0, 1.0 / np.where(spread > 0, spread, 1.0), 0.0))
+        squares = [np.zeros(1) for _ in chain]
+        pi_leaf = self.zeros()
+        for top in range(len(chain)):
+            pi = sum(self.inject.pop(chain[top], []), self.zeros())
+            if not np.any(pi):
+                continue
+            for target in range(top, -2, -1):  # target -1: the leaf
+                ops = range(target + 1, top + 1)
+                before = [diagonals[i] for i in ops if norms and i < norms[0]]
+                after = [diagonals[i] for i in ops if not norms or i > norms[0]]
+                through = bool(norms) and norms[0] in ops
+                result = _sandwich(pi, _product(before), norm if through else None, _product(after), target >= 0)
+                if target >= 0:
+                    squares[target] = squares[target] + result
+                else:
+                    pi_leaf = pi_leaf + result
+        for member, square in zip(reversed(chain), reversed(squares)):
+            self._record(member, square)
+        self.pi[leaf].append(pi_leaf)
         self.rel[leaf] = max(self.rel[leaf], *(self.rel[m] for m in chain))
+        return True
 
     def _pull_affines(self, chain: list[Node]) -> list[np.ndarray]:
         """Pi at each chain node: its injections, plus what flows back through a following affine node (a constant

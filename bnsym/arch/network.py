@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..core.layers import (
     LayerNorm,
     Serial,
     describe,
+    parse_architecture,
     serial,
     walk,
 )
@@ -31,8 +33,9 @@ MAX_POINTS = 2**20  # quasi-Monte Carlo points per replicate; the samples of a n
 
 
 def check_network(net: object) -> Serial:
-    """``net`` as a :class:`Serial` (a layer, a list of layers or a Serial), starting with a Dense."""
-    network = serial(net)
+    """``net`` as a :class:`Serial` (a layer, a list of layers, a Serial or a spec string for
+    :func:`~bnsym.core.layers.parse_architecture`), starting with a Dense."""
+    network = parse_architecture(net) if isinstance(net, str) else serial(net)
     if not len(network):
         raise ValueError("the network has no layers")
     if not isinstance(network.layers[0], Dense):
@@ -67,6 +70,18 @@ def check_inputs(net: object, Sigma0: object, gradient: bool) -> tuple[Serial, n
         if isinstance(layer, Activation):
             check_activation(layer.phi, batch if train else None, slope=gradient)
     return network, sigma
+
+
+@contextmanager
+def _float64_range(sigma: np.ndarray):
+    """Numerical failures inside the routes (an overflow turned NaN, an eigensolver that does not converge on
+    non-finite entries) become one ValueError naming Sigma0's scale; the layers' maps are not scale invariant."""
+    try:
+        with np.errstate(all="ignore"):
+            yield
+    except (ValueError, FloatingPointError) as error:
+        raise ValueError(f"the network's kernels leave float64's range for this Sigma0 (max |Sigma0| = "
+                         f"{np.abs(sigma).max():.3g}): {str(error).splitlines()[0][:200]}") from None
 
 
 def _layer(graph: Graph, layer: Layer, x: Node) -> tuple[Node, Node | None]:
@@ -127,9 +142,11 @@ def kernel(net: object, Sigma0: object, with_error: bool = False, points: int = 
     result whose error exceeds 1% of its size (raise ``points``).
     """
     network, sigma = check_inputs(net, Sigma0, gradient=False)
-    _, outputs, _ = build(network, sigma, check_sampling(points, replicates, seed))
-    result = _estimate(outputs[-1].kernel(), "exact")
-    check_resolved(result.value, result.error, "the output kernel")
+    sampling = check_sampling(points, replicates, seed)
+    with _float64_range(sigma):
+        _, outputs, _ = build(network, sigma, sampling)
+        result = _estimate(outputs[-1].kernel(), "exact")
+    check_resolved(result.value, result.error, "the output kernel for this Sigma0")
     return result if with_error else result.value
 
 
@@ -182,19 +199,33 @@ def _summaries(kernel: Moment) -> dict[str, Moment]:
     return {key: Moment(value, np.asarray(error)) for key, (value, error) in parts.items()}
 
 
+INFINITE_NOTE = ("is infinite at layers {}: a train-mode BatchNorm with eps = 0 follows an activation that is "
+                 "constant over the batch with positive probability (a relu of a Gaussian), and its Jacobian grows "
+                 "like 1/r where r, the spread of the batch, tends to 0 in two dimensions, so E[r^-2] diverges; any "
+                 "eps > 0 bounds it")
+
+
 def _stack(moments: list[Moment], what: str) -> Estimate:
     """One Estimate over the layers from per-layer moments (replicates may differ in number: 1 or R)."""
-    estimates = [_estimate(Moment(np.atleast_1d(m.value), np.asarray(m.bound)), "exact") if np.all(
-        np.isfinite(m.value)) else Estimate(np.inf, 0.0, "exact") for m in moments]
+    estimates = [Estimate(np.inf, 0.0, "exact") if m.infinite else
+                 _estimate(Moment(np.atleast_1d(m.value), np.asarray(m.bound)), "exact") for m in moments]
     value = np.array([e.value for e in estimates])
-    error = np.array([e.error for e in estimates])
-    methods = {e.method for e in estimates}
-    infinite = np.flatnonzero(~np.isfinite(value)).tolist()
-    note = "" if not infinite else (
-        f"{what} is infinite at layers {infinite}: a train-mode BatchNorm with eps = 0 follows an activation that is "
-        "constant over the batch with positive probability (a relu of a Gaussian), and its Jacobian grows like 1/r "
-        "where r, the spread of the batch, tends to 0 in two dimensions, so E[r^-2] diverges; any eps > 0 bounds it")
-    return Estimate(value, error, "qmc" if "qmc" in methods else "exact", note)
+    infinite = [position for position, m in enumerate(moments) if m.infinite]
+    return Estimate(value, np.array([e.error for e in estimates]),
+                    "qmc" if "qmc" in {e.method for e in estimates} else "exact",
+                    f"{what} {INFINITE_NOTE.format(infinite)}" if infinite else "")
+
+
+def _result(network: Serial, kernels: list[Moment], summaries: list[dict[str, Moment]], branches: dict[int, Node],
+            gradients: list[Moment]) -> SignalPropagation:
+    return SignalPropagation(
+        layers=tuple(describe(layer) for layer in network),
+        kernels=tuple(_estimate(k, "exact") for k in kernels),
+        **{key: _stack([s[key] for s in summaries], key) for key in summaries[0]},
+        branch_variance={position: _estimate(_summaries(node.kernel())["channel_variance"], "exact")
+                         for position, node in branches.items()},
+        gradient=_stack(gradients, "the gradient statistic S"),
+    )
 
 
 def signal_propagation(net: object, Sigma0: object, points: int = 2**12, replicates: int = 16,
@@ -205,22 +236,18 @@ def signal_propagation(net: object, Sigma0: object, points: int = 2**12, replica
     (:mod:`bnsym.arch.graph`). ValueError as for :func:`kernel`, and for an activation whose slope has an infinite
     second moment."""
     network, sigma = check_inputs(net, Sigma0, gradient=True)
-    graph, outputs, branches = build(network, sigma, check_sampling(points, replicates, seed))
-    kernels = [node.kernel() for node in outputs]
-    gradients = graph.backward(outputs[-1])
-    summaries = [_summaries(k) for k in kernels]
-    result = SignalPropagation(
-        layers=tuple(describe(layer) for layer in network),
-        kernels=tuple(_estimate(k, "exact") for k in kernels),
-        **{key: _stack([s[key] for s in summaries], key) for key in summaries[0]},
-        branch_variance={position: _estimate(_summaries(node.kernel())["channel_variance"], "exact")
-                         for position, node in branches.items()},
-        gradient=_stack([gradients[node] for node in outputs], "the gradient statistic S"),
-    )
+    sampling = check_sampling(points, replicates, seed)
+    with _float64_range(sigma):
+        graph, outputs, branches = build(network, sigma, sampling)
+        kernels = [node.kernel() for node in outputs]
+        gradients = graph.backward(outputs[-1])
+        summaries = [_summaries(k) for k in kernels]
+        result = _result(network, kernels, summaries, branches, [gradients[node] for node in outputs])
     for position, estimate in enumerate(result.kernels):
-        check_resolved(estimate.value, estimate.error, f"the kernel after layer {position} ({result.layers[position]})")
-    finite = np.isfinite(result.gradient.value)
-    for position in np.flatnonzero(finite):
-        check_resolved(result.gradient.value[position], result.gradient.error[position],
-                       f"the gradient statistic after layer {position} ({result.layers[position]})")
+        check_resolved(estimate.value, estimate.error,
+                       f"the kernel after layer {position} ({result.layers[position]}) for this Sigma0")
+    for position in range(len(outputs)):
+        if not gradients[outputs[position]].infinite:
+            check_resolved(result.gradient.value[position], result.gradient.error[position],
+                           f"the gradient statistic after layer {position} ({result.layers[position]}) for this Sigma0")
     return result

@@ -11,7 +11,7 @@ they share (a contract) are stated in :mod:`bnsym.arch`.
     dense,bn,relu*20                       20 blocks of Dense, BatchNorm, relu
     dense,res(bn,relu,dense)*50            a Dense, then 50 pre-activation residual blocks
     dense(2,0.1),relu,ln                   weight_var 2, bias_var 0.1; LayerNorm after the activation
-    dense,(res(alpha=0.2,relu,dense))*10   SkipInit-style alpha
+    dense,res(alpha=0.2,relu,dense)*10     SkipInit-style alpha
 """
 
 from __future__ import annotations
@@ -170,8 +170,9 @@ A network spec is a comma-separated list of layers, read left to right:
   (LAYERS)                               a group
   relu, tanh(gamma=0.5), relu^1.5, ...   an activation, spelled as for `bnsym predict --phi`
 
-A final *N repeats everything before it in its group (the whole spec, or the list inside the parentheses),
-so "dense,bn,relu*20" is 20 blocks of (dense, bn, relu), and "dense,(bn,relu,dense)*3" repeats only the group.
+*N after a closing parenthesis repeats that unit (a group or a residual block); after a plain layer it repeats
+every layer before it in its group. So "dense,bn,relu*20" is 20 blocks of (dense, bn, relu), "dense,res(bn,relu,
+dense)*50" is a dense and 50 residual blocks, and "dense,(bn,relu,dense)*3,bn" repeats only the group.
 The first layer must be a dense: it acts on the inputs, whose Gram matrix is the given Sigma0."""
 
 _NAME = re.compile(r"\s*([a-z_][a-z_0-9]*)\s*", re.IGNORECASE)
@@ -196,22 +197,26 @@ class _Reader:
             raise self.fail(f"expected {char!r}, found {self.peek() or 'the end'!r}")
         self.at += 1
 
+    def count(self) -> int:
+        match = re.compile(r"\s*\*\s*(\d+)").match(self.spec, self.at)
+        if not match:
+            raise self.fail("'*' must be followed by a whole number of repeats")
+        self.at = match.end()
+        if not 1 <= int(match[1]) <= MAX_REPEATS:
+            raise self.fail(f"the number of repeats must be between 1 and {MAX_REPEATS:,}, got {match[1]}")
+        return int(match[1])
+
     def sequence(self) -> Serial:
-        items = [self.element()]
-        while self.peek() == ",":
-            self.at += 1
+        items: list[Layer | Serial] = []
+        while True:
+            unit = self.peek() == "(" or bool(re.compile(r"\s*res\s*\(", re.IGNORECASE).match(self.spec, self.at))
             items.append(self.element())
-        if self.peek() == "*":
+            if self.peek() == "*":  # after a parenthesised unit: that unit; after a plain layer: all so far
+                times = self.count()
+                items = items[:-1] + [repeat(items[-1], times)] if unit else [repeat(items, times)]
+            if self.peek() != ",":
+                return serial(*items)
             self.at += 1
-            match = re.compile(r"\s*(\d+)").match(self.spec, self.at)
-            if not match:
-                raise self.fail("'*' must be followed by a whole number of repeats")
-            self.at = match.end()
-            count = int(match[1])
-            if not 1 <= count <= MAX_REPEATS:
-                raise self.fail(f"the number of repeats must be between 1 and {MAX_REPEATS:,}, got {count}")
-            return repeat(items, count)
-        return serial(*items)
 
     def arguments(self) -> str:
         """The text between a parenthesis and its partner (no nesting), or "" when there is none."""
@@ -291,6 +296,5 @@ def parse_architecture(spec: str) -> Serial:
         raise reader.fail("the spec is empty")
     net = reader.sequence()
     if reader.peek():
-        raise reader.fail(f"unexpected {reader.peek()!r} (a '*N' ends its group; put the repeated part in "
-                          "parentheses)")
+        raise reader.fail(f"unexpected {reader.peek()!r}")
     return net
