@@ -1,7 +1,7 @@
 """Architectures as data (Yang et al. 2019 for batch norm; De & Smith 2020; Brock et al. 2021): the infinite-width
 kernels and gradient statistics of any stack of Dense, BatchNorm, LayerNorm, activations and residual blocks.
 
-A network is a value (:mod:`bnsym.core.layers`)::
+A network is a value (the layers of :mod:`bnsym.core.layers`, re-exported here)::
 
     from bnsym.arch import BatchNorm, Dense, Activation, Residual, repeat, serial, signal_propagation
     net = serial(Dense(), repeat(Residual([BatchNorm(), Activation("relu"), Dense()]), 50))
@@ -15,16 +15,16 @@ Conventions (a contract between this theory and the torch twin :func:`bnsym.sim.
 * **BatchNorm** ("train"): per neuron over the batch, biased variance, no affine map; with eps = 0 a neuron that is
   constant over the batch maps to 0 (the eps -> 0+ limit), which happens with positive probability after a relu.
   ("eval"): normalisation by population statistics, the mean and variance over the batch's examples and the
-  layer's neurons (in the limit, :func:`~bnsym.arch.derivations.derive_eval_batch_norm`), constants for the gradient.
+  layer's neurons (in the limit, :func:`derive_eval_batch_norm`), constants for the gradient.
 * **LayerNorm**: per example over the features, population variance, no affine map.
 * **Residual(branch, alpha)**: x + alpha branch(x).
 * The **kernel** after a layer is K_ab = lim E[x_a . x_b / n] over its output; the **gradient statistic** is
-  S^l = sum_a ||df(x_a)/dx^l||_F^2 in the limit, f = v . x_out / sqrt(n), v standard normal, x^l the n x B output of
-  top-level layer l.
+  S^l in the limit, the sum over the examples a of the squared Frobenius norm of df(x_a)/dx^l, f = v . x_out /
+  sqrt(n), v standard normal, x^l the n x B output of top-level layer l.
 
-How each layer's law is computed, and with what error, is in :mod:`bnsym.arch.graph`; the new maps are derived in
-:mod:`bnsym.arch.derivations`. The torch twin and :func:`bnsym.sim.arch.from_torch` live in :mod:`bnsym.sim.arch`
-(the simulator and the theory never import each other).
+How each layer's law is computed, and with what error, is in ``bnsym.arch.graph``; the new maps are derived in
+``bnsym.arch.derivations`` (the ``derive_*`` functions below). The torch twin and :func:`bnsym.sim.arch.from_torch`
+live in :mod:`bnsym.sim.arch` (the simulator and the theory never import each other).
 """
 
 from ..core.layers import (

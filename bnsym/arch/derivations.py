@@ -164,7 +164,7 @@ def derive_bsb1_backward() -> Derivation:
     """E[J^T Pi J] for J the Jacobian of BN -> phi (eps = 0) at a BSB1 input, Pi = a I + b 11^T (Yang et al. 2019,
     eqs 21-24 and Thm 7, extended from Pi = G to the invariant Pi).
 
-    J = sqrt(B)/r D (G - v v^T), y = G h, r = |y|, v = y/r, D = diag(phi'(sqrt(B) v)); with G Sigma G = mu G, v is
+    J = sqrt(B)/r D (G - v v^T), y = G h, r = norm(y), v = y/r, D = diag(phi'(sqrt(B) v)); with G Sigma G = mu G, v is
     uniform on the unit sphere of 1^perp and independent of r^2 ~ mu chi^2_{B-1}, E[1/r^2] = 1/(mu (B - 3)). The
     image of an invariant Pi is invariant with zero row sums, hence c G with c = tr E[J^T Pi J] / (B - 1), and
     P = G - v v^T is a projector, so tr(P M P) = tr(P M). Named results "fused" (c), "alone" (c for BN alone,

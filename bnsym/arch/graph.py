@@ -26,7 +26,7 @@ of a node depending only on replicate r upstream, so the spread over replicates 
 computation. Deterministic route errors (quadrature, about 1e-12) are carried as a bound, relative to the
 kernel's size, added along the way.
 
-The backward pass (:meth:`Graph.backward`) computes S = E|g|^2, g = sqrt(n) df/dx, for every node, f = v.x_out /
+The backward pass (:meth:`Graph.backward`) computes S = E[g . g], g = sqrt(n) df/dx, for every node, f = v.x_out /
 sqrt(n) with v standard normal. With the gradient-independence property of such a readout (Yang 2019/2020),
 W^T g behind a Dense is a fresh Gaussian, independent of the forward pass: at a Gaussian node the second moment
 Pi = E[g g^T] is all that matters, and a Dense maps it to weight_var Pi. Inside a segment g is carried per sample
@@ -67,6 +67,7 @@ from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
 
 EXACT_RTOL = 1e-12  # a matrix is BSB1 / exchangeable / in span{I, 11^T} to this relative tolerance
+SOBOL_BITS = 30  # digits of the Sobol points (SciPy's default), and of their random digital shifts
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class TrainBN:
         return np.where(np.isfinite(out), out, 0.0)
 
     def vjp(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
-        """J^T g with J = (G - y y^T / B) / s, s = sqrt(|G x|^2 / B + eps) (J is symmetric); 0 where s = 0.
+        """J^T g with J = (G - y y^T / B) / s, s = sqrt(norm(G x)^2 / B + eps) (J is symmetric); 0 where s = 0.
         x, y (..., B), g (..., B, k)."""
         centred = x - x.mean(-1, keepdims=True)
         s = np.sqrt(np.mean(centred * centred, -1, keepdims=True))[..., None] if not self.eps else np.sqrt(
@@ -238,8 +239,8 @@ def _has_flat_point(sigma: np.ndarray, phi: Phi) -> bool:
     basis = vecs[:, lam > 1e-12 * max(lam.max(), 1e-300)]
     if basis.shape[1] == 0:
         return False
-    # find c with side * (basis c) <= -1 in every coordinate (then a multiple lies past the kink)
-    result = linprog(np.zeros(basis.shape[1]), A_ub=side * basis, b_ub=-np.ones(len(basis)),
+    # find c with side * (basis c) >= 1 in every coordinate: a multiple of basis c then lies past the kink
+    result = linprog(np.zeros(basis.shape[1]), A_ub=-side * basis, b_ub=-np.ones(len(basis)),
                      bounds=[(None, None)] * basis.shape[1], method="highs")
     return result.status == 0
 
@@ -328,8 +329,8 @@ class Graph:
         elif x.flat is not None:
             node.flat = op.phi.numpy(x.flat)
         elif x.kind == "gaussian" and _has_flat_point(x.kernel().value[0], op.phi):
-            value = op.phi.numpy(np.array(_flat_side(op.phi)[0] + _flat_side(op.phi)[1]))
-            node.flat = np.full((1, self.batch), float(value))
+            kink, side = _flat_side(op.phi)
+            node.flat = np.full((1, self.batch), float(op.phi.numpy(np.array(kink + side))))
         return node
 
     def affine(self, x: Node, shift: np.ndarray, scale: np.ndarray, centred: bool) -> Node:
@@ -390,9 +391,9 @@ class Graph:
 
     def _kernel_route(self, node: Node) -> Moment | None:
         if node.kind == "sum":
-            if node.sources and (node.parents[0].sources & node.parents[1].sources):
-                return None
             x, y = node.parents
+            if x.sources & y.sources:
+                return None
             kx, ky = x.kernel(), y.kernel()
             means = [np.zeros((1, self.batch))] * 2
             if not (x.zero_mean or y.zero_mean):
@@ -478,22 +479,28 @@ class Graph:
             member._samples = member._input = None
 
     def _draw(self, node: Node) -> np.ndarray:
-        """Fresh (R, P, B) samples of a Gaussian node from its own kernel: scrambled Sobol points, principal
-        components on the first (best) coordinates, mapped through the inverse normal CDF, in a random order (so
-        that the points of independent sources pair up at random)."""
+        """Fresh (R, P, B) samples of a Gaussian node from its own kernel: one scrambled Sobol point set (principal
+        components on its first, best coordinates), randomised per replicate by an independent digital shift (each
+        point then uniform, so every replicate is unbiased and the replicates are independent given the set), in a
+        random order per replicate (points of independent sources would otherwise pair up), mapped through the
+        inverse normal CDF."""
         if node not in self._cuts:
             count, points, kernels = self.sampling.replicates, self.sampling.points, node.kernel().value
+            lam, vecs = np.linalg.eigh(kernels)
+            lam, vecs = lam[..., ::-1], vecs[..., ::-1]
+            keep = lam > 1e-12 * np.maximum(lam[..., :1], 1e-300)
+            factors = vecs * np.sqrt(np.where(keep, lam, 0.0))[..., None, :]  # (R', B, B), columns by variance
+            rank = int(keep.sum(-1).max())
             out = np.zeros((count, points, self.batch))
-            for r in range(count):
-                lam, vecs = np.linalg.eigh(kernels[min(r, len(kernels) - 1)])
-                lam, vecs = lam[::-1], vecs[:, ::-1]
-                keep = lam > 1e-12 * max(lam[0], 1e-300)
-                if keep.any():
-                    rng = np.random.default_rng([self.sampling.seed, node.index, r])
-                    engine = qmc.Sobol(d=int(keep.sum()), scramble=True, seed=rng)
-                    # a random order: two sources drawn from one base sequence would otherwise pair up point by point
-                    points_r = engine.random(points)[rng.permutation(points)]
-                    out[r] = ndtri(points_r) @ (vecs[:, keep] * np.sqrt(lam[keep])).T
+            if rank:
+                rng = np.random.default_rng([self.sampling.seed, node.index])
+                base = qmc.Sobol(d=rank, scramble=True, bits=SOBOL_BITS, seed=rng).random(points)
+                digits = np.rint(base * 2.0**SOBOL_BITS).astype(np.uint64)
+                shifts = rng.integers(0, 2**SOBOL_BITS, size=(count, 1, rank), dtype=np.uint64)
+                order = np.argsort(rng.random((count, points)), axis=1)[..., None]
+                shifted = np.take_along_axis(digits[None] ^ shifts, order, axis=1)
+                uniform = (shifted + 0.5) / 2.0**SOBOL_BITS  # the cell's midpoint: never 0 or 1
+                out = np.matmul(ndtri(uniform), np.broadcast_to(factors[..., :rank], (count, self.batch, rank)).mT)
             self._cuts[node] = out
         return self._cuts[node]
 
@@ -534,7 +541,7 @@ class Graph:
     # ------------------------------------------------------------------------------------------- backward
 
     def backward(self, output: Node) -> dict[Node, Moment]:
-        """S = E|g|^2 at every node (per replicate, with a relative bound), g the scaled gradient of
+        """S = E[g . g] at every node (per replicate, with a relative bound), g the scaled gradient of
         f = v.x_out / sqrt(n); inf (and bound 0) where the second moment diverges."""
         return _Backward(self, output).run()
 

@@ -80,7 +80,7 @@ def _float64_range(sigma: np.ndarray):
         with np.errstate(all="ignore"):
             yield
     except (ValueError, FloatingPointError) as error:
-        raise ValueError(f"the network's kernels leave float64's range for this Sigma0 (max |Sigma0| = "
+        raise ValueError(f"the network's kernels leave float64's range for this Sigma0 (largest entry "
                          f"{np.abs(sigma).max():.3g}): {str(error).splitlines()[0][:200]}") from None
 
 
@@ -162,9 +162,9 @@ class SignalPropagation:
       and ``channel_variance`` = tr(G K) / B, the average over neurons of the batch variance;
     * ``branch_variance``: for each top-level residual block (by position), the channel variance of its branch's
       output (before alpha);
-    * ``gradient``: S^l = sum_a ||df(x_a)/dx^l||_F^2 in the limit, f = v . x_out / sqrt(n) with v standard normal and
-      x^l the n x B output of layer l; S = B after the last layer. inf where the gradient's second moment
-      diverges (``note`` says where and why).
+    * ``gradient``: S^l in the limit, the sum over examples a of the squared Frobenius norm of df(x_a)/dx^l, with
+      f = v . x_out / sqrt(n), v standard normal, and x^l the n x B output of layer l; S = B after the last layer.
+      inf where the gradient's second moment diverges (``note`` says where and why).
     """
 
     layers: tuple[str, ...]
@@ -233,7 +233,7 @@ def signal_propagation(net: object, Sigma0: object, points: int = 2**12, replica
     """The predicted signal propagation of ``net`` on one batch with input Gram Sigma0 (:class:`SignalPropagation`),
     each top-level layer's kernel and summaries and the gradient statistic S^l, each with its error. Routes and
     arguments as for :func:`kernel`; the gradient follows each layer's backward map, batch norm's coupling included
-    (:mod:`bnsym.arch.graph`). ValueError as for :func:`kernel`, and for an activation whose slope has an infinite
+    (``bnsym.arch.graph``). ValueError as for :func:`kernel`, and for an activation whose slope has an infinite
     second moment."""
     network, sigma = check_inputs(net, Sigma0, gradient=True)
     sampling = check_sampling(points, replicates, seed)

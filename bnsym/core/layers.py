@@ -160,6 +160,7 @@ def describe(layer: Layer) -> str:
     return f"res({','.join(weight + [describe(inner) for inner in layer.branch])})"
 
 
+#: The grammar of a network spec (:func:`parse_architecture`), shown by ``bnsym arch --help``.
 SPEC_GRAMMAR = """\
 A network spec is a comma-separated list of layers, read left to right:
 

@@ -3,14 +3,14 @@
 :func:`torch_network` builds M independent networks of width n as one module, with the law the conventions of
 :mod:`bnsym.arch` state (this module does not import the theory; it reads the same description): Dense layers
 with standard normal weights and biases scaled by sqrt(weight_var / n_in) and sqrt(bias_var), train-mode batch norm
-by :func:`bnsym.sim.networks.batch_norm` (the one batch-norm forward), eval-mode batch norm with the population
+by ``bnsym.sim.batch_norm`` (the one batch-norm forward), eval-mode batch norm with the population
 statistics of its input (all n x B entries of a network, held constant for the gradient), LayerNorm over the
 features, activations by their torch form. Tensors are (M, B, n): networks, batch, features.
 
 :func:`simulate_signal_propagation` measures, for M networks, each top-level layer's Gram x x^T / n and the
-gradient statistic S^l = sum_a ||df(x_a)/dx^l||_F^2 by autograd (one backward pass per example a), f = v . x_out /
-sqrt(n) with v standard normal. :func:`from_torch` reads a user's ``nn.Sequential`` (nn.Linear, nn.BatchNorm1d,
-nn.LayerNorm, activations and :class:`ResidualBlock`) into a description.
+gradient statistic S^l (the sum over examples a of the squared norm of df(x_a)/dx^l) by autograd, one backward pass
+per example a, f = v . x_out / sqrt(n) with v standard normal. :func:`from_torch` reads a user's ``nn.Sequential``
+(nn.Linear, nn.BatchNorm1d, nn.LayerNorm, activations and :class:`ResidualBlock`) into a description.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.activations import Activation as Phi
-from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial
+from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial, walk
 from .device import configure_torch, default_device, generator
 from .networks import batch_norm, chunk_budget, inputs_with_gram
 
@@ -32,11 +32,12 @@ from .networks import batch_norm, chunk_budget, inputs_with_gram
 class ResidualBlock(nn.Module):
     """x + alpha * branch(x): the residual wrapper :func:`from_torch` reads (``branch`` any readable module)."""
 
-    def __init__(self, branch: nn.Module, alpha: float = 1.0):
+    def __init__(self, branch: torch.nn.Module, alpha: float = 1.0):
         super().__init__()
         self.branch, self.alpha = branch, float(alpha)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x + alpha branch(x)."""
         return x + self.alpha * self.branch(x)
 
 
@@ -98,13 +99,14 @@ class ActivationLayer(nn.Module):
 
 
 class ArchNetwork(nn.Module):
-    """M networks of one description; :meth:`layer_outputs` gives every top-level layer's output."""
+    """M networks of one description; ``layer_outputs`` gives every top-level layer's output."""
 
-    def __init__(self, layers: list[nn.Module]):
+    def __init__(self, layers: list[torch.nn.Module]):
         super().__init__()
         self.layers = nn.ModuleList(layers)
 
     def layer_outputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The output of every top-level layer for inputs x (M, B, in_features)."""
         outputs = []
         for layer in self.layers:
             x = layer(x)
@@ -112,6 +114,7 @@ class ArchNetwork(nn.Module):
         return outputs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The networks' outputs (M, B, width)."""
         return self.layer_outputs(x)[-1]
 
 
@@ -164,11 +167,11 @@ class TwinRun:
 def simulate_signal_propagation(net: object, Sigma0: np.ndarray, width: int, n_networks: int, seed: int = 0,
                                 device: torch.device | str | None = None, chunk: int | None = None) -> TwinRun:
     """Grams and gradient statistics of ``n_networks`` twins of width ``width`` on inputs whose Gram is exactly
-    Sigma0 (:func:`~bnsym.sim.networks.inputs_with_gram`, input dimension = width), ``chunk`` networks at a time
-    (default: their weights within :func:`~bnsym.sim.networks.chunk_budget`)."""
+    Sigma0 (``inputs_with_gram`` of :mod:`bnsym.sim.networks`, input dimension = width), ``chunk`` networks at a
+    time (default: their weights within the simulators' memory budget per chunk)."""
     network = serial(net)
     device = torch.device(device or default_device())
-    dense_count = sum(1 for _ in _dense_layers(network))
+    dense_count = sum(isinstance(layer, Dense) for layer in walk(network))
     chunk = chunk or max(1, chunk_budget(device) // (8 * width * width * max(dense_count, 1) * 3))
     grams, gradients = [], []
     for start in range(0, n_networks, chunk):
@@ -188,27 +191,19 @@ def simulate_signal_propagation(net: object, Sigma0: np.ndarray, width: int, n_n
     return TwinRun(torch.cat(grams).numpy(), torch.cat(gradients).numpy())
 
 
-def _dense_layers(net: Serial):
-    for layer in net:
-        if isinstance(layer, Dense):
-            yield layer
-        elif isinstance(layer, Residual):
-            yield from _dense_layers(layer.branch)
-
-
 # ---------------------------------------------------------------------------------------------- from_torch
 
 _ACTIVATIONS = {nn.ReLU: lambda m: "relu", nn.Tanh: lambda m: "tanh", nn.Identity: lambda m: "identity",
                 nn.LeakyReLU: lambda m: f"leaky_relu({m.negative_slope!r})"}
 
 
-def _at_identity(module: nn.Module) -> bool:
+def _at_identity(module: torch.nn.Module) -> bool:
     """Whether a norm layer's affine map (if any) is the identity: weight 1 and bias 0."""
     weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
     return (weight is None or bool(torch.all(weight == 1))) and (bias is None or bool(torch.all(bias == 0)))
 
 
-def _read(module: nn.Module, where: str, width: int | None) -> tuple[list[Layer], int | None]:
+def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[Layer], int | None]:
     """The description of one module at path ``where`` and the width after it (None: not known yet)."""
     name = f"layer {where} ({type(module).__name__})"
 
