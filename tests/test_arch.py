@@ -54,6 +54,7 @@ def relu_block(eps: float = 0.0) -> list:
 ARCHITECTURES = {
     "BN -> relu MLP": repeat([Dense(), BatchNorm(), Activation("relu")], 2),
     "relu -> BN MLP": repeat(relu_block(0.01), 2),
+    "tanh -> BN MLP": repeat([Dense(), Activation("tanh"), BatchNorm()], 2),
     "pre-activation BN ResNet": serial(Dense(), repeat(Residual([BatchNorm(), Activation("relu"), Dense()]), 2)),
     "post-activation BN ResNet": serial(Dense(), Activation("relu"),
                                        repeat([Residual([Dense(), BatchNorm()]), Activation("relu")], 2)),

@@ -17,9 +17,11 @@ Every node carries its kernel K = E[x x^T] and mean m = E[x], each from the firs
   Gaussian; the derived affine map (:mod:`.derivations`) for LayerNorm and eval-mode BN; the derived sum rule for
   independent parts; (B p / (B - 1)) G for phi -> BN (eps = 0) of an exchangeable Gaussian;
 * otherwise randomised quasi-Monte Carlo over the node's *segment* (the connected non-Gaussian nodes with their
-  Gaussian leaves): R independent runs (scrambled Sobol points, principal components first), each an unbiased
-  estimate; the reported error is their standard error. This is how phi -> BN at a general input and the
-  post-activation residual sum (a non-Gaussian stream) are computed: the exact law, sampled.
+  Gaussian leaves): R independent runs (one scrambled Sobol set per source, principal components first, an
+  independent digital shift per run), each an unbiased estimate; the reported error is their standard error. This
+  is how phi -> BN at a general input and the post-activation residual sum (a non-Gaussian stream) are computed:
+  the exact law, sampled. phi -> BN has no Laplace shortcut: it normalises by the spread of phi(h), not a quadratic
+  form of the Gaussian h, so Schwinger's e^(-s r^2) does not keep the integral Gaussian.
 
 Arrays carry a leading replicate axis: length 1 where every route upstream is deterministic, else R, replicate r
 of a node depending only on replicate r upstream, so the spread over replicates is an honest error of the whole
@@ -30,9 +32,10 @@ The backward pass (:meth:`Graph.backward`) computes S = E[g . g], g = sqrt(n) df
 sqrt(n) with v standard normal. With the gradient-independence property of such a readout (Yang 2019/2020),
 W^T g behind a Dense is a fresh Gaussian, independent of the forward pass: at a Gaussian node the second moment
 Pi = E[g g^T] is all that matters, and a Dense maps it to weight_var Pi. Inside a segment g is carried per sample
-(vector-Jacobian products of the ops), with fresh Gaussian injections N(0, Pi) where the segment feeds a Dense;
-chains phi -> affine (Pi o E[phi'(h) phi'(h)^T]) and BN [-> phi] at a BSB1 input with Pi in span{I, 11^T}
-(:func:`~bnsym.arch.derivations.derive_bsb1_backward`) are exact. A train-mode BN with eps = 0 whose input is
+(vector-Jacobian products of the ops), with fresh Gaussian injections N(0, Pi) where the segment feeds a Dense.
+Chains phi -> affine (Pi o E[phi'(h) phi'(h)^T]) and BN [-> phi] at a BSB1 input with Pi in span{I, 11^T}
+(:func:`~bnsym.arch.derivations.derive_bsb1_backward`) are exact; other chains with one BN are summed in closed form
+over their forward samples (:func:`_sandwich`). A train-mode BN with eps = 0 whose input is
 constant over the batch with positive probability (a relu of a Gaussian) has an infinite gradient second moment
 below it (the eps -> 0 Jacobian blows up like 1/r on a set where r -> 0 in two dimensions): S is inf there.
 """
@@ -113,8 +116,7 @@ class TrainBN:
         """J^T g with J = (G - y y^T / B) / s, s = sqrt(norm(G x)^2 / B + eps) (J is symmetric); 0 where s = 0.
         x, y (..., B), g (..., B, k)."""
         centred = x - x.mean(-1, keepdims=True)
-        s = np.sqrt(np.mean(centred * centred, -1, keepdims=True))[..., None] if not self.eps else np.sqrt(
-            np.mean(centred * centred, -1, keepdims=True) + self.eps)[..., None]
+        s = np.sqrt(np.mean(centred * centred, -1, keepdims=True) + self.eps)[..., None]
         inner = np.mean(y[..., None] * g, -2, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             out = (g - g.mean(-2, keepdims=True) - y[..., None] * inner) / s
@@ -208,14 +210,15 @@ def _hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _all_in_flat(phi: Phi, sigma: np.ndarray) -> float | None:
-    """P(phi(h) constant over the batch), h ~ N(0, sigma) exchangeable, by 1-D Gauss-Hermite (None: no route)."""
-    flat = _flat_side(phi)
-    if flat is None:
-        return 0.0
+    """P(phi(h) constant over the batch) for h ~ N(0, sigma) with sigma exchangeable, by 1-D Gauss-Hermite; None
+    where sigma is not exchangeable or no route applies."""
     parts = _exchangeable(sigma)
     if parts is None:
         return None
     variance, beta = parts
+    flat = _flat_side(phi)
+    if variance <= 0 or flat is None:  # h constant over the batch; else phi(h) constant with probability 0
+        return float(variance <= 0)
     kink, side = flat
     batch = sigma.shape[-1]
     if beta < 0:  # h = sigma (z - kappa zbar 1): only the rank-(B-1) case K = sigma^2 G with kink 0 is simple
