@@ -195,3 +195,15 @@ def sphere_fixed_point(f: Callable[[np.ndarray], np.ndarray], batch_size: int,
 def generic_sigma() -> np.ndarray:
     """A generic (non-BSB1) full-rank 6 x 6 covariance."""
     return random_psd(6, 8, seed=3)
+
+
+def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    """bnsym.cli.main(argv) in process: (exit status, stdout, stderr); argparse errors exit through SystemExit."""
+    from bnsym.cli import main
+
+    try:
+        status = main(argv)
+    except SystemExit as stop:
+        status = stop.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err

@@ -20,6 +20,7 @@ import pytest
 import sympy as sp
 import torch
 from conftest import HOMOGENEOUS, bsb1, gaussian_pair_moment, random_psd
+from conftest import run_cli as _run
 from torch import nn
 
 import bnsym
@@ -36,7 +37,6 @@ from bnsym.arch import (
     serial,
 )
 from bnsym.arch.derivations import K_aa, K_ab, K_bb, derive_layer_norm, m_a, m_b
-from bnsym.cli import main
 from bnsym.core.symbols import epsilon
 from bnsym.sim import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 from bnsym.sim.arch import ResidualBlock, from_torch, simulate_signal_propagation, torch_network
@@ -378,15 +378,6 @@ def test_relu_04_kernel_is_fine_without_gradients():
 
 
 # -------------------------------------------------------------------------------------------------- CLI
-
-
-def _run(capsys, argv):
-    try:
-        status = main(argv)
-    except SystemExit as stop:
-        status = stop.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def test_cli_json_equals_the_api_and_blocks_grow_by_lambda_g(capsys, tmp_path):

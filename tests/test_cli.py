@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli as _run
 
 import bnsym
-from bnsym.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_ARGUMENTS = {
@@ -30,14 +30,6 @@ BAD_ARGUMENTS = {
 }
 
 
-def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
-    """main(argv) in process: (exit status, stdout, stderr); argparse errors exit through SystemExit."""
-    try:
-        status = main(argv)
-    except SystemExit as stop:
-        status = stop.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 @pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("relu^1.5", 16), ("leaky_relu(0.2)", 6)])

@@ -70,6 +70,21 @@ def derive_gaussian_mean() -> Derivation:
     return d
 
 
+def _normalisation(title: str, text: str, statistics: sp.Tuple, shift: sp.Expr, scale: sp.Expr, rule_text: str,
+                   name: str) -> Derivation:
+    """A normalisation whose statistics concentrate: ``statistics`` in the limit, then the affine map with c_a =
+    ``shift``, s_a = ``scale`` (and b's by a -> b), named ``name``."""
+    d = Derivation(title)
+    d.step(text, statistics)
+    kernel = _affine(d)
+    other = {m_a: m_b, K_aa: K_bb}
+    rule = sp.factor(sp.simplify(kernel.subs({c_a: shift, c_b: shift.subs(other, simultaneous=True), s_a: scale,
+                                              s_b: scale.subs(other, simultaneous=True)})))
+    d.step(rule_text, sp.Eq(sp.Symbol("K'_ab"), rule), name=name)
+    d.result = rule
+    return d
+
+
 @cache
 def derive_layer_norm() -> Derivation:
     """LayerNorm's kernel map in the infinite-width limit (neural-tangents' rule, and the rule after phi).
@@ -80,17 +95,14 @@ def derive_layer_norm() -> Derivation:
     map with c_a = m_a, s_a = sqrt(K_aa - m_a^2 + eps), and its output has mean 0. Named results "layer_norm",
     "gaussian" (m = 0: neural-tangents' rule) and "mean".
     """
-    d = Derivation("LayerNorm as a kernel map")
-    d.step("Over infinitely many i.i.d. features, the statistics of example $a$ are those of one neuron:",
-           sp.Tuple(sp.Eq(sp.Symbol("mean_a"), m_a), sp.Eq(sp.Symbol("var_a"), K_aa - m_a**2)))
-    kernel = _affine(d)
-    rule = sp.simplify(kernel.subs({c_a: m_a, c_b: m_b, s_a: sp.sqrt(K_aa - m_a**2 + epsilon),
-                                    s_b: sp.sqrt(K_bb - m_b**2 + epsilon)}))
-    d.step("With $c_a = m_a$, $s_a = \\sqrt{K_{aa} - m_a^2 + \\epsilon}$ (the output mean is $0$):",
-           sp.Eq(sp.Symbol("K'_ab"), rule), name="layer_norm")
+    d = _normalisation("LayerNorm as a kernel map",
+                       "Over infinitely many i.i.d. features, the statistics of example $a$ are those of one neuron:",
+                       sp.Tuple(sp.Eq(sp.Symbol("mean_a"), m_a), sp.Eq(sp.Symbol("var_a"), K_aa - m_a**2)),
+                       m_a, sp.sqrt(K_aa - m_a**2 + epsilon),
+                       "With $c_a = m_a$, $s_a = \\sqrt{K_{aa} - m_a^2 + \\epsilon}$ (the output mean is $0$):",
+                       "layer_norm")
     d.step("A Gaussian input has $m = 0$: neural-tangents' LayerNorm rule",
-           sp.Eq(sp.Symbol("K'_ab"), rule.subs({m_a: 0, m_b: 0})), name="gaussian")
-    d.result = rule
+           sp.Eq(sp.Symbol("K'_ab"), d.result.subs({m_a: 0, m_b: 0})), name="gaussian")
     return d
 
 
@@ -103,16 +115,13 @@ def derive_eval_batch_norm() -> Derivation:
     same for every example and, being population constants, carry no gradient. Named results "eval_batch_norm"
     and "mean".
     """
-    d = Derivation("BatchNorm in eval mode as a kernel map")
-    d.step("Population statistics over the batch's examples and the layer's neurons:",
-           sp.Tuple(sp.Eq(m_pop, sp.Symbol("(1/B) sum_a m_a")), sp.Eq(v_pop, sp.Symbol("(1/B) sum_a K_aa") - m_pop**2)))
-    kernel = _affine(d)
-    scale = sp.sqrt(v_pop + epsilon)
-    rule = sp.factor(kernel.subs({c_a: m_pop, c_b: m_pop, s_a: scale, s_b: scale}))
-    d.step("With $c_a = \\bar m$ and $s_a = \\sqrt{\\bar v + \\epsilon}$ for every example:",
-           sp.Eq(sp.Symbol("K'_ab"), rule), name="eval_batch_norm")
-    d.result = rule
-    return d
+    return _normalisation("BatchNorm in eval mode as a kernel map",
+                          "Population statistics over the batch's examples and the layer's neurons:",
+                          sp.Tuple(sp.Eq(m_pop, sp.Symbol("(1/B) sum_a m_a")),
+                                   sp.Eq(v_pop, sp.Symbol("(1/B) sum_a K_aa") - m_pop**2)),
+                          m_pop, sp.sqrt(v_pop + epsilon),
+                          "With $c_a = \\bar m$ and $s_a = \\sqrt{\\bar v + \\epsilon}$ for every example:",
+                          "eval_batch_norm")
 
 
 @cache

@@ -146,7 +146,8 @@ def kernel(net: object, Sigma0: object, with_error: bool = False, points: int = 
     with _float64_range(sigma):
         _, outputs, _ = build(network, sigma, sampling)
         result = _estimate(outputs[-1].kernel(), "exact")
-    check_resolved(result.value, result.error, "the output kernel for this Sigma0")
+    check_resolved(result.value, result.error, f"the output kernel for this Sigma0 with {sampling.points} points "
+                   "(raise points)")
     return result if with_error else result.value
 
 
@@ -243,11 +244,12 @@ def signal_propagation(net: object, Sigma0: object, points: int = 2**12, replica
         gradients = graph.backward(outputs[-1])
         summaries = [_summaries(k) for k in kernels]
         result = _result(network, kernels, summaries, branches, [gradients[node] for node in outputs])
+    where = f"for this Sigma0 with {sampling.points} points (raise points)"
     for position, estimate in enumerate(result.kernels):
         check_resolved(estimate.value, estimate.error,
-                       f"the kernel after layer {position} ({result.layers[position]}) for this Sigma0")
+                       f"the kernel after layer {position} ({result.layers[position]}) {where}")
     for position in range(len(outputs)):
         if not gradients[outputs[position]].infinite:
             check_resolved(result.gradient.value[position], result.gradient.error[position],
-                           f"the gradient statistic after layer {position} ({result.layers[position]}) for this Sigma0")
+                           f"the gradient statistic after layer {position} ({result.layers[position]}) {where}")
     return result
