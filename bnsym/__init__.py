@@ -5,7 +5,8 @@ Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`,
 :func:`collapse_eps`, :func:`cross_batch_fixed_point`, :func:`cross_batch_rate`, :func:`cross_batch_kernel`
 (two batches, App. H), :func:`parse_activation`, :class:`Activation`, :class:`Estimate` (a value with its absolute
 error, returned by
-``with_error=True``); :mod:`bnsym.dilution` (Philipp et al.).
+``with_error=True``); :mod:`bnsym.dilution` (Philipp et al.); :mod:`bnsym.arch` (any architecture at infinite
+width, imported on its own).
 """
 
 from . import dilution
