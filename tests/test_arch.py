@@ -36,8 +36,8 @@ from bnsym.arch import (
     repeat,
     serial,
 )
-from bnsym.arch.derivations import K_aa, K_ab, K_bb, derive_layer_norm, m_a, m_b
-from bnsym.core.symbols import epsilon
+from bnsym.arch.derivations import derive_layer_norm
+from bnsym.core.symbols import K_aa, K_ab, K_bb, epsilon, m_a, m_b
 from bnsym.sim import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 from bnsym.sim.arch import ResidualBlock, from_torch, simulate_signal_propagation, torch_network
 

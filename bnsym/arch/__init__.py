@@ -48,7 +48,6 @@ from .derivations import (
     derive_phi_batch_norm_exchangeable,
     derive_residual_sum,
 )
-from .graph import Sampling
 from .network import SignalPropagation, kernel, signal_propagation
 
 __all__ = [
@@ -58,7 +57,6 @@ __all__ = [
     "Dense",
     "LayerNorm",
     "Residual",
-    "Sampling",
     "Serial",
     "SignalPropagation",
     "derive_bsb1_backward",

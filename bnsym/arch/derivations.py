@@ -23,18 +23,40 @@ from typing import Mapping
 import sympy as sp
 
 from ..core.derivation import Derivation
-from ..core.symbols import M11, M12, N11, N12, B, alpha, epsilon, mu, mu_star, z
+from ..core.symbols import (
+    M11,
+    M12,
+    N11,
+    N12,
+    B,
+    K_aa,
+    K_ab,
+    K_bb,
+    L_ab,
+    a_pi,
+    alpha,
+    b_pi,
+    c_a,
+    c_b,
+    epsilon,
+    m_a,
+    m_b,
+    m_pop,
+    mu,
+    mu_star,
+    n_a,
+    n_b,
+    p_const,
+    s_a,
+    s_b,
+    v_pop,
+    x_a,
+    x_b,
+    y_a,
+    y_b,
+    z,
+)
 from ..meanfield.backward import derive_trace_identity
-
-x_a, x_b, y_a, y_b = sp.symbols("x_a x_b y_a y_b", real=True)  # one neuron's coordinates at two examples
-K_ab, K_aa, K_bb = sp.symbols("K_ab K_aa K_bb", real=True)  # its kernel
-m_a, m_b = sp.symbols("m_a m_b", real=True)  # its mean
-c_a, c_b = sp.symbols("c_a c_b", real=True)  # the shift of an affine normalisation
-s_a, s_b = sp.symbols("s_a s_b", positive=True)  # its scale
-L_ab, L_aa, L_bb, n_a, n_b = sp.symbols("L_ab L_aa L_bb n_a n_b", real=True)  # kernel and mean of a second part y
-m_pop, v_pop = sp.symbols("mbar vbar", real=True)  # population mean and variance of a neuron (eval-mode BN)
-p_const = sp.Symbol("p", positive=True)  # probability that the batch-norm input is not constant over the batch
-a_pi, b_pi = sp.symbols("a_Pi b_Pi", real=True)  # Pi = a_Pi I + b_Pi 11^T
 
 
 def expect(poly: sp.Expr, moments: Mapping[sp.Expr, sp.Expr]) -> sp.Expr:

@@ -38,6 +38,18 @@ S0, S2, P00, P20, P11 = sp.symbols("E[phi_1^2] E[phi_1^2*x_1^2] E[phi_1*phi_2] E
 # ... and the backward one (Thm 7)
 M11, M12, N11, N12 = sp.symbols("E[phi'_1^2] E[phi'_1*phi'_2] E[x_1^2*phi'_1^2] E[x_1*x_2*phi'_1*phi'_2]")
 
+# Architectures (bnsym.arch): one neuron's batch vector x (and a second, independent part y) at examples a, b ----
+
+x_a, x_b, y_a, y_b = sp.symbols("x_a x_b y_a y_b", real=True)
+K_ab, K_aa, K_bb = sp.symbols("K_ab K_aa K_bb", real=True)  # the kernel E[x_a x_b]
+m_a, m_b = sp.symbols("m_a m_b", real=True)  # the mean E[x_a]
+c_a, c_b = sp.symbols("c_a c_b", real=True)  # the shift of a per-example affine normalisation
+s_a, s_b = sp.symbols("s_a s_b", positive=True)  # its scale
+L_ab, n_a, n_b = sp.symbols("L_ab n_a n_b", real=True)  # kernel and mean of the second part y
+m_pop, v_pop = sp.symbols("mbar vbar", real=True)  # population mean and variance of a neuron (eval-mode BN)
+p_const = sp.Symbol("p", positive=True)  # probability that a batch-norm input is not constant over the batch
+a_pi, b_pi = sp.symbols("a_Pi b_Pi", real=True)  # a gradient covariance Pi = a_Pi I + b_Pi 11^T
+
 # Philipp 2021 (gradient scale coefficient, dilution) -------------------------------------------------------
 
 r, k, r_d = sp.symbols("r k r_d", positive=True)  # GSC rate, dilution ratio, diluted rate
