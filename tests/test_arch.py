@@ -349,6 +349,7 @@ BAD_INPUT = {
     "trained affine": (lambda: from_torch(nn.Sequential(nn.Linear(4, 4), _scaled_layer_norm())), "not the identity"),
     "linear width": (lambda: from_torch(nn.Sequential(nn.Linear(4, 8), nn.Linear(6, 2))), "receives 8"),
     "points": (lambda: arch.kernel([Dense()], SIGMA0, points=1000), "power of 2"),
+    "twin width": (lambda: torch_network([Dense()], width=0), "width"),
     "replicates": (lambda: arch.kernel([Dense()], SIGMA0, replicates=1), "replicates"),
     "slope of relu^0.4": (lambda: arch.signal_propagation([Dense(), Activation("relu^0.4")], SIGMA0), "is infinite"),
     "bad BatchNorm mode": (lambda: BatchNorm(mode="test"), "mode"),

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..core.activations import Activation as Phi
 from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial, walk
+from ..core.validation import check_whole_number
 from .device import configure_torch, default_device, generator
 from .networks import batch_norm, chunk_budget, inputs_with_gram
 
@@ -139,6 +140,10 @@ def _module(layer: Layer, n_in: int, width: int, networks: int, gen: torch.Gener
     return ResidualBlock(nn.Sequential(*branch), layer.alpha), n_in
 
 
+def _check_size(value: object, name: str) -> int:
+    return check_whole_number(value, name, 1, 2**31, "a tensor dimension")
+
+
 def torch_network(net: object, width: int, n_networks: int = 1, in_features: int | None = None, seed: int = 0,
                   device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> ArchNetwork:
     """The finite twin of ``net``: ``n_networks`` independent networks of width ``width`` in one module, mapping
@@ -146,9 +151,11 @@ def torch_network(net: object, width: int, n_networks: int = 1, in_features: int
     ``device`` (default CUDA where present)."""
     configure_torch()
     network = serial(net)
+    width, n_networks = _check_size(width, "width"), _check_size(n_networks, "n_networks")
+    in_features = width if in_features is None else _check_size(in_features, "in_features")
     device = torch.device(device or default_device())
-    gen = generator(seed, device)
-    modules, n_in = [], in_features or width
+    gen = generator(check_whole_number(seed, "seed", 0, 2**62), device)
+    modules, n_in = [], in_features
     for layer in network:
         module, n_in = _module(layer, n_in, width, n_networks, gen, device, dtype)
         modules.append(module)
@@ -170,6 +177,8 @@ def simulate_signal_propagation(net: object, Sigma0: np.ndarray, width: int, n_n
     Sigma0 (``inputs_with_gram`` of :mod:`bnsym.sim.networks`, input dimension = width), ``chunk`` networks at a
     time (default: their weights within the simulators' memory budget per chunk)."""
     network = serial(net)
+    width, n_networks = _check_size(width, "width"), _check_size(n_networks, "n_networks")
+    seed = check_whole_number(seed, "seed", 0, 2**40)
     device = torch.device(device or default_device())
     dense_count = sum(isinstance(layer, Dense) for layer in walk(network))
     chunk = chunk or max(1, chunk_budget(device) // (8 * width * width * max(dense_count, 1) * 3))
