@@ -27,7 +27,9 @@ from ..core.validation import (
     check_resolved,
     check_whole_number,
 )
-from .graph import Elementwise, Graph, Moment, Node, Sampling, TrainBN
+from .backward import backward
+from .graph import Graph, Moment, Node, Sampling
+from .ops import Elementwise, TrainBN
 
 MAX_POINTS = 2**20  # quasi-Monte Carlo points per replicate; the samples of a node take replicates x points x B floats
 
@@ -241,7 +243,7 @@ def signal_propagation(net: object, Sigma0: object, points: int = 2**12, replica
     with _float64_range(sigma):
         graph, outputs, branches = build(network, sigma, sampling)
         kernels = [node.kernel() for node in outputs]
-        gradients = graph.backward(outputs[-1])
+        gradients = backward(graph, outputs[-1])
         summaries = [_summaries(k) for k in kernels]
         result = _result(network, kernels, summaries, branches, [gradients[node] for node in outputs])
     where = f"for this Sigma0 with {sampling.points} points (raise points)"
