@@ -20,6 +20,13 @@ import torch
 
 from ..core.derivation import Derivation
 from ..core.symbols import N_width, eta, kappa
+from ..core.validation import check_range, check_real_array, check_real_tensor, check_whole_number
+
+MAX_SIZE = 10**7  # N: one exponent per direction
+
+
+def _check_size(n: object) -> int:
+    return check_whole_number(n, "N (the matrix size)", 2, MAX_SIZE, "one exponent per direction")
 
 
 @cache
@@ -50,11 +57,8 @@ def derive_lyapunov() -> Derivation:
 
 def lyapunov_exponents(n: int, s2: float = None) -> np.ndarray:
     """mu_j, j = 1..N, the mean log stretch per factor of direction j (entry variance s2, default 1/N)."""
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"N (the matrix size) must be a whole number >= 2, got {n!r}")
-    s2 = 1.0 / n if s2 is None else s2
-    if not s2 > 0:
-        raise ValueError(f"the entry variance s2 must be > 0, got {s2}")
+    n = _check_size(n)
+    s2 = 1.0 / n if s2 is None else check_range(s2, "s2", 0.0, open_low=True, why="an entry variance")
     j, s = sp.Symbol("j", positive=True), sp.Symbol("s^2", positive=True)
     kernel = sp.lambdify((N_width, j, s), derive_lyapunov()["lyapunov"], "scipy", cse=True)
     return kernel(n, np.arange(1, n + 1), s2)
@@ -62,19 +66,13 @@ def lyapunov_exponents(n: int, s2: float = None) -> np.ndarray:
 
 def lyapunov_slope(n: int) -> float:
     """(1/2)[psi(N/2) - psi(1/2)], the growth of log kappa per factor (nats) as M -> infinity."""
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"N (the matrix size) must be a whole number >= 2, got {n!r}")
-    return float(derive_lyapunov()["slope"].subs(N_width, int(n)).evalf(17))
+    return float(derive_lyapunov()["slope"].subs(N_width, _check_size(n)).evalf(17))
 
 
 def _as_factors(factors) -> torch.Tensor:
-    x = torch.as_tensor(factors)
-    if not x.is_floating_point():
-        x = x.double()
-    if x.ndim < 3 or x.shape[-1] != x.shape[-2]:
+    x = check_real_tensor(factors, "factors (..., M, N, N)", min_ndim=3)
+    if x.shape[-1] != x.shape[-2]:
         raise ValueError(f"factors must have shape (..., M, N, N) (M square factors), got {tuple(x.shape)}")
-    if not torch.isfinite(x).all():
-        raise ValueError("factors have non-finite entries")
     return x
 
 
@@ -97,6 +95,7 @@ def log_condition_number(factors) -> torch.Tensor:
     correct far beyond 1e16. Raises ValueError for a singular factor.
     """
     x = _as_factors(factors)
+    x = x / x.abs().amax((-2, -1), keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)  # kappa is scale free
     m = x.shape[-3]
     try:
         inverses = torch.linalg.inv_ex(x, check_errors=True)[0]
@@ -120,7 +119,11 @@ def qr_log_stretches(factors) -> torch.Tensor:
     for i in range(m - 1, -1, -1):
         q, r = torch.linalg.qr(x[..., i, :, :] @ q)
         stretches.append(r.diagonal(0, -2, -1).abs().log())
-    return torch.stack(stretches[::-1], dim=-2)
+    result = torch.stack(stretches[::-1], dim=-2)
+    if not torch.isfinite(result).all():
+        raise ValueError("factors give a stretch log |r_jj| that is not finite in their float type: a factor is "
+                         "singular, or its entries are too large")
+    return result
 
 
 @cache
@@ -160,15 +163,15 @@ def derive_one_layer_gd() -> Derivation:
 
 def gd_rate(condition) -> np.ndarray:
     """(kappa^2 - 1)/(kappa^2 + 1): the error contraction per step of GD at the optimal constant step."""
-    value = np.asarray(condition, dtype=float)
-    if np.any(~np.isfinite(value)) or np.any(value < 1):
-        raise ValueError("a condition number kappa is finite and >= 1")
-    return sp.lambdify(kappa, derive_one_layer_gd()["rate"], "numpy", cse=True)(value)
+    value = check_real_array(condition, "condition (a condition number kappa)", low=1.0)
+    inverse = sp.Symbol("u", positive=True)  # u = 1/kappa keeps kappa^2 from overflowing
+    rate = sp.cancel(derive_one_layer_gd()["rate"].subs(kappa, 1 / inverse))
+    return sp.lambdify(inverse, rate, "numpy", cse=True)(1 / value)
 
 
 def max_stable_lr(abar: np.ndarray, x: np.ndarray) -> float:
     """2 / lambda_max = 1/(sigma_max(Abar)^2 sigma_max(x)^2): the largest stable GD step on ||Abar A_1 x - y||^2."""
-    abar, x = np.asarray(abar, dtype=float), np.asarray(x, dtype=float)
+    abar, x = check_real_array(abar, "Abar (p, n)"), check_real_array(x, "x (n, m)")
     if abar.ndim != 2 or x.ndim != 2 or abar.shape[1] != x.shape[0]:
         raise ValueError(f"Abar (p, n) and x (n, m) must be matrices that chain, got {abar.shape} and {x.shape}")
     lam_max = 2 * np.linalg.norm(abar, 2) ** 2 * np.linalg.norm(x, 2) ** 2

@@ -25,8 +25,17 @@ from scipy.special import roots_genlaguerre, roots_hermitenorm
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.symbols import d, n_dof
+from ..core.validation import (
+    check_device,
+    check_float_dtype,
+    check_range,
+    check_real_array,
+    check_seed,
+    check_whole_number,
+)
 from ..sim.device import generator
 from ..sim.statistics import mean_and_se
+from .sizes import check_draws, check_gamma, check_layers, check_memory, check_width
 
 Sampler = Callable[[torch.Generator, int], torch.Tensor]
 
@@ -61,10 +70,7 @@ def _mu_kernel():
 
 def ginibre_lyapunov(width: int, s2: float = 1.0) -> np.ndarray:
     """(mu_1, ..., mu_d) of products of d x d matrices with i.i.d. N(0, s2) entries, decreasing."""
-    if int(width) != width or width < 2:
-        raise ValueError(f"width d must be a whole number >= 2, got {width}")
-    if not (np.isfinite(s2) and s2 > 0):
-        raise ValueError(f"s2 is an entry variance, so it must be > 0, got {s2}")
+    width, s2 = check_width(width, 2), check_range(s2, "s2", 0.0, open_low=True, why="an entry variance")
     # arguments in the sorted symbol order: d, i, s^2
     return _mu_kernel()(width, np.arange(1, width + 1), s2)
 
@@ -75,10 +81,10 @@ def residual_top_exponent(width: int, gamma: float, nodes: int = 80) -> Estimate
     Gauss-Hermite in g ~ N(0, 1) times generalised Gauss-Laguerre in chi^2_{d-1} / 2 ~ Gamma((d-1)/2); the error
     is the change from ``nodes`` to ``nodes // 2`` nodes per axis.
     """
-    if int(width) != width or width < 3:
-        raise ValueError(f"width d must be a whole number >= 3, got {width}")
-    if not (np.isfinite(gamma) and gamma > 0):
-        raise ValueError(f"gamma must be a finite number > 0 (gamma = oo is ginibre_lyapunov), got {gamma}")
+    width = check_width(width, 3)
+    gamma = check_range(gamma, "gamma", 0.0, 1e150, open_low=True,
+                        why="the rule squares gamma; as gamma -> oo, mu_1 - ln gamma tends to ginibre_lyapunov(d)[0]")
+    nodes = check_whole_number(nodes, "nodes", 2, 4096, "Gauss nodes per axis, nodes^2 points in all")
 
     def rule(n: int) -> float:
         g, wg = roots_hermitenorm(n)
@@ -93,6 +99,9 @@ def residual_top_exponent(width: int, gamma: float, nodes: int = 80) -> Estimate
 
 def ginibre_sampler(width: int, s2: float = 1.0, gamma: float = math.inf, dtype=torch.float64) -> Sampler:
     """A sampler of n factors: W with N(0, s2) entries (gamma = oo), or I + gamma W."""
+    width, gamma, dtype = check_width(width), check_gamma(gamma), check_float_dtype(dtype)
+    s2 = check_range(s2, "s2", 0.0, open_low=True, why="an entry variance")
+
     def sample(gen: torch.Generator, n: int) -> torch.Tensor:
         w = math.sqrt(s2) * torch.randn(n, width, width, generator=gen, device=gen.device, dtype=dtype)
         return w if math.isinf(gamma) else torch.eye(width, dtype=dtype, device=gen.device) + gamma * w
@@ -109,13 +118,22 @@ def qr_step(frame: torch.Tensor, factor: torch.Tensor) -> tuple[torch.Tensor, to
 def lyapunov_samples(sample: Sampler, width: int, depth: int, n_products: int = 8, seed: int = 0,
                      device: torch.device | str = "cpu") -> np.ndarray:
     """(n_products, d): each independent product's (1/depth) sum_l ln|R_ii^l| by the QR method, decreasing in i."""
-    if depth < 1 or n_products < 2:
-        raise ValueError(f"need depth >= 1 and n_products >= 2, got {depth}, {n_products}")
+    if not callable(sample):
+        raise ValueError(f"sample must be a sampler of factors, sample(generator, n) (see ginibre_sampler), got "
+                         f"{sample!r}")
+    width, depth, n_products = check_width(width), check_layers(depth, "depth"), check_draws(n_products, "n_products")
+    seed, device = check_seed(seed), check_device(device)
+    check_memory(n_products, width, width, "n_products x d x d")
     gen = generator(seed, device)
     frame = torch.eye(width, dtype=torch.float64, device=device).expand(n_products, width, width)
     total = torch.zeros(n_products, width, dtype=torch.float64, device=device)
     for _ in range(depth):
-        frame, logs = qr_step(frame, sample(gen, n_products).to(torch.float64))
+        factors = sample(gen, n_products)
+        if not (isinstance(factors, torch.Tensor) and factors.shape == (n_products, width, width)
+                and torch.isfinite(factors).all()):
+            raise ValueError(f"sample(generator, n) must return n finite d x d factors, a tensor of shape "
+                             f"({n_products}, {width}, {width}); got {factors!r:.80}")
+        frame, logs = qr_step(frame, factors.to(torch.float64))
         total += logs
     return (total / depth).cpu().numpy()
 
@@ -132,8 +150,7 @@ def lyapunov_exponents(sample: Sampler, width: int, depth: int, n_products: int 
 
 def predicted_numerical_rank(exponents: np.ndarray, depth: np.ndarray | int, rtol: float) -> np.ndarray:
     """#{i : depth (mu_1 - mu_i) < ln(1 / rtol)}: directions whose singular value has not decayed below rtol."""
-    mu = np.asarray(exponents, dtype=float)
-    if not 0 < rtol < 1:
-        raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
-    depth = np.asarray(depth, dtype=float)[..., None]
+    mu = check_real_array(exponents, "exponents", min_ndim=1)
+    rtol = check_range(rtol, "rtol", 0.0, 1.0, open_low=True, open_high=True, why="a singular value ratio")
+    depth = check_real_array(depth, "depth", low=0.0)[..., None]
     return (depth * (mu[0] - mu) < np.log(1 / rtol)).sum(-1)

@@ -20,20 +20,12 @@ import torch
 
 from ..core.derivation import Derivation
 from ..core.symbols import d, tau
+from ..core.validation import check_range, check_real_tensor
 
 
 def as_features(H: np.ndarray | torch.Tensor, name: str = "H") -> torch.Tensor:
     """H as a torch tensor of shape (..., d, N) with finite entries (ValueError otherwise); keeps float32/64."""
-    h = torch.as_tensor(H)
-    if not (h.is_floating_point()):
-        h = h.to(torch.float64)
-    if h.ndim < 2:
-        raise ValueError(f"{name} must be a matrix of d features x N samples (..., d, N), got shape {tuple(h.shape)}")
-    if h.shape[-1] == 0 or h.shape[-2] == 0:
-        raise ValueError(f"{name} has an empty dimension: shape {tuple(h.shape)}")
-    if not torch.isfinite(h).all():
-        raise ValueError(f"{name} has NaN or infinite entries")
-    return h
+    return check_real_tensor(H, f"{name} (a matrix (..., d, N) of d features x N samples)", min_ndim=2)
 
 
 def second_moment(H: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -50,8 +42,7 @@ def _eigenvalues(H) -> torch.Tensor:
 
 def rank_tau(H: np.ndarray | torch.Tensor, tau: float = 0.5) -> np.ndarray:
     """The soft rank #{i : sigma_i(H)^2 / N >= tau} of H (d features x N samples; eq. 3)."""
-    if not (np.isfinite(tau) and tau > 0):
-        raise ValueError(f"tau must be a positive threshold on sigma^2 / N, got {tau}")
+    tau = check_range(tau, "tau", 0.0, open_low=True, why="a threshold on sigma^2 / N")
     return (_eigenvalues(H) >= tau).sum(-1).numpy()
 
 
@@ -73,8 +64,7 @@ def numerical_rank(H: np.ndarray | torch.Tensor, rtol: float | None = None) -> n
     h = as_features(H)
     if rtol is None:
         rtol = max(h.shape[-2:]) * torch.finfo(h.dtype).eps
-    if not (np.isfinite(rtol) and rtol >= 0):
-        raise ValueError(f"rtol must be a finite number >= 0, got {rtol}")
+    rtol = check_range(rtol, "rtol", 0.0, why="a threshold on sigma / sigma_max")
     s = torch.linalg.svdvals(h)
     return (s > rtol * s[..., :1]).sum(-1).numpy()
 
