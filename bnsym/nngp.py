@@ -42,46 +42,78 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .core.activations import Activation, parse_activation
-from .core.validation import check_batch_size
+from .core.validation import (
+    check_activation,
+    check_batch_size,
+    check_device,
+    check_flag,
+    check_range,
+    check_real_array,
+    check_whole_number,
+)
 from .meanfield.crossbatch import cross_batch_kernel_laplace
 from .meanfield.kernels import gaussian_kernel
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
+MAX_DEPTH = 10**4  # one cross-batch layer map per layer
+MAX_NODES = 1024  # Gauss-Jacobi nodes per axis: nodes^2 points per entry of every block
 
 
 class KernelConditioningWarning(UserWarning):
     """The prior covariance needed diagonal jitter before its Cholesky factor existed."""
 
 
-def _homogeneous(phi: str | Activation) -> Activation:
-    phi = parse_activation(phi) if isinstance(phi, str) else phi
+def _homogeneous(phi: str | Activation, batch_size: int | None = None) -> Activation:
+    """phi, positive-homogeneous and usable on the BN sphere of ``batch_size`` (on N(0, 1) without one)."""
+    phi = parse_activation(phi)
     if not phi.is_homogeneous:
         raise ValueError(f"the BN-NNGP needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity), "
                          f"whose cross-batch kernel has an exact Laplace route; got {phi}")
-    return phi
+    return check_activation(phi, batch_size)
 
 
 def _check_depth(depth: object) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
-        raise ValueError(f"depth must be a whole number >= 1 (the number of BN-phi layers), got {depth!r}")
-    return int(depth)
+    return check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of BN-phi layers, one layer map each")
+
+
+def _check_depths(depths: object) -> list[int]:
+    """Sorted distinct depths, each a whole number >= 1."""
+    return sorted({_check_depth(depth) for depth in check_real_array(depths, "depths", 1).ravel().tolist()})
+
+
+def _check_nodes(nodes: object) -> int | None:
+    if nodes is None:
+        return None
+    return check_whole_number(nodes, "nodes", 2, MAX_NODES, "Gauss-Jacobi nodes per axis, nodes^2 points per entry")
+
+
+def _check_inputs(X: object, name: str, n_features: int | None = None) -> np.ndarray:
+    """Inputs (n, d), real and finite; d = ``n_features`` where given."""
+    X = check_real_array(X, f"{name} (n_samples, n_features)", 2)
+    if X.ndim != 2 or (n_features is not None and X.shape[1] != n_features):
+        raise ValueError(f"{name} must be a matrix (n_samples, n_features)"
+                         + (f" with n_features = {n_features}" if n_features is not None else "")
+                         + f", got shape {X.shape}")
+    return X
 
 
 def fill_batches(n: int, batch_size: int) -> np.ndarray:
     """Row indices (k, B) of k = ceil(n / B) batches: 0..n-1 in order, the last batch wrapping around to 0, 1, ..."""
+    n, batch_size = check_whole_number(n, "n", 1, 2**53), check_batch_size(batch_size)
     k = -(-n // batch_size)
     return np.arange(k * batch_size).reshape(k, batch_size) % n
 
 
 def input_covariance(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """K^0 = x_i . x_j / d for rows of ``left`` and ``right`` (the first layer's pre-activation covariance)."""
-    return left @ right.T / left.shape[-1]
+    left = _check_inputs(left, "left")
+    return left @ _check_inputs(right, "right", left.shape[1]).T / left.shape[-1]
 
 
 def default_nodes(batch_size: int) -> int:
     """Gauss-Jacobi nodes per axis of the cross-batch integral: 6 for B >= 16 (error about 1e-10 of the kernel at
     B = 32), 24 for smaller batches, whose endpoint factors (1 - x)^((B - 3) / 2) are rougher (about 1e-7 at B = 4)."""
-    return 6 if batch_size >= 16 else 24
+    return 6 if check_batch_size(batch_size) >= 16 else 24
 
 
 def first_layer_nodes(batch_size: int, n_features: int) -> int:
@@ -91,7 +123,8 @@ def first_layer_nodes(batch_size: int, n_features: int) -> int:
     largest error of the prior relative to its largest entry is 3e-3 (diabetes) and 2e-2 (ten digits pixels) with 6
     nodes, 3e-6 and 1e-4 with 12, 5e-12 and 5e-9 with 24 (iris, d = 4, B = 8: 3e-6 with 24). Deeper layers see
     full-rank post-activation Grams with eigenvalues near their mean."""
-    return 24 if n_features < batch_size - 1 else default_nodes(batch_size)
+    n_features = check_whole_number(n_features, "n_features", 1, 2**53)
+    return 24 if n_features < check_batch_size(batch_size) - 1 else default_nodes(batch_size)
 
 
 def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
@@ -104,15 +137,20 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     :func:`default_nodes`), all pairs in one batched tensor op; the within-batch blocks are the cross blocks of
     each batch with an identical copy of itself, in the same op.
     """
-    phi = _homogeneous(phi)
-    depths = sorted({_check_depth(depth) for depth in depths})
-    batch = np.shape(batches)[-2]
-    first = nodes or first_layer_nodes(batch, np.shape(batches)[-1])
+    batches = check_real_array(batches, "batches (k, B, d)", 3)
+    if batches.ndim != 3:
+        raise ValueError(f"batches must have shape (k, B, d), got {batches.shape}")
+    batch = check_batch_size(batches.shape[1])
+    phi, depths, nodes = _homogeneous(phi, batch), _check_depths(depths), _check_nodes(nodes)
+    pairs = np.reshape(check_real_array(pairs, "pairs (P, 2)") if np.size(pairs) else np.zeros(0), (-1, 2))
+    if not (np.all(pairs == np.round(pairs)) and np.all((0 <= pairs) & (pairs < len(batches)))
+            and np.all(pairs[:, 0] != pairs[:, 1])):
+        raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
+    pairs = pairs.astype(int)
+    first = nodes or first_layer_nodes(batch, batches.shape[-1])
     nodes = nodes or default_nodes(batch)
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    x = torch.as_tensor(np.asarray(batches, dtype=float), device=torch.device(device))
-    pairs = np.asarray(pairs, dtype=int).reshape(-1, 2)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
+    x = torch.as_tensor(batches, device=torch.device(device))
     left, right = torch.as_tensor(pairs[:, 0], device=x.device), torch.as_tensor(pairs[:, 1], device=x.device)
     within = x @ x.mT / x.shape[-1]
     cross = x[left] @ x[right].mT / x.shape[-1]
@@ -152,7 +190,7 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     (test batch, training batch) pairs (the training block is not recomputed).
     """
     batch = check_batch_size(batch_size)
-    X = np.asarray(X, dtype=float)
+    X = _check_inputs(X, "X")
     rows = fill_batches(len(X), batch)
     k = len(rows)
     if X_test is None:
@@ -165,7 +203,7 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
             full[pairs[:, 1], :, pairs[:, 0], :] = cross.transpose(0, 2, 1)
             priors[depth] = BatchedPrior(rows.ravel(), train=full.reshape(k * batch, k * batch))
         return priors
-    X_test = np.asarray(X_test, dtype=float)
+    X_test = _check_inputs(X_test, "X_test", X.shape[1])
     t = len(X_test)
     kt = -(-t // batch)
     filler = np.arange(kt * batch - t) % len(X)
@@ -192,11 +230,11 @@ def arccos_nngp_kernel(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | N
 
     Returns K^L between the rows of X1 and X2 (X2 = None: X1 with itself).
     """
-    phi = _homogeneous(phi)
-    X1 = np.asarray(X1, dtype=float)
-    both = X1 if X2 is None else np.concatenate([X1, np.asarray(X2, dtype=float)])
+    phi, depth = _homogeneous(phi), _check_depth(depth)
+    X1 = _check_inputs(X1, "X1")
+    both = X1 if X2 is None else np.concatenate([X1, _check_inputs(X2, "X2", X1.shape[1])])
     kernel = input_covariance(both, both)
-    for _ in range(_check_depth(depth)):
+    for _ in range(depth):
         kernel = gaussian_kernel(phi, kernel)
     return kernel if X2 is None else kernel[: len(X1), len(X1):]
 
@@ -216,6 +254,11 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
 
     log p(y) = -y^T alpha / 2 - sum log diag(L) - n log(2 pi) / 2, summed over the columns of y.
     """
+    kernel, targets = check_real_array(kernel, "kernel (n, n)", 2), check_real_array(targets, "targets (n, ...)", 1)
+    if kernel.ndim != 2 or kernel.shape[0] != kernel.shape[1] or len(targets) != len(kernel):
+        raise ValueError(f"kernel must be a square (n, n) matrix and targets have n rows, got shapes {kernel.shape} "
+                         f"and {targets.shape}")
+    noise = check_range(noise, "noise", 0.0, why="a variance")
     n = len(kernel)
     scale = float(np.mean(np.diag(kernel)))
     jitter = 0.0
@@ -242,11 +285,11 @@ class _BatchNormNNGP(BaseEstimator):
     """What the regressor and the classifier share: validation, the batched prior, the posterior."""
 
     def _validate(self) -> Activation:
-        phi = _homogeneous(self.phi)
+        phi = _homogeneous(self.phi, check_batch_size(self.batch_size))
         _check_depth(self.depth)
-        check_batch_size(self.batch_size)
-        if not (isinstance(self.noise, (int, float)) and math.isfinite(self.noise) and self.noise >= 0):
-            raise ValueError(f"noise must be a finite variance >= 0, got {self.noise!r}")
+        check_range(self.noise, "noise", 0.0, why="the observation noise variance")
+        _check_nodes(self.nodes)
+        check_flag(getattr(self, "normalize_y", False), "normalize_y")
         return phi
 
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:

@@ -193,20 +193,24 @@ def check_finite_result(value: object, what: str) -> object:
     return value
 
 
-def _check_filled(name: str, shape: tuple[int, ...], min_ndim: int, finite: bool) -> None:
-    """An array's shape has at least ``min_ndim`` axes, none empty, and its entries are ``finite``."""
+def _check_filled(name: str, shape: tuple[int, ...], min_ndim: int, finite: bool, infinite_ok: bool = False) -> None:
+    """An array's shape has at least ``min_ndim`` axes, none empty, and its entries are ``finite`` (or +inf where
+    ``infinite_ok``)."""
     if 0 in shape:
         raise ValueError(f"{name} must not be empty, got shape {shape}")
     if len(shape) < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {shape}")
     if not finite:
-        raise ValueError(f"{name} must be finite, got non-finite entries (NaN or inf)")
+        raise ValueError(f"{name} must be finite{' or +inf' if infinite_ok else ''}, got non-finite entries "
+                         "(NaN or inf)")
 
 
 def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -math.inf, high: float = math.inf, *,
-                     open_low: bool = False, open_high: bool = False, why: str = "") -> np.ndarray:
+                     open_low: bool = False, open_high: bool = False, infinite_ok: bool = False,
+                     why: str = "") -> np.ndarray:
     """``value`` (a number, a list or an array of numbers, see the module docstring) as a finite float array with at
-    least ``min_ndim`` axes, none of them empty, every entry between ``low`` and ``high`` (as :func:`check_range`)."""
+    least ``min_ndim`` axes, none of them empty, every entry between ``low`` and ``high`` (as :func:`check_range`,
+    whose ``infinite_ok`` also admits +inf entries)."""
     try:
         array = np.asarray(value)
     except ValueError:  # a ragged list
@@ -217,7 +221,8 @@ def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -
     if array.dtype.kind not in "iuf":
         raise ValueError(f"{name} must hold real numbers, got {array.dtype} entries")
     array = array.astype(float)
-    _check_filled(name, array.shape, min_ndim, bool(np.all(np.isfinite(array))))
+    finite = np.isfinite(array) | (infinite_ok & (array == math.inf))
+    _check_filled(name, array.shape, min_ndim, bool(np.all(finite)), infinite_ok)
     if not _inside(array, low, high, open_low, open_high):
         raise ValueError(f"{name} must hold numbers {_interval(low, high, open_low, open_high)}, got {shown(value)}"
                          + (f": {why}" if why else ""))

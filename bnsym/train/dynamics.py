@@ -18,11 +18,10 @@ import numpy as np
 import sympy as sp
 import torch
 
-from ..core.activations import parse_activation
 from ..core.derivation import Derivation
-from ..core.validation import check_eps
+from ..core.validation import check_whole_number
 from .data import N_CLASSES, digits
-from .loop import OPTIMIZERS, batch_loss, check_training, minibatches
+from .loop import MAX_EPOCHS, OPTIMIZERS, batch_loss, check_network, check_training, minibatches
 from .networks import init_weights
 
 
@@ -48,6 +47,10 @@ class FirstSteps:
         Estimates log lambda_G (squared gradient norms grow by lambda_G per layer towards the input). Layers are
         counted from 1; leave out the first and last few, where the input and the loss are not yet forgotten.
         """
+        n_steps, n_layers = self.grad_h.shape[1:]
+        first = check_whole_number(first, "first", 1, n_layers - 1, f"layers are counted 1..{n_layers}")
+        last = check_whole_number(last, "last", first + 1, n_layers, "a slope needs two layers")
+        step = check_whole_number(step, "step", 0, n_steps - 1, f"steps are counted 0..{n_steps - 1}")
         layers = np.arange(first, last + 1)
         logs = np.log(self.grad_h[:, step, first - 1:last] ** 2)
         centred = layers - layers.mean()
@@ -59,8 +62,10 @@ def first_steps(phi: str, depth: int, width: int, batch_size: int, *, lr: float,
                 device: torch.device | str = "cpu") -> FirstSteps:
     """``steps`` SGD steps of ``n_seeds`` BN MLPs on digits, recording the per-layer norms before each step and after
     the last (so T + 1 records); float64 by default, so that the identity (R18) holds to float64 rounding."""
-    activation, eps = parse_activation(phi), check_eps(eps)
-    check_training(depth, width, batch_size, batch_size, "sgd", lr, 1, n_seeds)
+    depth, width, batch_size, _, _, lr, _, n_seeds = check_training(depth, width, batch_size, batch_size, "sgd", lr, 1,
+                                                                     n_seeds)
+    steps = check_whole_number(steps, "steps", 0, MAX_EPOCHS, "one SGD step after another")
+    activation, eps, seed, dtype, device = check_network(phi, batch_size, eps, seed, dtype, device)
     data = digits(dtype, device)
     gen = torch.Generator().manual_seed(seed)
     weights = init_weights(n_seeds, depth, width, data.n_features, N_CLASSES, gen, dtype, device)
