@@ -46,6 +46,7 @@ from .core.validation import (
     check_activation,
     check_batch_size,
     check_device,
+    check_finite_result,
     check_flag,
     check_range,
     check_real_array,
@@ -57,6 +58,7 @@ from .meanfield.kernels import gaussian_kernel
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
 MAX_NODES = 1024  # Gauss-Jacobi nodes per axis: nodes^2 points per entry of every block
+MAX_ENTRIES = 2**27  # float64 entries of the joint 2B x 2B covariances mapped at once (1 GiB)
 
 
 class KernelConditioningWarning(UserWarning):
@@ -95,6 +97,15 @@ def _check_inputs(X: object, name: str, n_features: int | None = None) -> np.nda
                          + (f" with n_features = {n_features}" if n_features is not None else "")
                          + f", got shape {X.shape}")
     return X
+
+
+def _check_size(n_batches: int, n_pairs: int, batch_size: int) -> None:
+    """The joint covariances of the batches and their pairs must fit in MAX_ENTRIES."""
+    entries = (n_batches + n_pairs) * (2 * batch_size) ** 2
+    if entries > MAX_ENTRIES:
+        raise ValueError(f"{n_batches} batches and {n_pairs} pairs of them at batch_size B = {batch_size} make "
+                         f"{entries:,} entries of joint covariances, above {MAX_ENTRIES:,} (1 GiB of float64): use "
+                         "fewer points or a smaller batch size")
 
 
 def fill_batches(n: int, batch_size: int) -> np.ndarray:
@@ -147,6 +158,7 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
             and np.all(pairs[:, 0] != pairs[:, 1])):
         raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
     pairs = pairs.astype(int)
+    _check_size(len(batches), len(pairs), batch)
     first = nodes or first_layer_nodes(batch, batches.shape[-1])
     nodes = nodes or default_nodes(batch)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
@@ -191,8 +203,14 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     """
     batch = check_batch_size(batch_size)
     X = _check_inputs(X, "X")
+    X_test = None if X_test is None else _check_inputs(X_test, "X_test", X.shape[1])
+    k = -(-len(X) // batch)
+    kt = 0 if X_test is None else -(-len(X_test) // batch)
+    _check_size(k + kt, k * (k - 1) // 2 if X_test is None else k * kt, batch)
+    # batch norm (eps = 0) makes the prior blind to the inputs' scale: a power of 2 brings max |x| near 1, exactly
+    scale = 2.0 ** -math.frexp(max(np.abs(X).max(), 0.0 if X_test is None else np.abs(X_test).max()))[1]
+    X, X_test = X * scale, None if X_test is None else X_test * scale
     rows = fill_batches(len(X), batch)
-    k = len(rows)
     if X_test is None:
         pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=int).reshape(-1, 2)
         priors = {}
@@ -203,9 +221,7 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
             full[pairs[:, 1], :, pairs[:, 0], :] = cross.transpose(0, 2, 1)
             priors[depth] = BatchedPrior(rows.ravel(), train=full.reshape(k * batch, k * batch))
         return priors
-    X_test = _check_inputs(X_test, "X_test", X.shape[1])
     t = len(X_test)
-    kt = -(-t // batch)
     filler = np.arange(kt * batch - t) % len(X)
     test_batches = np.concatenate([X_test, X[filler]]).reshape(kt, batch, -1)
     pairs = np.array([(k + a, i) for a in range(kt) for i in range(k)], dtype=int)
@@ -234,8 +250,10 @@ def arccos_nngp_kernel(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | N
     X1 = _check_inputs(X1, "X1")
     both = X1 if X2 is None else np.concatenate([X1, _check_inputs(X2, "X2", X1.shape[1])])
     kernel = input_covariance(both, both)
-    for _ in range(depth):
-        kernel = gaussian_kernel(phi, kernel)
+    with np.errstate(all="ignore"):
+        for _ in range(depth):
+            kernel = gaussian_kernel(phi, kernel)
+    kernel = check_finite_result(kernel, f"the kernel of these inputs at depth {depth}")
     return kernel if X2 is None else kernel[: len(X1), len(X1):]
 
 
@@ -279,6 +297,14 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
     log_det = 2 * np.log(np.diag(factor[0])).sum()
     lml = -0.5 * float(np.sum(targets * alpha)) - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
     return Posterior(factor, alpha, jitter, lml)
+
+
+def _validate_data(estimator: BaseEstimator, *arrays: object, **options: object):
+    """scikit-learn's ``validate_data``, its ValueError prefixed with the arguments it refers to."""
+    try:
+        return validate_data(estimator, *arrays, **options)
+    except ValueError as error:
+        raise ValueError(f"{'X, y' if len(arrays) > 1 else 'X'}: {error}") from None
 
 
 class _BatchNormNNGP(BaseEstimator):
@@ -343,7 +369,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPRegressor:
         """Condition the prior on (X, y); y of shape (n,) or (n, outputs)."""
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
+        X, y = _validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
         self._y_shape = y.shape[1:]
         y = y.reshape(len(y), -1)
         self._y_mean = y.mean(0) if self.normalize_y else np.zeros(y.shape[1])
@@ -355,7 +381,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
     def predict(self, X: np.ndarray, return_std: bool = False):
         """Posterior mean (and the latent function's posterior standard deviation with ``return_std``)."""
         check_is_fitted(self, "posterior_")
-        X = validate_data(self, X, reset=False, dtype=float)
+        X = _validate_data(self, X, reset=False, dtype=float)
         mean, std = self._predict_latent(X, return_std)
         mean = (mean * self._y_scale + self._y_mean).reshape(len(X), *self._y_shape)
         if not return_std:
@@ -380,7 +406,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPClassifier:
         """Condition the prior on one-hot codes of the labels y, centred by 1 / (number of classes)."""
-        X, y = validate_data(self, X, y, dtype=float)
+        X, y = _validate_data(self, X, y, dtype=float)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
@@ -392,7 +418,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
 
     def _scores(self, X: np.ndarray) -> np.ndarray:
         check_is_fitted(self, "posterior_")
-        X = validate_data(self, X, reset=False, dtype=float)
+        X = _validate_data(self, X, reset=False, dtype=float)
         return self._predict_latent(X, return_std=False)[0]
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:

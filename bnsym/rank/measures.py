@@ -34,10 +34,19 @@ def second_moment(H: np.ndarray | torch.Tensor) -> torch.Tensor:
     return h @ h.mT / h.shape[-1]
 
 
+def _singular_values(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sigma_i(H) / s, s) per matrix, s the power of 2 that brings max |H| into [1/2, 1) (1 for H = 0): the SVD
+    of H / s is exact up to rounding and never overflows, and the ratios of singular values are those of H."""
+    largest = h.abs().amax((-2, -1))
+    scale = torch.ldexp(torch.ones_like(largest), torch.frexp(largest)[1])
+    return torch.linalg.svdvals(h / scale[..., None, None]), scale
+
+
 def _eigenvalues(H) -> torch.Tensor:
-    """lambda_i = sigma_i(H)^2 / N, the eigenvalues of M(H), in float64."""
+    """lambda_i = sigma_i(H)^2 / N, the eigenvalues of M(H), in float64 (inf where that overflows)."""
     h = as_features(H).to(torch.float64)
-    return torch.linalg.svdvals(h).square() / h.shape[-1]
+    sigma, scale = _singular_values(h)
+    return (sigma * scale[..., None]).square() / h.shape[-1]
 
 
 def rank_tau(H: np.ndarray | torch.Tensor, tau: float = 0.5) -> np.ndarray:
@@ -48,7 +57,8 @@ def rank_tau(H: np.ndarray | torch.Tensor, tau: float = 0.5) -> np.ndarray:
 
 def rank_lower_bound(H: np.ndarray | torch.Tensor) -> np.ndarray:
     """r(H) = Tr(M)^2 / ||M||_F^2 with M = H H^T / N, H d features x N samples (eq. 4)."""
-    lam = _eigenvalues(H)
+    sigma, _ = _singular_values(as_features(H).to(torch.float64))
+    lam = sigma.square()  # r is scale free: lambda up to the factor (scale^2 / N)
     squares = lam.square().sum(-1)
     if (squares == 0).any():
         raise ValueError("r(H) is undefined for H = 0 (it divides by ||M||_F^2)")
@@ -65,7 +75,7 @@ def numerical_rank(H: np.ndarray | torch.Tensor, rtol: float | None = None) -> n
     if rtol is None:
         rtol = max(h.shape[-2:]) * torch.finfo(h.dtype).eps
     rtol = check_range(rtol, "rtol", 0.0, why="a threshold on sigma / sigma_max")
-    s = torch.linalg.svdvals(h)
+    s, _ = _singular_values(h)
     return (s > rtol * s[..., :1]).sum(-1).numpy()
 
 

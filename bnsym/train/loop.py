@@ -36,6 +36,7 @@ MAX_WIDTH = 2**14  # a layer holds N^2 weights per seed
 MAX_EPOCHS = 10**5
 MAX_SEEDS = 10**4  # seeds train side by side in one tensor
 MAX_WEIGHTS = 2**30  # n_seeds x depth x N^2 weights (4 GiB in float32) held and trained at once
+MAX_LR = float(torch.finfo(torch.float32).max)  # a larger lr is not a float32 number
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def check_training(depth: object, width: object, batch_size: object, step_batch:
         raise ValueError(f"ghost_batch = {step_batch} must be a multiple of batch_size = {batch_size} "
                          "(the BN sub-batches tile the step's batch)")
     optimizer = check_choice(optimizer, "optimizer", OPTIMIZERS)
-    lr = check_range(lr, "lr", 0.0, open_low=True, why="a learning rate")
+    lr = check_range(lr, "lr", 0.0, MAX_LR, open_low=True, why="the optimiser multiplies float32 gradients by it")
     if n_seeds * depth * width**2 > MAX_WEIGHTS:
         raise ValueError(f"n_seeds x depth x width^2 = {n_seeds * depth * width**2:,} weights exceed {MAX_WEIGHTS:,} "
                          "(4 GiB of float32)")

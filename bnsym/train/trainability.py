@@ -131,7 +131,8 @@ def best_factor(depths: np.ndarray, xi: np.ndarray, trained: np.ndarray) -> tupl
     """
     depths, xi, trained = _cells(depths, xi, trained, "xi")
     ratios = depths / xi
-    bounds = np.concatenate([[0.0], np.unique(ratios), [np.inf]])  # c in (bounds[j], bounds[j + 1]]: ratio <= bounds[j]
+    # c in (bounds[j], bounds[j + 1]] predicts "trains" where ratio <= bounds[j]; xi = inf gives ratio 0, below any c
+    bounds = np.concatenate([[0.0], np.unique(ratios[ratios > 0]), [np.inf]])
     errors = [int(np.sum((ratios <= bounds[j]) != trained)) for j in range(len(bounds) - 1)]
     best = int(np.argmin(errors))
     return float(bounds[best]), float(bounds[best + 1]), errors[best]
