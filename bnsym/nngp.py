@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -79,8 +79,13 @@ def _check_depth(depth: object) -> int:
 
 
 def _check_depths(depths: object) -> list[int]:
-    """Sorted distinct depths, each a whole number >= 1."""
-    return sorted({_check_depth(depth) for depth in check_real_array(depths, "depths", 1).ravel().tolist()})
+    """Sorted distinct depths, each a whole number >= 1 (at least one)."""
+    if isinstance(depths, (str, bytes)) or not isinstance(depths, Iterable):
+        raise ValueError(f"depths must be a list of depths, got {depths!r:.80}")
+    checked = sorted({_check_depth(depth) for depth in np.ravel(np.asarray(depths, dtype=object)).tolist()})
+    if not checked:
+        raise ValueError("depths must name at least one depth")
+    return checked
 
 
 def _check_nodes(nodes: object) -> int | None:
@@ -238,7 +243,8 @@ def bn_nngp_prior(phi: str | Activation, X: np.ndarray, depth: int, batch_size: 
                   X_test: np.ndarray | None = None, nodes: int | None = None,
                   device: torch.device | str | None = None) -> BatchedPrior:
     """:func:`bn_nngp_priors` at one depth."""
-    return bn_nngp_priors(phi, X, [depth], batch_size, X_test, nodes, device)[_check_depth(depth)]
+    depth = _check_depth(depth)
+    return bn_nngp_priors(phi, X, [depth], batch_size, X_test, nodes, device)[depth]
 
 
 def arccos_nngp_kernel(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | None, depth: int) -> np.ndarray:

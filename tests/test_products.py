@@ -135,3 +135,27 @@ def test_residual_growth_against_particles():
     assert abs(q[-1] - theory[-1]) < mc_tolerance(particles) * se
     mean, _ = mean_and_se(np.diff(products.residual_growth(40, batch_norm=True))[-5:])
     assert 0.8 < mean < 1.0  # linear growth with BN, about 1 per block
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: products.lyapunov_exponents(6, math.inf), "s2 must be a finite number > 0, got inf"),
+    (lambda: products.lyapunov_slope("4"), "N \\(the matrix size\\) must be a whole number, got '4'"),
+    (lambda: products.sgd_noise("0.1", 8, 1.0), "lr must be a real number, got '0.1'"),
+    (lambda: products.sgd_noise(float("nan"), 8, 1.0), "lr must be a finite number > 0, got nan"),
+    (lambda: products.residual_growth(3, q0=math.inf), "q0 .* must be a finite number > 0, got inf"),
+    (lambda: products.residual_growth(3, batch_norm="yes"), "batch_norm must be True or False"),
+    (lambda: products.qr_log_stretches(np.zeros((1, 2, 2))), "factors give a stretch .* singular"),
+])
+def test_arguments_follow_the_input_contract(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_large_arguments_stay_finite():
+    """gd_rate and bias_grad_dominance evaluate forms in which kappa^2 and e^Delta cannot overflow."""
+    kappa = np.array([1.0, 3.0, 1e200])
+    np.testing.assert_allclose(products.gd_rate(kappa[:2]), (kappa[:2] ** 2 - 1) / (kappa[:2] ** 2 + 1), rtol=1e-14)
+    assert products.gd_rate(kappa[2]) == 1.0
+    assert products.bias_grad_dominance(1e4, 10, 128) == pytest.approx(128 * 9 / 10)  # the Delta -> oo limit
+    assert products.bias_grad_dominance(-1e4, 10, 128) == pytest.approx(-128 / 10)
+    assert products.lyapunov_exponents(np.int64(6)).shape == (6,)

@@ -113,3 +113,24 @@ def test_relu_cosine_map_he_fixed_point():
 def test_representation_init_is_validated():
     with pytest.raises(ValueError, match="init"):
         networks.representations(torch.randn(4, 4), [1], 4, 1, init="xavier")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: rank.ginibre_lyapunov("4"), "width d must be a whole number, got '4'"),
+    (lambda: rank.ginibre_lyapunov(float("nan")), "width d must be a whole number, got nan"),
+    (lambda: rank.ginibre_lyapunov(6, math.inf), "s2 must be a finite number > 0, got inf"),
+    (lambda: rank.rank_tau(np.eye(3), "0.5"), "tau must be a real number, got '0.5'"),
+    (lambda: rank.bn_chain(np.eye(3), 2, every=5), "every must be between 1 and 2"),
+    (lambda: rank.bn_chain(np.eye(3), 2, kind=["H"]), "kind must be one of 'H', 'M'"),
+    (lambda: rank.predicted_numerical_rank([0.0, -1.0], 5, float("nan")), "rtol must be a finite number in \\(0, 1\\)"),
+])
+def test_arguments_follow_the_input_contract(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_numpy_sizes_and_huge_features_are_accepted():
+    assert rank.ginibre_lyapunov(np.int64(6)).shape == (6,)
+    assert rank.bn_chain(np.eye(3), np.int64(2), n_chains=np.float64(2.0)).shape == (2, 2, 3, 3)
+    h = np.random.default_rng(0).standard_normal((3, 5))
+    assert rank.rank_lower_bound(1e200 * h) == pytest.approx(rank.rank_lower_bound(h), rel=1e-12)  # r is scale free

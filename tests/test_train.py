@@ -84,3 +84,32 @@ def test_line_agreement_and_best_factor():
 def test_bad_configurations_name_the_argument(config, message):
     with pytest.raises(ValueError, match=message):
         validate(config)
+
+
+def test_numpy_numbers_are_accepted_and_sizes_come_back_as_ints():
+    config = validate({"depth": np.int64(2), "batch_size": np.float64(8.0), "width": np.int32(16)})
+    assert (config["depth"], config["batch_size"], config["width"]) == (2, 8, 16)
+    assert all(type(config[key]) is int for key in ("depth", "batch_size", "width"))
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"depth": 2, "batch_size": "8"}, "batch_size must be a whole number, got '8'"),
+    ({"depth": 2, "batch_size": 8, "optimizer": ["sgd"]}, "optimizer must be one of 'sgd', 'rmsprop'"),
+    ({"depth": 2, "batch_size": 8, "lr_per_example": float("nan")}, "lr must be a finite number"),
+    ({"depth": 2, "batch_size": 8, "seed": -1}, "seed must be between 0"),
+])
+def test_bad_values_name_the_argument(config, message):
+    with pytest.raises(ValueError, match=message):
+        validate(config)
+
+
+def test_a_step_larger_than_the_training_set_is_refused():
+    with pytest.raises(ValueError, match="more than the .* training examples"):
+        train("relu", 1, 4, 4000, lr=0.1, epochs=1)
+
+
+def test_line_analysis_edge_cases():
+    """A side of the line without cells has no fraction (None, not NaN); xi = inf puts a cell below every c."""
+    assert line_agreement([1], [5.0], [True])["train_above"] is None
+    low, high, errors = best_factor([1, 2], [np.inf, 1.0], [False, False])
+    assert low < high and errors == 1  # the xi = inf cell is predicted to train at every c

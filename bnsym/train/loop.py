@@ -49,13 +49,18 @@ class Run:
 
 
 def minibatches(n_examples: int, batch: int, n_seeds: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
-    """Index tensors (S, batch), epoch after epoch: a fresh permutation per seed and epoch, remainders dropped."""
+    """Index tensors (S, batch), epoch after epoch: a fresh permutation per seed and epoch, remainders dropped.
+
+    ValueError (at the call, before any step) if a step would take more examples than there are."""
     if batch > n_examples:
         raise ValueError(f"a step takes batch_size (or ghost_batch) = {batch} examples, more than the {n_examples} "
                          "training examples")
-    while True:
-        order = torch.stack([torch.randperm(n_examples, generator=gen) for _ in range(n_seeds)])
-        yield from order[:, :n_examples - n_examples % batch].split(batch, dim=1)
+
+    def epochs() -> Iterator[torch.Tensor]:
+        while True:
+            order = torch.stack([torch.randperm(n_examples, generator=gen) for _ in range(n_seeds)])
+            yield from order[:, :n_examples - n_examples % batch].split(batch, dim=1)
+    return epochs()
 
 
 def steps_per_epoch(n_examples: int, batch: int) -> int:

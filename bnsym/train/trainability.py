@@ -59,7 +59,7 @@ def validate(config: Mapping[str, Any]) -> dict:
     if missing:
         raise ValueError(f"a trainability cell needs {sorted(missing)}")
     c = {**DEFAULTS, "seed": 0, **config}
-    if c["optimizer"] in LR_PER_EXAMPLE and c["lr_per_example"] is None:
+    if isinstance(c["optimizer"], str) and c["optimizer"] in LR_PER_EXAMPLE and c["lr_per_example"] is None:
         c["lr_per_example"] = LR_PER_EXAMPLE[c["optimizer"]]
     step_batch = c["batch_size"] if c["ghost_batch"] is None else c["ghost_batch"]
     (c["depth"], c["width"], c["batch_size"], step_batch, c["optimizer"], c["lr_per_example"], c["epochs"],
