@@ -107,10 +107,11 @@ def log_condition_number(factors) -> torch.Tensor:
 
 
 def qr_log_stretches(factors) -> torch.Tensor:
-    """log |r_jj| of X_i Q_(i-1) = Q_i R_i for X = X_1 ... X_M applied from the right, shape (..., M, N).
+    """log abs(r_jj) of X_i Q_(i-1) = Q_i R_i for X = X_1 ... X_M applied from the right, shape (..., M, N).
 
     Their sum over factors is the log of the diagonal of R_M ... R_1, so max_j - min_j of the sums is a lower
-    bound on log kappa (|diagonal| ratios of a triangular matrix bound its condition number from below).
+    bound on log kappa (ratios of a triangular matrix's absolute diagonal entries bound its condition number from
+    below).
     """
     x = _as_factors(factors)
     m = x.shape[-3]

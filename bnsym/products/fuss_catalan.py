@@ -221,8 +221,8 @@ def fuss_catalan_density(x_values: np.ndarray, m: int) -> np.ndarray:
 def density_moment(order: int, m: int, nodes: int = 600) -> float:
     """E[x^k] by Gauss-Legendre quadrature of the parametric density in v (an independent route to the moments).
 
-    int x^k rho(x) dx = int x(v)^k rho(v) |dx/dv| dv with v the logistic variable of
-    :func:`fuss_catalan_density`; the integrand decays like exp(-|v|) at both ends, so a rule on [-30, 30]
+    int x^k rho(x) dx = int x(v)^k rho(v) abs(dx/dv) dv with v the logistic variable of
+    :func:`fuss_catalan_density`; the integrand decays like exp(-abs(v)) at both ends, so a rule on [-30, 30]
     converges fast (the poles of expit lie at distance pi from the real axis).
     """
     m = check_factors(m)

@@ -4,8 +4,8 @@
   E||alpha grad f - alpha grad_SGD||^2 = alpha^2 V / n, V = (1/N) sum_i ||grad f_i - grad f||^2; without
   replacement the finite-population factor (N - n)/(N - 1) multiplies it (:func:`derive_sgd_noise`).
 * The null model of Table 1: n i.i.d. summands N(m s, s^2) of one parameter's gradient have
-  E sum|d| / E|sum d| = sqrt(n) E|Z + m| / E|Z + sqrt(n) m| (:func:`derive_alignment_ratio`): sqrt(n) for
-  zero-mean summands, E|Z + m|/|m| for many aligned ones.
+  E sum abs(d) / E abs(sum d) = sqrt(n) E abs(Z + m) / E abs(Z + sqrt(n) m) (:func:`derive_alignment_ratio`):
+  sqrt(n) for zero-mean summands, E abs(Z + m) / abs(m) for many aligned ones.
 * Fig. 4: if one class leads every logit by Delta, the gradient of its output bias tends to n (K - 1)/K under
   uniform labels, against O(sqrt(n)) for input-dependent logits (:func:`derive_bias_dominance`).
 """
@@ -81,7 +81,7 @@ def sgd_noise(lr: float, batch: int, variance: float, population: int | None = N
 
 @cache
 def derive_alignment_ratio() -> Derivation:
-    """The expected T1/T4 = E sum|d| / E|sum d| for n i.i.d. N(m s, s^2) summands (folded normal means)."""
+    """The expected T1/T4 = E sum abs(d) / E abs(sum d) for n i.i.d. N(m s, s^2) summands (folded normal means)."""
     d = Derivation("Alignment ratio of gradient summands (null model of Table 1)")
     zz, mu = sp.Symbol("Z", real=True), sp.Symbol("mu", real=True)
     phi = sp.exp(-zz**2 / 2) / sp.sqrt(2 * sp.pi)
@@ -98,7 +98,8 @@ def derive_alignment_ratio() -> Derivation:
 
 
 def alignment_ratio(n: int | np.ndarray, m: float | np.ndarray) -> np.ndarray:
-    """E T1 / E T4 for n i.i.d. summands N(m s, s^2): sqrt(n) at m = 0, falling to about E|Z+m|/|m| (vectorised)."""
+    """E T1 / E T4 for n i.i.d. summands N(m s, s^2): sqrt(n) at m = 0, falling to about E abs(Z + m) / abs(m)
+    (vectorised)."""
     n_values = check_real_array(n, "n (the number of summands)", low=1.0)
     m_values = check_real_array(m, "m (the mean-to-std ratio)")
     try:

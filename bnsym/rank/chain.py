@@ -47,7 +47,7 @@ from .sizes import check_draws, check_gamma, check_layers, check_memory, check_w
 
 
 def _rescaled(x: torch.Tensor, name: str) -> torch.Tensor:
-    """x times the power of 2 that brings max |x| into [1/2, 1): exact, and the chain and corr are scale free."""
+    """x times the power of 2 that brings max abs(x) into [1/2, 1): exact, and the chain and corr are scale free."""
     largest = float(x.abs().max())
     if largest == 0:
         raise ValueError(f"{name} = 0: batch norm of a zero row divides by zero")

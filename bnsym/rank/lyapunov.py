@@ -4,7 +4,7 @@ For B_l = A_l ... A_1 with i.i.d. d x d factors, (1/l) ln sigma_i(B_l) -> mu_i, 
 sigma_2 / sigma_1 ~ exp(-(mu_1 - mu_2) l): a gap mu_1 > mu_2 collapses B_l X to rank one (Lemma 3, Bougerol).
 
 * Real Ginibre factors (entries N(0, s^2), the no-skip network gamma = oo): by Bartlett's decomposition
-  |R_ii|^2 ~ s^2 chi^2_{d-i+1} in W = Q R, so mu_i = (1/2)[ln(2 s^2) + psi((d - i + 1)/2)] from
+  abs(R_ii)^2 ~ s^2 chi^2_{d-i+1} in W = Q R, so mu_i = (1/2)[ln(2 s^2) + psi((d - i + 1)/2)] from
   E ln chi^2_n = psi(n/2) + ln 2 (:func:`derive_log_chi_square`, :func:`ginibre_lyapunov`).
 * Residual factors I + gamma W, W Gaussian: (I + gamma W) x / ||x|| has the law of e_1 + gamma g, so
   mu_1 = (1/2) E ln[(1 + gamma g)^2 + gamma^2 chi^2_{d-1}] exactly (:func:`residual_top_exponent`, quadrature).

@@ -35,7 +35,7 @@ def second_moment(H: np.ndarray | torch.Tensor) -> torch.Tensor:
 
 
 def _singular_values(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sigma_i(H) / s, s) per matrix, s the power of 2 that brings max |H| into [1/2, 1) (1 for H = 0): the SVD
+    """(sigma_i(H) / s, s) per matrix, s the power of 2 that brings max abs(H) into [1/2, 1) (1 for H = 0): the SVD
     of H / s is exact up to rounding and never overflows, and the ratios of singular values are those of H."""
     largest = h.abs().amax((-2, -1))
     scale = torch.ldexp(torch.ones_like(largest), torch.frexp(largest)[1])

@@ -1,9 +1,10 @@
 """Training batch-normalized MLPs on scikit-learn's digits: the harness of the trainability chapter (Sec. 4).
 
-* :mod:`.data`: the standardised digits split; :mod:`.networks`: BN MLPs with many seeds in one tensor, ghost
-  batch norm, population-statistics evaluation; :mod:`.loop`: SGD / RMSProp training;
+* ``bnsym.train.data``: the standardised digits split; ``bnsym.train.networks``: BN MLPs with many seeds in one
+  tensor, ghost batch norm, population-statistics evaluation; ``bnsym.train.loop``: SGD / RMSProp training;
 * :mod:`.dynamics`: per-layer norms over the first SGD steps (Fig 4);
-* :mod:`.trainability`: the sweep task of Figs 3 and 5 and the 16 xi analysis; :mod:`.maps`: accuracy maps.
+* ``bnsym.train.trainability``: the sweep task of Figs 3 and 5 and the 16 xi analysis; :mod:`.maps`: accuracy
+  maps.
 """
 
 from .data import Digits, digits

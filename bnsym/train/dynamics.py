@@ -1,12 +1,12 @@
 """The first SGD steps of BN MLPs on digits, layer by layer (Yang et al. 2019, Sec. 4, Fig 4; R18).
 
 With eps = 0 each BN layer's loss is scale invariant in its weights, L(c W^l) = L(W^l), so
-<W^l, dL/dW^l> = 0 and one SGD step W <- W - lr g gives exactly
+<W^l, dL/dW^l> = 0 and one SGD step W <- W - lr g gives exactly (``|.|`` the Frobenius norm)::
 
     |W^l_{t+1}|^2 = |W^l_t|^2 + lr^2 |dL/dW^l_t|^2                                   (R18)
 
 (:meth:`FirstSteps.scale_invariance_residual`). At step 0 the network is the random network of the theory, and
-|dL/dh^l|^2 grows by lambda_G per layer towards the input (Thm 7).
+``|dL/dh^l|^2`` grows by lambda_G per layer towards the input (Thm 7).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from .networks import init_weights
 
 @dataclass(frozen=True)
 class FirstSteps:
-    """Frobenius norms per seed, step t = 0..T and layer: ``weights`` |W^l_t| and ``grad_w`` |dL/dW^l_t| for
-    l = 1..L+1 (the last is the read-out), ``grad_h`` |dL/dh^l_t| for the BN layers l = 1..L; ``lr`` of the steps.
+    """Frobenius norms per seed, step t = 0..T and layer: ``weights`` ``|W^l_t|`` and ``grad_w`` ``|dL/dW^l_t|``
+    for l = 1..L+1 (the last is the read-out), ``grad_h`` ``|dL/dh^l_t|`` for the BN layers l = 1..L; ``lr`` of the
+    steps.
     Arrays (S, T + 1, layers)."""
 
     weights: np.ndarray
@@ -37,12 +38,12 @@ class FirstSteps:
     lr: float
 
     def scale_invariance_residual(self) -> np.ndarray:
-        """(|W_{t+1}|^2 - |W_t|^2 - lr^2 |g_t|^2) / |W_{t+1}|^2 of the BN layers, (S, T, L); 0 up to rounding."""
+        """``(|W_{t+1}|^2 - |W_t|^2 - lr^2 |g_t|^2) / |W_{t+1}|^2`` of the BN layers, (S, T, L); 0 up to rounding."""
         w2, g2 = self.weights[..., :-1] ** 2, self.grad_w[..., :-1] ** 2
         return (w2[:, 1:] - w2[:, :-1] - self.lr**2 * g2[:, :-1]) / w2[:, 1:]
 
     def log_growth(self, first: int, last: int, step: int = 0) -> np.ndarray:
-        """Per seed, minus the least-squares slope of log |dL/dh^l|^2 over layers l = first..last at ``step``.
+        """Per seed, minus the least-squares slope of ``log |dL/dh^l|^2`` over layers l = first..last at ``step``.
 
         Estimates log lambda_G (squared gradient norms grow by lambda_G per layer towards the input). Layers are
         counted from 1; leave out the first and last few, where the input and the loss are not yet forgotten.
@@ -87,8 +88,9 @@ def first_steps(phi: str, depth: int, width: int, batch_size: int, *, lr: float,
 
 
 def derive_scale_invariance(n: int = 2) -> Derivation:
-    """R18 in SymPy for a weight row w of n entries: a loss of w / |w| has <w, grad L> = 0, hence one SGD step
-    grows |w|^2 by exactly eta^2 |grad L|^2. Named results: "euler" (<w, grad L>) and "residual" (of the identity)."""
+    """R18 in SymPy for a weight row w of n entries: a loss of ``w / |w|`` has <w, grad L> = 0, hence one SGD step
+    grows ``|w|^2`` by exactly ``eta^2 |grad L|^2``. Named results: "euler" (<w, grad L>) and "residual" (of the
+    identity)."""
     d = Derivation("Scale invariance and the growth of the weights under SGD (R18)")
     w = sp.symbols(f"w1:{n + 1}", real=True)
     g = sp.symbols(f"g1:{n + 1}", real=True)

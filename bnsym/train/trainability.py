@@ -2,14 +2,14 @@
 
 One cell of a grid is one configuration: ``run_cell({"depth": 20, "batch_size": 8, ...})`` trains
 ``n_seeds`` BN MLPs on digits (:func:`bnsym.train.loop.train`) and returns their test accuracies. A cell
-*trains* when its mean test accuracy is more than :data:`MARGIN` above chance. The paper predicts that
+*trains* when its mean test accuracy is more than ``MARGIN`` above chance. The paper predicts that
 networks deeper than 16 xi(B) = 16 / log lambda_G(B) do not train (R19); :func:`line_agreement` counts how
 often that holds on a grid, and :func:`best_factor` finds the factors c for which "trains iff depth < c xi"
 misclassifies fewest cells.
 
 Learning rate: lr = ``lr_per_example`` x (examples per step), the paper's linear scaling. The paper's 1e-5 B
 is for 10 epochs of 60000 MNIST images; on 1437 digits for an epoch or two it leaves shallow networks near
-chance, so the default is the optimiser's entry of :data:`LR_PER_EXAMPLE`, the best of the chapter's
+chance, so the default is the optimiser's entry of ``LR_PER_EXAMPLE``, the best of the chapter's
 learning-rate check (depth 8 and 24, B = 8 and 32, one epoch).
 """
 
@@ -33,8 +33,8 @@ GRID_KEYS = ("depth", "batch_size")
 def run_cell(config: Mapping[str, Any]) -> dict:
     """Train the configuration's seeds; ``{"test_accuracy": mean, "test_accuracies": [...], "chance", ...}``.
 
-    ``config`` needs ``depth`` and ``batch_size``; the other keys default to :data:`DEFAULTS` (``seed``: 0;
-    ``lr_per_example``: the optimiser's :data:`LR_PER_EXAMPLE`).
+    ``config`` needs ``depth`` and ``batch_size``; the other keys default to ``DEFAULTS`` (``seed``: 0;
+    ``lr_per_example``: the optimiser's ``LR_PER_EXAMPLE``).
     """
     c = validate(config)
     # One single-threaded task per worker process: more threads would oversubscribe the cores, and these
@@ -48,7 +48,7 @@ def run_cell(config: Mapping[str, Any]) -> dict:
 
 
 def validate(config: Mapping[str, Any]) -> dict:
-    """The configuration completed with :data:`DEFAULTS` and checked (whole numbers as ints); ValueError naming a
+    """The configuration completed with ``DEFAULTS`` and checked (whole numbers as ints); ValueError naming a
     bad or unknown setting."""
     if not isinstance(config, Mapping):
         raise ValueError(f"config must be a dict of settings, got {config!r:.80}")
@@ -94,7 +94,7 @@ def check_rows(rows: object, keys: Sequence[str]) -> list[Mapping[str, Any]]:
 
 
 def trains(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """Whether each cell's mean test accuracy exceeds its chance level by more than :data:`MARGIN`."""
+    """Whether each cell's mean test accuracy exceeds its chance level by more than ``MARGIN``."""
     rows = check_rows(rows, ("test_accuracy", "chance"))
     accuracy = check_real_array([row["test_accuracy"] for row in rows], "test_accuracy", low=0.0, high=1.0)
     chance = check_real_array([row["chance"] for row in rows], "chance", low=0.0, high=1.0)
