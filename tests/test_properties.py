@@ -569,7 +569,8 @@ def test_trainability_analysis(kw):
     best = _outcome(best_factor, depths, line, trained)
     if agreement is not None and best is not None:
         assert agreement["n_above"] + agreement["n_below"] == len(depths)
-        assert all(value is None or 0 <= value <= 1 for key, value in agreement.items() if key.startswith("train"))
+        sides = {"train_above": agreement["n_above"], "train_below": agreement["n_below"]}
+        assert all(0 <= agreement[key] <= 1 if cells else math.isnan(agreement[key]) for key, cells in sides.items())
         low, high, errors = best
         ratios = np.array(depths) / np.array(line)
         candidates = [np.min(ratios[ratios > 0], initial=2.0) / 2, *(ratios * (1 + 1e-9) + 1e-300)]

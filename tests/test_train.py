@@ -109,7 +109,7 @@ def test_a_step_larger_than_the_training_set_is_refused():
 
 
 def test_line_analysis_edge_cases():
-    """A side of the line without cells has no fraction (None, not NaN); xi = inf puts a cell below every c."""
-    assert line_agreement([1], [5.0], [True])["train_above"] is None
+    """A side of the line without cells has no fraction (NaN); xi = inf puts a cell below every c."""
+    assert np.isnan(line_agreement([1], [5.0], [True])["train_above"])
     low, high, errors = best_factor([1, 2], [np.inf, 1.0], [False, False])
     assert low < high and errors == 1  # the xi = inf cell is predicted to train at every c

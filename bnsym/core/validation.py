@@ -1,9 +1,12 @@
-"""The input contract of bnsym's public surface (:mod:`bnsym.api`, :mod:`bnsym.dilution`, the ``bnsym`` command).
+"""The input contract of bnsym's public surface (:mod:`bnsym.api`, :mod:`bnsym.dilution`, :mod:`bnsym.rank`,
+:mod:`bnsym.products`, :mod:`bnsym.train`, :mod:`bnsym.nngp`, :mod:`bnsym.sweep`, the ``bnsym`` command).
 
 Every public function calls these checks at its top. Bad input raises ``ValueError`` whose message names the
 argument and says why; any other input gives finite values that satisfy the theory's invariants (lambda_G >=
-(B-2)/(B-3), forward eigenvalues >= 0, q* > 0, |c*| <= 1). No public function answers NaN or inf, and none
-raises another exception type for bad input.
+(B-2)/(B-3), forward eigenvalues >= 0, q* > 0, abs(c*) <= 1). No public function answers NaN or inf, except where
+its docstring says that the true value is infinite or undefined (the Fuss-Catalan density at its hard edge x = 0,
+the loss of a training run that diverged, the fraction of an empty set of cells), and none raises another
+exception type for bad input.
 
 * **A number** is an int, a float, a numpy integer or floating scalar, or a Fraction: never a bool, a string,
   a Decimal, a complex number or None (the command line parses its strings before it calls the API).
@@ -20,7 +23,7 @@ raises another exception type for bad input.
   G Sigma G != 0 (:func:`check_covariance`).
 * **An activation** is an :class:`~bnsym.core.activations.Activation` or a string that
   :func:`~bnsym.core.activations.parse_activation` understands, each parameter finite and given once, and
-  0 < |gamma| <= ``MAX_GAMMA`` of :mod:`~bnsym.core.activations` (3; it says why) for tanh, erf and sin. At a
+  0 < abs(gamma) <= ``MAX_GAMMA`` of :mod:`~bnsym.core.activations` (3; it says why) for tanh, erf and sin. At a
   batch size B it must be *usable on the BN sphere* (:func:`check_activation`), where each coordinate x of the
   batch-norm output lies in [-sqrt(B-1), sqrt(B-1)]:
 

@@ -95,7 +95,7 @@ def log_condition_number(factors) -> torch.Tensor:
     correct far beyond 1e16. Raises ValueError for a singular factor.
     """
     x = _as_factors(factors)
-    x = x / x.abs().amax((-2, -1), keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)  # kappa is scale free
+    x = torch.ldexp(x, -torch.frexp(x.abs().amax((-2, -1), keepdim=True))[1])  # kappa is scale free: exact powers of 2
     m = x.shape[-3]
     try:
         inverses = torch.linalg.inv_ex(x, check_errors=True)[0]

@@ -9,7 +9,8 @@ H is always d features x N samples, as in the paper, with M(H) = H H^T / N.
 * the BN chain: :func:`bn_chain` (H-chain and M-chain), :func:`delta_F` (Lemma 7), :func:`delta_F_spectral`
   (Prop. 8), :func:`second_order_drift`, :func:`chain_statistics`, :func:`bn_lyapunov`; derived in
   :func:`derive_delta_F`, :func:`derive_spectral_delta_F`, :func:`derive_rank_bound` (Lemma 13, Theorem 14);
-* networks at init and in training: ``bnsym.rank.networks``, ``bnsym.rank.training``.
+* networks at init and in training: ``bnsym.rank.networks``, ``bnsym.rank.training``;
+* the checked ranges of the size arguments (widths, depths, counts): ``bnsym.rank.sizes``.
 """
 
 from .chain import (

@@ -21,8 +21,10 @@ import torch
 from ..core.derivation import Derivation
 from ..core.validation import check_whole_number
 from .data import N_CLASSES, digits
-from .loop import MAX_EPOCHS, OPTIMIZERS, batch_loss, check_network, check_training, minibatches
+from .loop import OPTIMIZERS, batch_loss, check_network, check_training, minibatches
 from .networks import init_weights
+
+MAX_STEPS = 10**5  # SGD steps recorded one after another
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def first_steps(phi: str, depth: int, width: int, batch_size: int, *, lr: float,
     the last (so T + 1 records); float64 by default, so that the identity (R18) holds to float64 rounding."""
     depth, width, batch_size, _, _, lr, _, n_seeds = check_training(depth, width, batch_size, batch_size, "sgd", lr, 1,
                                                                      n_seeds)
-    steps = check_whole_number(steps, "steps", 0, MAX_EPOCHS, "one SGD step after another")
+    steps = check_whole_number(steps, "steps", 0, MAX_STEPS, "the steps run one after another")
     activation, eps, seed, dtype, device = check_network(phi, batch_size, eps, seed, dtype, device)
     data = digits(dtype, device)
     gen = torch.Generator().manual_seed(seed)

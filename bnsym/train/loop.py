@@ -41,7 +41,10 @@ MAX_LR = float(torch.finfo(torch.float32).max)  # a larger lr is not a float32 n
 
 @dataclass(frozen=True)
 class Run:
-    """Test accuracies (S,) and final training losses (S,) of the S seeds; ``chance``: the majority-class rate."""
+    """Test accuracies (S,) and final training losses (S,) of the S seeds; ``chance``: the majority-class rate.
+
+    A seed whose training diverged (too large a learning rate) has a training loss of inf or NaN: the loss is not a
+    number then, and its test accuracy is that of its non-finite logits read as 0."""
 
     test_accuracy: torch.Tensor
     train_loss: torch.Tensor

@@ -112,14 +112,14 @@ def _cells(depths: object, line: object, trained: object, line_name: str) -> tup
     return depths, line, flags
 
 
-def line_agreement(depths: np.ndarray, max_depths: np.ndarray, trained: np.ndarray) -> dict[str, float | int | None]:
-    """Fractions of the cells above the line (depth > max depth) and below it that train; None (JSON null) for a
-    side without cells."""
+def line_agreement(depths: np.ndarray, max_depths: np.ndarray, trained: np.ndarray) -> dict[str, float | int]:
+    """Fractions of the cells above the line (depth > max depth) and below it that train; NaN for a side without
+    cells (a fraction of no cells is undefined)."""
     depths, max_depths, trained = _cells(depths, max_depths, trained, "max_depths")
     above = depths > max_depths
     return {"n_above": int(above.sum()), "n_below": int((~above).sum()),
-            "train_above": float(trained[above].mean()) if above.any() else None,
-            "train_below": float(trained[~above].mean()) if (~above).any() else None}
+            "train_above": float(trained[above].mean()) if above.any() else float("nan"),
+            "train_below": float(trained[~above].mean()) if (~above).any() else float("nan")}
 
 
 def best_factor(depths: np.ndarray, xi: np.ndarray, trained: np.ndarray) -> tuple[float, float, int]:
