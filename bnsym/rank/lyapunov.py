@@ -23,10 +23,10 @@ import torch
 from scipy.special import roots_genlaguerre, roots_hermitenorm
 
 from ..core.derivation import Derivation
+from ..core.device import generator
 from ..core.estimate import Estimate
+from ..core.statistics import mean_and_se
 from ..core.symbols import d, n_dof
-from ..sim.device import generator
-from ..sim.statistics import mean_and_se
 
 Sampler = Callable[[torch.Generator, int], torch.Tensor]
 

@@ -22,8 +22,8 @@ import math
 import numpy as np
 import torch
 
+from ..core.device import generator
 from ..meanfield.kernels import arccos_kernel
-from ..sim.device import generator
 
 INITS = ("torch", "asymmetric", "he", "gaussian")
 INIT_VARIANCES = {"torch": (1 / 3, 1 / 3), "he": (2.0, 0.0), "gaussian": (1.0, 0.0)}  # (s_w^2, s_b^2 fan_in)

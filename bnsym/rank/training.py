@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from ..sim.device import generator
+from ..core.device import generator
 from .networks import _layer, batch_norm_rows
 
 

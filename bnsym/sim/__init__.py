@@ -4,7 +4,8 @@ The simulators import only :mod:`bnsym.core`: they get every theoretical quantit
 from the caller, and never import :mod:`bnsym.meanfield`.
 """
 
-from .device import Normals, configure_torch, default_device, generator
+from ..core.device import Normals, configure_torch, default_device, generator
+from ..core.statistics import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 from .gradients import GradientRun, per_layer_growth, simulate_gradients
 from .networks import (
     SAMPLERS,
@@ -16,7 +17,6 @@ from .networks import (
     simulate_forward,
 )
 from .probes import backward_rayleigh, simulated_decay
-from .statistics import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 
 __all__ = [
     "GradientRun",

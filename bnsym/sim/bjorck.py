@@ -1,7 +1,7 @@
 """Torch Monte Carlo for Bjorck et al. (2018): Gaussian products, minibatch noise, residual nets, digits training.
 
 Everything is batched: many products, draws or networks in one tensor op (float64 for theory checks, float32
-for training), on :func:`~bnsym.sim.device.default_device`. Residual networks are fully connected ResNet-v1
+for training), on :func:`~bnsym.core.device.default_device`. Residual networks are fully connected ResNet-v1
 blocks, x' = ReLU(x + W_2 ReLU(W_1 x)) or, with batch norm, x' = ReLU(x + BN(W_2 ReLU(BN(W_1 x)))), with Xavier
 normal weights and BN without affine parameters (gamma = 1, beta = 0).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .device import configure_torch, default_device, generator
+from ..core.device import configure_torch, default_device, generator
 
 DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
 
