@@ -32,8 +32,8 @@ from ..core.symbols import d
 from ..core.symbols import diag_m2_sq as D2
 from ..core.symbols import frob2 as F
 from ..core.symbols import trace_m3 as T3
-from .lyapunov import qr_step
-from .measures import as_features, second_moment
+from ..products.lyapunov import qr_step
+from .measures import as_features, differentiable_rank_bound, second_moment
 
 
 def check_second_moment(M: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -351,7 +351,7 @@ def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: 
         m = second_moment(h)
         lam = torch.linalg.eigvalsh(m)
         m2 = m @ m
-        return torch.stack([lam.sum(-1).square() / lam.square().sum(-1), (lam >= 0.5).sum(-1).to(m.dtype),
+        return torch.stack([differentiable_rank_bound(h), (lam >= 0.5).sum(-1).to(m.dtype),
                             m.square().sum((-2, -1)), (m2 * m).sum((-2, -1)),
                             m2.diagonal(0, -2, -1).square().sum(-1), m[..., 0, 1], m[..., 0, 1] * m[..., 0, 2]], -1)
 
