@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import Callable
 
 import numpy as np
 import torch
 
 from ..core.device import generator
+from ..core.digits import digits
 
 INITS = ("torch", "asymmetric", "he", "gaussian")
 INIT_VARIANCES = {"torch": (1 / 3, 1 / 3), "he": (2.0, 0.0), "gaussian": (1.0, 0.0)}  # (s_w^2, s_b^2 fan_in)
@@ -122,25 +122,14 @@ def gaussian_relu_cosines(depth: int, s_w2: float, s_b2: float, width: int, n_sa
 
 
 
-# --- training on digits --------------------------------------------------------------------------------------
-
-
-@cache
-def digits() -> tuple[torch.Tensor, torch.Tensor]:
-    """scikit-learn's 8 x 8 digits (1797 samples, 64 features, 10 classes): features standardised, (64, 1797)."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = torch.as_tensor(data.data, dtype=torch.float32)
-    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    return x.T.contiguous(), torch.as_tensor(data.target)
+# --- training on digits (the training split of bnsym.core.digits) -----------------------------------------------------
 
 
 @dataclass(frozen=True)
 class TrainingRun:
     """Per-network results: ``loss`` (n, epochs + 1) full-batch training loss per epoch (index 0: before SGD; inf
     once a network has diverged),
-    ``accuracy`` (n,) final training accuracy, ``rank_bound`` (n, epochs + 1) r(H_L) on the whole set."""
+    ``accuracy`` (n,) final training accuracy, ``rank_bound`` (n, epochs + 1) r(H_L) on all the training digits used."""
 
     loss: np.ndarray
     accuracy: np.ndarray
@@ -162,15 +151,18 @@ def _forward(params: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, b
 def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bound: RankBound, width: int = 128,
                  batch: int = 128, seeds: int = 1, pretrain_steps: int = 0, init: str = "torch",
                  n_samples: int | None = None, seed: int = 0) -> TrainingRun:
-    """SGD on the first ``n_samples`` digits for networks with ``depth`` hidden layers, one per (lr, seed) pair.
+    """SGD on the first ``n_samples`` training digits (all 1437 by default) for networks with ``depth`` hidden
+    layers, one per (lr, seed) pair.
 
     ``rank_bound`` is r(H) (eq. 4) of the last hidden layers (n, d, N) -> (n,), differentiable: Algorithm 1
     maximises it for ``pretrain_steps`` Adam steps, and it is recorded after every epoch.
     """
     if depth < 1 or epochs < 0 or not lrs:
         raise ValueError(f"need depth >= 1, epochs >= 0 and some learning rates; got {depth}, {epochs}, {lrs}")
-    x, y = digits()
-    x, y = x[:, :n_samples], y[:n_samples]
+    data = digits()
+    if n_samples is not None and not 1 <= n_samples <= len(data.y_train):
+        raise ValueError(f"n_samples must be between 1 and the {len(data.y_train)} training digits, got {n_samples}")
+    x, y = data.x_train[:n_samples].T.contiguous(), data.y_train[:n_samples]  # x: 64 features x N samples
     gen = generator(seed, "cpu")
     rates = torch.tensor(np.repeat(lrs, seeds), dtype=torch.float32)
     n = len(rates)
