@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..core.activations import parse_activation
-from .device import configure_torch, default_device, generator
+from ..core.device import configure_torch, default_device, generator
 
 NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")
