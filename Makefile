@@ -16,11 +16,13 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 LAB_ARGS    ?=
 ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv test lint unit-test nbtest test-book browser-test book bench lab clean distclean
+.PHONY: help venv test lint unit-test nbtest test-book browser-test test-portability book bench lab clean distclean
 
 help:
 	@echo "make book       build the Jupyter Book into _build/html   (BNSYM_SCALE=book)"
 	@echo "make test       lint, unit tests, every notebook under nbval, the book and its browser test (BNSYM_SCALE=test)"
+	@echo "make test-portability  unit tests and notebooks as they are, with OpenBLAS's Haswell kernels, and with NumPy's"
+	@echo "                       baseline SIMD only: each must pass (summary in _build/portability/summary.txt)"
 	@echo "make bench      every benchmark in benchmarks/ -> benchmarks/results/*.json (BENCH_ARGS=--device cuda ...)"
 	@echo "make lab        JupyterLab; notebooks/*.md open as notebooks (LAB_ARGS=... for extra options)"
 	@echo "make venv       create .venv and install the pinned dependencies"
@@ -57,8 +59,34 @@ unit-test: $(STAMP)
 
 # nbval collects only .ipynb: convert each MyST notebook into a throw-away folder that
 # sits next to notebooks/, so relative paths like ../something resolve the same way.
+NBTEST_BUILD ?= $(TEST_BUILD)
 nbtest: $(STAMP)
-	$(call execute_notebooks,$(TEST_BUILD),test,)
+	$(call execute_notebooks,$(NBTEST_BUILD),test,)
+
+# CI machines differ in CPU and BLAS kernel, so a test may assert only what the mathematics guarantees. This runs the
+# unit tests and every notebook three times: as they are; with OpenBLAS forced to another kernel; and with NumPy's
+# dispatch restricted to its baseline (NPY_DISABLE_CPU_FEATURES = the SIMD features this CPU was found to have).
+# Not part of `make test` (three full runs); each configuration's notebooks get their own cache folder.
+PORTABILITY := _build/portability
+test-portability: $(STAMP)
+	features="$$($(PY) -c 'from numpy._core import _multiarray_umath as m; \
+	  print(" ".join(f for f in m.__cpu_dispatch__ if m.__cpu_features__.get(f)))')"; \
+	mkdir -p $(PORTABILITY); : > $(PORTABILITY)/summary.txt; failed=0; \
+	for name in as-is openblas-haswell numpy-baseline; do \
+	  case $$name in \
+	    openblas-haswell) export OPENBLAS_CORETYPE=Haswell ;; \
+	    numpy-baseline) unset OPENBLAS_CORETYPE; export NPY_DISABLE_CPU_FEATURES="$$features" ;; \
+	  esac; \
+	  echo "== $$name (OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-} NPY_DISABLE_CPU_FEATURES=$${NPY_DISABLE_CPU_FEATURES:-})"; \
+	  $(MAKE) --no-print-directory unit-test 2>&1 | tee $(PORTABILITY)/$$name-unit.log || failed=1; \
+	  $(MAKE) --no-print-directory nbtest NBTEST_BUILD=$(PORTABILITY)/$$name 2>&1 | tee $(PORTABILITY)/$$name-nb.log \
+	    || failed=1; \
+	  for part in unit nb; do \
+	    echo "$$name $$part: $$(grep -E '^=+ .*(passed|failed).* =+$$' $(PORTABILITY)/$$name-$$part.log | tail -1)" \
+	      >> $(PORTABILITY)/summary.txt; \
+	  done; \
+	done; \
+	cat $(PORTABILITY)/summary.txt; exit $$failed
 
 test-book: $(STAMP)
 	$(call build_book,$(TEST_BUILD),test,--path-output _build/test)

@@ -379,9 +379,10 @@ def depth_scale(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndar
                 with_error: bool = False) -> float | np.ndarray | Estimate:
     """xi = 1 / log(lambda_G): gradient norms grow by a factor e every xi layers (Sec. 4).
 
-    At eps = 0 infinite only where lambda_G = 1, which batch norm never reaches at finite B (Thm 9:
-    lambda_G > 1); with eps > 0 lambda_G can fall below 1 and xi is then negative (gradients vanish).
-    ``eps``, ``method``, ``tol`` and arrays as for :func:`gradient_rate`, whose error is propagated.
+    At eps = 0 lambda_G > 1 at every finite B (Thm 9); with eps > 0 lambda_G can fall below 1 and xi is then
+    negative (gradients vanish). inf where lambda_G is within the rate's own error of 1 (e.g. tanh at its collapse
+    eps = 1, where lambda_G = 1 exactly): 1/log(lambda_G) would be rounding noise there, and the Estimate's ``note``
+    says so. ``eps``, ``method``, ``tol`` and arrays as for :func:`gradient_rate`, whose error is propagated.
     """
     estimate = _depth_scale(gradient_rate(phi, B, eps, sigma_w2, method=method, tol=tol, with_error=True))
     return estimate if with_error else estimate.value
@@ -396,16 +397,12 @@ def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float |
     finding that SGD trains networks up to about 16 depth scales deep. gamma and beta enter through the
     activation (``"tanh(gamma=0.5)"``, ``"relu(beta=2)"``), eps and sigma_w2 as arguments. abs(log lambda_G): where
     eps makes gradients vanish (lambda_G < 1) they limit the depth as well. ``method``, ``tol`` and arrays of B or
-    of eps as for :func:`gradient_rate`; inf where lambda_G = 1. With ``with_error=True`` returns the Estimate.
+    of eps as for :func:`gradient_rate`; inf where lambda_G is within the rate's own error of 1, as for
+    :func:`depth_scale`. With ``with_error=True`` returns the Estimate, whose ``note`` says where and why.
     """
-    rate = gradient_rate(phi, B, eps, sigma_w2, method=method, tol=tol, with_error=True)
-    value, error = np.asarray(rate.value, dtype=float), np.asarray(rate.error, dtype=float)
-    vanishing = value < 1  # |log lambda| = log(1/lambda); the interval lambda +- error maps into 1/lambda +- this
-    with np.errstate(divide="ignore"):
-        inverse_error = np.where(value - error > 0, 1 / np.maximum(value - error, 1e-300) - 1 / value, np.inf)
-    xi = _depth_scale(Estimate(np.where(vanishing, 1 / value, value), np.where(vanishing, inverse_error, error),
-                               rate.method))
-    depth = Estimate(MAX_TRAINABLE_DEPTH_FACTOR * xi.value, MAX_TRAINABLE_DEPTH_FACTOR * xi.error, rate.method)
+    xi = _depth_scale(gradient_rate(phi, B, eps, sigma_w2, method=method, tol=tol, with_error=True))
+    depth = Estimate(MAX_TRAINABLE_DEPTH_FACTOR * np.abs(xi.value), MAX_TRAINABLE_DEPTH_FACTOR * xi.error, xi.method,
+                     xi.note)
     return depth if with_error else depth.value
 
 
@@ -434,10 +431,14 @@ def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float =
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 
-def forward_depth_scales(eigenvalues: Mapping[str, float]) -> dict[str, float | None]:
-    """xi_X = -1/log|lambda_X| for the result of :func:`forward_eigenvalues`: layers for a perturbation along X to
-    shrink by a factor e; 0.0 where lambda_X = 0, None (JSON null) where |lambda_X| >= 1."""
-    return depth_scales(eigenvalues)
+def forward_depth_scales(eigenvalues: Mapping[str, float | Estimate],
+                         with_error: bool = False) -> dict[str, float | Estimate]:
+    """xi_X = -1/log abs(lambda_X) for the result of :func:`forward_eigenvalues`: layers for a perturbation along X
+    to shrink by a factor e; 0.0 where lambda_X = 0, inf where abs(lambda_X) >= 1 or is within its error of 1
+    (pass the eigenvalues ``with_error=True`` to use their errors; a float counts as exact up to rounding).
+    With ``with_error=True`` the values are Estimates, whose ``note`` says where a scale is unresolved."""
+    scales = depth_scales(eigenvalues)
+    return scales if with_error else {key: scale.value for key, scale in scales.items()}
 
 
 def alpha_transition(B: int) -> float | None:

@@ -8,13 +8,13 @@ bracketed to 1e-4 by the independent spherical route.
 
 from __future__ import annotations
 
-import json
 from itertools import permutations
 
 import numpy as np
 import pytest
 
 import bnsym
+from bnsym.core.estimate import Estimate
 from bnsym.core.geometry import eigen_directions
 from bnsym.core.symbols import P00, P11, P20, S0, S2, B
 from bnsym.meanfield import forward_linear as fl
@@ -108,11 +108,21 @@ def test_alpha_transition_bad_input(batch, match):
         bnsym.alpha_transition(batch)
 
 
-def test_depth_scales_are_json_safe():
-    scales = depth_scales({"G": 0.0, "L": 1.2, "M": np.exp(-0.5), "N": -np.exp(-2.0)})
-    assert scales["G"] == 0.0 and scales["L"] is None
+def test_depth_scales():
+    scales = {key: xi.value for key, xi in depth_scales({"G": 0.0, "L": 1.2, "M": np.exp(-0.5),
+                                                          "N": -np.exp(-2.0)}).items()}
+    assert scales["G"] == 0.0 and scales["L"] == np.inf
     assert scales["M"] == pytest.approx(2.0) and scales["N"] == pytest.approx(0.5)
-    json.dumps(scales, allow_nan=False)
+
+
+def test_a_depth_scale_within_its_error_of_one_is_inf_and_says_why():
+    """-1/log(lambda) near lambda = 1 is rounding noise: 1 - 1e-16 gives 9e15 on one CPU and inf on another."""
+    scales = depth_scales({"L": Estimate(1 - 1e-9, 2e-9, "radial"), "M": 1 - 1e-16, "R": Estimate(0.5, 1e-3, "x")})
+    assert scales["L"].value == scales["M"].value == np.inf
+    assert "within its error" in scales["L"].note and "abs(lambda_L)" in scales["L"].note
+    # resolved: the error is the larger change of xi over lambda +- error
+    assert scales["R"].error == pytest.approx(1 / np.log(1 / 0.501) - 1 / np.log(2), rel=1e-9)
+    assert scales["R"].note == ""
 
 
 @pytest.mark.parametrize("batch", (4, 5, 9))

@@ -35,7 +35,7 @@ def _message(call) -> str:
     (lambda: bnsym.gradient_rate("relu(beta=1e308)", 8), "activation relu(beta=1e+308) overflows"),
     (lambda: bnsym.forward_eigenvalues("relu^1e300", 8), "activation relu^1e+300 overflows"),
     (lambda: dilution.diluted_rate(1.5, 1e200), "k must"),
-    (lambda: dilution.normalized_gsc_rate("relu^0.4"), "E[phi'^2] is infinite"),
+    (lambda: dilution.normalised_gsc_rate("relu^0.4"), "E[phi'^2] is infinite"),
     (lambda: dilution.quadratic_mean([]), "x must"),
     # the wrong exception
     (lambda: bnsym.fixed_point("relu", 10**400), "batch size B"),
@@ -56,7 +56,7 @@ def _message(call) -> str:
     (lambda: bnsym.bn_kernel("relu", np.eye(6) * (1 + 1j)), "Sigma must be a real"),
     (lambda: dilution.residual_tail_bound(10.5, 0.5, 2), "depth L must be a whole number"),
     (lambda: dilution.effective_depth(-5, 0.5, 0.1), "depth L must be between 0"),
-    (lambda: dilution.gsc(np.ones((3, 4)), np.ones(5), np.ones(2)), "jacobian"),
+    (lambda: dilution.datapoint_gsc(np.ones((3, 4)), np.ones(5), np.ones(2)), "jacobian"),
     # inconsistency: every function reads B the same way
     (lambda: bnsym.gradient_rate("relu", "8"), "batch size B must be a whole number"),
     (lambda: bnsym.depth_scale("relu", Decimal("8")), "batch size B must be a whole number"),
@@ -125,13 +125,24 @@ def _cli(capsys, *arguments: str) -> tuple[int, str, str]:
     ("--phi", "relu(beta=1e308)", "-B", "8"),
     ("--phi", "relu^1e300", "-B", "8"),
     ("--phi", "relu^0.5", "-B", "8"),
-    ("--phi", "relu", "-B", "8", "--eps", "1e300"),
     ("--phi", "tanh(gamma=1,gamma=2)", "-B", "8"),
 ])
 def test_cli_errors_are_one_line_without_warnings(capsys, arguments):
     status, out, err = _cli(capsys, *arguments, "--json")
     assert status == 2 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith("bnsym: error:") and "Warning" not in err, err
+
+
+def test_cli_answers_a_huge_eps(capsys):
+    """eps = 1e300 is valid input: gradients vanish by lambda_G ~ 1e-300 per layer, so the depth scale is
+    1/log(lambda_G) ~ -1/691 layers. (The maximum trainable depth's error used to be propagated through
+    1/(lambda_G - error), which came out negative at this size and was refused as a broken route.)"""
+    status, out, _ = _cli(capsys, "--phi", "relu", "-B", "8", "--eps", "1e300", "--json")
+    rate = bnsym.gradient_rate("relu", 8, eps=1e300)
+    assert status == 0 and json.loads(out)["gradient_rate"] == rate
+    assert 0 < rate < 1e-299
+    depth = bnsym.max_trainable_depth("relu", 8, eps=1e300, with_error=True)
+    assert depth.value == pytest.approx(16 / abs(np.log(rate)), rel=1e-12) and np.isfinite(depth.error)
 
 
 def test_cli_json_is_strict_for_a_large_power(capsys):

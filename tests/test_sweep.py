@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -46,6 +48,32 @@ def test_a_rerun_executes_zero_tasks(two_worker_run):
     again = sweep.run("trainability", CONFIGS, out)  # no client: none is started when nothing is left to run
     assert (again.executed, again.cached) == (0, len(CONFIGS))
     assert again.records == first.records
+
+
+def _cli_sweep(out, scheduler=None) -> subprocess.CompletedProcess:
+    """``bnsym sweep trainability`` over CONFIGS' grid in a fresh process (so no Dask client of this one lives)."""
+    command = [sys.executable, "-m", "bnsym.cli", "sweep", "trainability", "--depths", "2:3:1", "--batch-sizes",
+               "16,64", "--width", "8", "--epochs", "1", "--seeds", "1", "--out", str(out)]
+    return subprocess.run(command + (["--scheduler", scheduler] if scheduler else []), capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_cli_reruns_a_complete_and_a_partial_sweep(tmp_path):
+    first = _cli_sweep(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "4 cells: 4 run, 0 from the cache, 0 failed" in first.stdout
+    stored = sorted(tmp_path.glob("*.json"))
+    # complete: nothing is left to compute, so no cluster is started; a scheduler address where nothing listens
+    # proves that no connection is even tried
+    again = _cli_sweep(tmp_path, scheduler="tcp://127.0.0.1:9")
+    assert again.returncode == 0, again.stderr
+    assert "4 cells: 0 run, 4 from the cache, 0 failed" in again.stdout
+    for path in stored[::2]:  # partial: half the cells deleted are computed again on a new local cluster
+        path.unlink()
+    partial = _cli_sweep(tmp_path)
+    assert partial.returncode == 0, partial.stderr
+    assert "4 cells: 2 run, 2 from the cache, 0 failed" in partial.stdout
+    assert sorted(tmp_path.glob("*.json")) == stored
 
 
 def test_results_are_identical_with_one_and_two_workers(two_worker_run, tmp_path):

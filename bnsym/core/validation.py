@@ -15,10 +15,12 @@ exception type for bad input.
   list of batch sizes; functions that take one B at a time refuse it.
 * **eps** is a finite number >= 0 (:func:`check_eps`); **tol** a finite number > 0 (:func:`check_tol`).
 * **Other numbers** are finite and in their range (:func:`check_range`; a whole number, such as a width, a depth
-  or a count, by :func:`check_whole_number`, bounded above where the cost grows with it; a seed by
-  :func:`check_seed`); **arrays** are regular, non-empty, real and finite (:func:`check_real_array`, with a range
-  for their entries; tensors by :func:`check_real_tensor`); **a choice** is one of its names (:func:`check_choice`)
-  and **a flag** a bool (:func:`check_flag`).
+  or a count, by :func:`check_whole_number`, bounded above where the cost grows with it: the widths, numbers of
+  layers and numbers of draws of the random-matrix products and networks by :func:`check_width`,
+  :func:`check_layers` and :func:`check_draws`, the matrices they hold at once by :func:`check_memory`; a seed by
+  :func:`check_seed`; a residual strength gamma by :func:`check_gamma`); **arrays** are regular, non-empty, real
+  and finite (:func:`check_real_array`, with a range for their entries; tensors by :func:`check_real_tensor`);
+  **a choice** is one of its names (:func:`check_choice`) and **a flag** a bool (:func:`check_flag`).
 * **Sigma** is a real, finite, symmetric, positive semi-definite B x B matrix with B a batch size and
   G Sigma G != 0 (:func:`check_covariance`).
 * **An activation** is an :class:`~bnsym.core.activations.Activation` or a string that
@@ -74,6 +76,10 @@ MAX_RELATIVE_ERROR = 1e-2  # a route's error estimate above 1% of its result's s
 ROUNDING_FLOOR = 1e-12  # an error estimate below it is rounding, whatever the result's size
 _SPHERE_NODES = 32  # Gauss-Legendre nodes per smooth piece of one BN coordinate's range (check_activation)
 MAX_SEED = 2**64 - 1  # numpy and torch seed their generators with 64-bit unsigned integers
+MAX_WIDTH = 4096  # d: every layer multiplies d x d matrices, O(d^3) per chain or product
+MAX_LAYERS = 10**6  # depth and burn: one batched product per layer
+MAX_DRAWS = 10**7  # chains, products, samples N and Monte Carlo draws: each holds its own d x d (or d x N) matrix
+MAX_ENTRIES = 2**30  # float64 entries of the matrices held at once (8 GiB)
 
 
 def shown(value: object) -> str:
@@ -119,6 +125,35 @@ def check_whole_number(value: object, name: str, minimum: int, maximum: int, why
 def check_seed(seed: object) -> int:
     """A random seed: a whole number in [0, 2^64 - 1]."""
     return check_whole_number(seed, "seed", 0, MAX_SEED, "generators are seeded with 64-bit unsigned integers")
+
+
+def check_width(width: object, minimum: int = 1, name: str = "width d") -> int:
+    """A width (``name``): the number of features, or the size of square random factors, at most ``MAX_WIDTH``."""
+    return check_whole_number(width, name, minimum, MAX_WIDTH, "every layer multiplies d x d matrices")
+
+
+def check_layers(value: object, name: str, minimum: int = 1) -> int:
+    """A number of layers or factors (``depth``, ``burn``), at most ``MAX_LAYERS``."""
+    return check_whole_number(value, name, minimum, MAX_LAYERS, "the layers run one product after another")
+
+
+def check_draws(value: object, name: str, minimum: int = 2) -> int:
+    """A number of chains, products, networks, samples or draws, at most ``MAX_DRAWS``; at least 2 where a standard
+    error is taken across them."""
+    why = "each holds its own matrix" + ("; a standard error needs 2" if minimum == 2 else "")
+    return check_whole_number(value, name, minimum, MAX_DRAWS, why)
+
+
+def check_memory(copies: int, rows: int, columns: int, names: str) -> None:
+    """``copies`` matrices of rows x columns float64 entries must fit in ``MAX_ENTRIES``; ``names`` the three sizes."""
+    if copies * rows * columns > MAX_ENTRIES:
+        raise ValueError(f"{names} = {copies} x {rows} x {columns} entries exceed {MAX_ENTRIES:.2g} (8 GiB of float64)")
+
+
+def check_gamma(gamma: object) -> float:
+    """gamma, the strength of the residual branch: > 0, or inf for no skip connection."""
+    return check_range(gamma, "gamma", 0.0, open_low=True, infinite_ok=True,
+                       why="the strength of the residual branch (inf: no skip connection)")
 
 
 def _interval(low: float, high: float, open_low: bool, open_high: bool) -> str:

@@ -1,4 +1,4 @@
-"""Gradient propagation through batch-normalized networks (Yang et al. 2019, Sec. 3.2, App. G, App. L).
+"""Gradient propagation through batch-normalised networks (Yang et al. 2019, Sec. 3.2, App. G, App. L).
 
 Back-propagation through layer l maps the gradient covariance Pi^l = E[delta^l delta^l^T] (B x B) by
 the backward operator (eqs 21-23, gradient independence assumed)
@@ -27,7 +27,7 @@ import sympy as sp
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
-from ..core.estimate import Estimate
+from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.symbols import J1, M11, M12, N11, N12, B, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
 from .forward import default_fixed_point, derive_bsb1_constant
 from .gegenbauer import expect_pair_polynomial
@@ -382,18 +382,20 @@ def _inverse_log(rate: np.ndarray) -> np.ndarray:
 
 
 def depth_scale(rate: Estimate) -> Estimate:
-    """xi = 1 / log(lambda_G) (Sec. 4): gradients grow by e every xi layers; inf where lambda_G = 1.
+    """xi = 1 / log(lambda_G) (Sec. 4): gradients grow by e every xi layers (negative: they vanish).
 
-    The error is propagated over the whole interval lambda_G +- error (xi is monotone on each side of 1):
-    the larger change of xi at its two ends, inf if the interval reaches 1.
+    inf where lambda_G is within its own error of 1 (:func:`~bnsym.core.estimate.within_error`), with a ``note``
+    saying so: 1/log(lambda_G) would be rounding noise there. Elsewhere the error is propagated over the whole
+    interval lambda_G +- error (xi is monotone on each side of 1): the larger change of xi at its two ends.
     """
     value, error = np.asarray(rate.value, dtype=float), np.asarray(rate.error, dtype=float)
-    xi = _inverse_log(value)
-    ends = [_inverse_log(value - error), _inverse_log(value + error)]
-    reaches_one = (value - error <= 1) & (value + error >= 1)
+    unresolved = within_error(rate, 1.0)
+    xi = np.where(unresolved, np.inf, _inverse_log(value))
     with np.errstate(invalid="ignore"):
-        change = np.maximum(*(np.abs(end - xi) for end in ends))
-    return Estimate(xi, np.where(reaches_one | ~np.isfinite(xi), np.inf, change), rate.method)
+        change = np.maximum(*(np.abs(_inverse_log(end) - xi) for end in (value - error, value + error)))
+    reaches_one = (value - error <= 1) & (value + error >= 1)
+    return Estimate(xi, np.where(unresolved | reaches_one, np.inf, change), rate.method,
+                    unresolved_note("lambda_G", 1.0, unresolved, rate))
 
 
 def weight_gradient_ratio(phi: Activation, batch_size: int) -> float:

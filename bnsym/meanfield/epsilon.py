@@ -29,7 +29,7 @@ from scipy.optimize import brentq, minimize_scalar
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
-from ..core.estimate import Estimate
+from ..core.estimate import ROUNDING, Estimate
 from ..core.quadrature import chi2_rule
 from ..core.symbols import M11, M12, N11, N12, B, epsilon, kappa, mu, s, sigma_b2, sigma_w2
 from .forward import FixedPoint
@@ -379,10 +379,16 @@ def forward_eigenvalues_radial(phi: Activation, batch_size: int, eps: float, sig
     return {key: Estimate(fine[key], abs(fine[key] - coarse[key]), "radial") for key in fine}
 
 
-def rate_crossing_eps(phi: Activation, batch_size: int, sigma_w2: float = 1.0) -> float | None:
+def rate_crossing_eps(phi: Activation, batch_size: int, sigma_w2: float = 1.0,
+                      with_error: bool = False) -> float | Estimate | None:
     """eps_1: the smallest eps where lambda_G(eps) falls to 1 (explosion turns into vanishing); None if never.
 
     lambda_G is evaluated on a grid of eps from 10^-6 to 10^4 and the first crossing refined by Brent's method.
+    With ``with_error=True`` an Estimate whose error bounds how far eps_1 can move within the rate's own error e:
+    the distance from eps_1 to the first point of a geometric ladder, on either side, where abs(lambda_G - 1) > e,
+    at least Brent's bracket; inf (with a ``note``) where the band spans a factor 2 of eps.
+    That is about e / abs(lambda_G') where the crossing is transversal (relu), but eps* sqrt(e / c) where
+    lambda_G - 1 ~ c (1 - eps/eps*)^2 only touches 1 (phi smooth at 0, at its collapse eps*).
     """
     def excess(eps: np.ndarray) -> np.ndarray:
         t = np.atleast_1d(eps) / sigma_w2
@@ -396,5 +402,21 @@ def rate_crossing_eps(phi: Activation, batch_size: int, sigma_w2: float = 1.0) -
         return None
     k = below[0]
     if k == 0 or values[k] == 0:
-        return float(grid[k])
-    return float(brentq(lambda e: float(excess(np.array([e]))[0]), grid[k - 1], grid[k], xtol=1e-12, rtol=1e-10))
+        crossing = float(grid[k])
+    else:
+        crossing = float(brentq(lambda e: float(excess(np.array([e]))[0]), grid[k - 1], grid[k], xtol=1e-12,
+                                rtol=1e-10))  # the error below starts from this bracket
+    if not with_error:
+        return crossing
+    rate = rate_radial(phi, batch_size, crossing, sigma_w2)
+    steps = crossing * 2.0 ** -np.arange(1.0, 60.0)  # from eps_1 / 2 down to 1e-18 eps_1
+    resolution = rate.error + ROUNDING
+    width = 1e-12 + 1e-10 * crossing  # Brent's bracket: xtol + rtol eps_1
+    for side in (-1, 1):
+        inside = np.nonzero(np.abs(excess(crossing + side * steps)) <= resolution)[0]
+        if inside.size and inside[0] == 0:  # flat within its error over a factor 2: the crossing is not resolved
+            return Estimate(crossing, np.inf, "radial", "lambda_G stays within its error of 1 from eps_1 / 2 to "
+                            "3 eps_1 / 2: the crossing is not resolved")
+        if inside.size:  # the ladder's largest step inside the band; the next larger one is outside
+            width = max(width, steps[inside[0] - 1])
+    return Estimate(crossing, width, "radial")

@@ -28,7 +28,7 @@ from scipy.stats import qmc
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
-from ..core.estimate import Estimate
+from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.geometry import centring, eigen_directions
 from ..core.symbols import J1, P00, P11, P20, S0, S2, B, Jrho, alpha, c, dJrho, ell, g, mu, rho, s, t, v_star
 from .forward import default_fixed_point
@@ -389,14 +389,26 @@ def alpha_transition_value(batch_size: int, alpha_max: float = 40.0) -> float | 
     return float(brentq(f, grid[k - 1], grid[k], xtol=1e-12, rtol=1e-14))
 
 
-def depth_scales(eigenvalues: Mapping[str, float]) -> dict[str, float | None]:
-    """xi_X = -1/log(lambda_X): layers for a perturbation along X to shrink by a factor e.
+def depth_scales(eigenvalues: Mapping[str, float | Estimate]) -> dict[str, Estimate]:
+    """xi_X = -1/log abs(lambda_X) (eq. (17)): layers for a perturbation along X to shrink by a factor e.
 
-    0.0 where lambda_X = 0 (reset in one layer), None where |lambda_X| >= 1 (no convergence along X) -- JSON null.
+    0 where lambda_X = 0 (reset in one layer); inf where abs(lambda_X) >= 1 (no convergence along X) or is within
+    its error of 1 (:func:`~bnsym.core.estimate.within_error`: -1/log would be rounding noise; the ``note`` says
+    so). A plain float counts as exact up to rounding. A negative eigenvalue decays with alternating sign.
     """
-    scales: dict[str, float | None] = {}
-    for key, lam in eigenvalues.items():
-        size = abs(lam)  # a negative eigenvalue decays with alternating sign
-        scales[key] = None if size >= 1 else 0.0 if size == 0 else float(-1 / np.log(size))
-    return scales
+    def shrink_scale(size: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return -1 / np.log(size)  # 0 at size 0
 
+    scales = {}
+    for key, lam in eigenvalues.items():
+        lam = lam if isinstance(lam, Estimate) else Estimate(lam, 0.0, "value")
+        size, error = np.abs(lam.value), np.asarray(lam.error)
+        unresolved = within_error(Estimate(size, error, lam.method), 1.0)
+        stays = unresolved | (size + error >= 1)  # the interval of abs(lambda_X) reaches 1
+        value = np.where(unresolved | (size >= 1), np.inf, shrink_scale(np.minimum(size, 1.0)))
+        change = np.maximum(*(np.abs(shrink_scale(np.clip(end, 0.0, 1.0)) - value)
+                              for end in (size - error, size + error)))
+        scales[key] = Estimate(value, np.where(stays, np.inf, change), lam.method,
+                               unresolved_note(f"abs(lambda_{key})", 1.0, unresolved, lam))
+    return scales

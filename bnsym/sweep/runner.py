@@ -114,9 +114,19 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
     if pending and client is None:
         with connect(scheduler) as own:
             return run(task, configs, out, own, progress=progress)
+    if pending:
+        _compute(task, pending, client, store, records, show_bar)
+    ordered = tuple(records[key] for key, _ in pairs)
+    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))
+
+
+def _compute(task: str, pending: Mapping[str, dict], client: Client, store: Store, records: dict,
+             show_bar: bool) -> None:
+    """Submit every pending configuration to ``client``; store each record as it arrives (as_completed needs a
+    live client, so a sweep with nothing left to compute never gets here); ``show_bar``: a progress bar."""
     futures = {client.submit(execute, task, config, key=f"bnsym-sweep-{key}", pure=False): key
                for key, config in pending.items()}
-    bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not (futures and show_bar))
+    bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not show_bar)
     for future in as_completed(futures):
         key = futures[future]
         try:
@@ -128,5 +138,3 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
         future.release()
         bar.update()
     bar.close()
-    ordered = tuple(records[key] for key, _ in pairs)
-    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))

@@ -19,8 +19,8 @@ import sympy as sp
 import torch
 
 from ..core.derivation import Derivation
+from ..core.digits import N_CLASSES, digits
 from ..core.validation import check_whole_number
-from .data import N_CLASSES, digits
 from .loop import OPTIMIZERS, batch_loss, check_network, check_training, minibatches
 from .networks import init_weights
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.activations import Activation, parse_activation
+from ..core.digits import N_CLASSES, Digits, digits
 from ..core.validation import (
     MAX_BATCH_SIZE,
     MIN_BATCH_SIZE,
@@ -27,7 +28,6 @@ from ..core.validation import (
     check_seed,
     check_whole_number,
 )
-from .data import N_CLASSES, Digits, digits
 from .networks import forward, init_weights, predict
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
