@@ -1,5 +1,5 @@
 """Property-based tests of the input contract (bnsym.core.validation) over the public API, bnsym.dilution,
-bnsym.rank, bnsym.products, bnsym.train, bnsym.nngp, bnsym.sweep and the CLI.
+bnsym.rank, bnsym.products, bnsym.train, bnsym.nngp, bnsym.sweep, the CLI and the networks of bnsym.sim.daneshmand.
 
 For any input, the answer is a ValueError whose message names an argument, or finite values that satisfy the
 theory's invariants: lambda_G >= (B-2)/(B-3), forward eigenvalues >= 0, q* > 0, |c*| <= 1, relu's rate
@@ -30,7 +30,7 @@ from bnsym import dilution, products, rank, sweep
 from bnsym.cli import main
 from bnsym.core.validation import MAX_BATCH_SIZE
 from bnsym.nngp import BatchNormNNGPRegressor, arccos_nngp_kernel, bn_nngp_prior, gp_posterior
-from bnsym.sim import mc_tolerance
+from bnsym.sim import daneshmand, mc_tolerance
 from bnsym.sweep.cli import int_list
 from bnsym.sweep.runner import connect, keyed
 from bnsym.train import best_factor, grid, line_agreement, train, trains
@@ -46,7 +46,9 @@ ARGUMENTS = re.compile(r"\b(B|batch|phi|activation|eps|tol|method|Sigma|x|A|jaco
                        r"Abar|lr|variance|population|n|m|Delta|classes|blocks|q0|batch_norm|order|X|X_test|X1|X2|"
                        r"noise|kernel|targets|depths|batch_sizes|config|rows|test_accuracy|chance|max_depths|xi|"
                        r"trained|optimizer|epochs|n_seeds|ghost_batch|batch_size|normalise_y|task|version|key|"
-                       r"n_workers|scheduler|first|last|step|steps|configs|trainability|N|sample|cells)\b")
+                       r"n_workers|scheduler|first|last|step|steps|configs|trainability|N|sample|cells|s_w2|s_b2|c0|"
+                       r"lower|upper|errors|fan_in|init|h|centre|bn|relu|dtype|n_networks|n_samples|lrs|"
+                       r"rank_bound|pretrain_steps)\b")
 
 HOSTILE_NUMBERS = st.sampled_from([None, True, "8", Decimal("8"), [8], complex(8, 0), float("nan"), float("inf"),
                                    -float("inf"), 10**400, -(10**400), 2**63, 1e300, 1e-300, -0.0, object()])
@@ -423,6 +425,120 @@ def test_lyapunov_spectra(kw):
         samples = _outcome(products.lyapunov_samples, sampler, kw["width"], kw["depth"], kw["n_products"], kw["seed"])
         if samples is not None:
             _finite(samples)
+
+
+COSINE: Pair = (_floats(-1.0, 1.0, [-1.0, 1.0, 0.0]), st.one_of(st.sampled_from([1.5, -1.1, math.inf, math.nan]),
+                                                                   HOSTILE_NUMBERS))
+BOUNDS: Pair = (_floats(-1e3, 1e3, [0.0, 1e300, -1e300, 1e-300]), st.one_of(st.sampled_from([math.inf, math.nan]),
+                                                                            HOSTILE_NUMBERS))
+HOSTILE_MATRICES = st.one_of(st.sampled_from([torch.zeros(3, 4), torch.ones(3, 1), torch.ones(3), torch.ones(2, 0),
+                                              torch.full((2, 3), math.nan), torch.eye(3, dtype=torch.bool),
+                                              [[1.0, 0.0], [2.0, 0.0]], [[1.0], [2.0, 3.0]]]), HOSTILE_NUMBERS)
+SAMPLES: Pair = (  # inputs d x N (N >= 2 samples), float64 tensors of any scale
+    st.tuples(st.integers(1, 4), st.integers(2, 5), st.sampled_from([1.0, 1e-300, 1e300]), st.integers(0, 99)).map(
+        lambda p: torch.as_tensor(_matrix(p))), HOSTILE_MATRICES)
+
+
+def _examples(p) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H (d, N), errors (d_out, N)): a last hidden layer and its loss gradients, of reciprocal scales."""
+    d, d_out, n, scale, seed = p
+    rng = np.random.default_rng(seed)
+    h, errors = scale * rng.standard_normal((d, n)), rng.standard_normal((d_out, n)) / scale
+    return torch.as_tensor(h), torch.as_tensor(errors)
+
+
+EXAMPLES: Pair = (st.tuples(st.integers(1, 4), st.integers(1, 3), st.integers(1, 5), st.sampled_from([1.0, 1e-300]),
+                            st.integers(0, 99)).map(_examples),
+                  st.one_of(st.tuples(st.just(torch.ones(2, 3)), HOSTILE_MATRICES),
+                            st.tuples(HOSTILE_MATRICES, st.just(torch.ones(2, 3))),
+                            st.sampled_from([(torch.ones(2, 3), torch.ones(2, 4)),
+                                             (torch.ones(2, 3), torch.zeros(2, 3))])))
+
+
+def _unit_columns(m: torch.Tensor) -> np.ndarray:
+    m = m.numpy() / m.abs().max().item()
+    return m / np.linalg.norm(m, axis=0)
+
+
+@FAST
+@given(kw=_arguments(depth=_count(1, 12), s_w2=POSITIVE, s_b2=NON_NEGATIVE, c0=COSINE,
+                     x=(st.one_of(st.none(), SAMPLES[0]), SAMPLES[1]), lower=BOUNDS, upper=BOUNDS, examples=EXAMPLES))
+def test_correlations(kw):
+    """Post-ReLU cosines lie in [0, 1] and never fall with depth (J_1(c) >= c, and biases pull c to 1); the
+    asymmetric init's correlation is in [0, 1]; Prop. 19's gradient cosines are cos(e) cos(h), in [-1, 1]."""
+    cosines = _outcome(rank.relu_cosines, kw["depth"], kw["s_w2"], kw["s_b2"], kw["c0"])
+    if cosines is not None:
+        _finite(cosines)
+        assert np.all((0 <= cosines) & (cosines <= 1 + 1e-12)) and np.all(np.diff(cosines) >= -1e-12)
+    correlation = _outcome(rank.asymmetric_unit_correlation, kw["x"], kw["lower"], kw["upper"])
+    if correlation is not None:
+        _finite(correlation)
+        assert 0 <= correlation <= 1 + 1e-12
+    gradients = _outcome(rank.last_layer_gradient_cosines, *kw["examples"])
+    if gradients is not None:
+        frobenius, row0 = gradients["frobenius"].numpy(), gradients["row0"].numpy()
+        _finite(frobenius, row0)
+        assert np.all(np.abs(frobenius) <= 1 + 1e-12) and np.all(np.abs(row0) <= 1 + 1e-12)
+        h, errors = (_unit_columns(m) for m in kw["examples"])
+        np.testing.assert_allclose(frobenius, (h.T @ h) * (errors.T @ errors), atol=1e-12)
+
+
+@FAST
+@given(kw=_arguments(init=(st.sampled_from(daneshmand.INITS), st.sampled_from(["xavier", None, ["he"], 3])),
+                     width=_count(1, 6), depths=(st.lists(st.integers(1, 3), min_size=1, max_size=2),
+                                                 st.one_of(st.just([0]), HOSTILE_ARRAYS)),
+                     depth=_count(1, 3), n_networks=_count(1, 3), bn=(st.booleans(), st.sampled_from([1, "yes", None])),
+                     seed=SEED, dtype=(st.sampled_from([torch.float32, torch.float64]),
+                                       st.sampled_from([torch.int64, "float64", None])),
+                     x=SAMPLES, s_w2=POSITIVE, s_b2=NON_NEGATIVE, n_samples=_count(2, 4)))
+def test_daneshmand_networks(kw):
+    """Representations have the asked shapes and finite entries; batch norm gives rows of mean 0 and mean square
+    1; pair cosines lie in [-1, 1], post-ReLU ones in [0, 1]."""
+    variances = _outcome(daneshmand.init_variances, kw["init"], kw["width"])
+    if variances is not None:
+        assert variances[0] > 0 and variances[1] >= 0
+    reps = _outcome(daneshmand.representations, kw["x"], kw["depths"], kw["width"], kw["n_networks"], kw["init"],
+                    bn=kw["bn"], seed=kw["seed"], dtype=kw["dtype"])
+    if reps is not None:
+        assert sorted(reps) == sorted({int(layer) for layer in kw["depths"]})
+        for h in reps.values():
+            assert h.shape == (int(kw["n_networks"]), int(kw["width"]), kw["x"].shape[1]) and h.dtype == kw["dtype"]
+            _finite(h.double().numpy())
+    normalised = _outcome(daneshmand.batch_norm_rows, kw["x"])
+    if normalised is not None:
+        np.testing.assert_allclose(normalised.mean(-1).numpy(), 0, atol=1e-12)
+        np.testing.assert_allclose(normalised.square().mean(-1).numpy(), 1, rtol=1e-12)
+    pair = _outcome(daneshmand.mean_pair_cosine, kw["x"])
+    if pair is not None:
+        _finite(pair)
+        assert np.all(np.abs(pair) <= 1 + 1e-12)
+    cosines = _outcome(daneshmand.gaussian_relu_cosines, kw["depth"], kw["s_w2"], kw["s_b2"], kw["width"],
+                       kw["n_samples"], kw["n_networks"], kw["seed"])
+    if cosines is not None:
+        _finite(cosines)
+        assert np.all((0 <= cosines) & (cosines <= 1 + 1e-12))
+
+
+@settings(SLOW, max_examples=8)
+@given(kw=_arguments(depth=_count(1, 2), bn=(st.booleans(), st.sampled_from([1, None])),
+                     lrs=(st.lists(_floats(1e-3, 1.0, [1e-300, 1e30]), min_size=1, max_size=2),
+                          st.one_of(st.just([0.0]), st.just([1e39]), HOSTILE_ARRAYS)),
+                     epochs=_count(0, 1), rank_bound=(st.just(rank.differentiable_rank_bound),
+                                                      st.sampled_from([None, "r", 1.0])),
+                     width=_count(1, 6), batch=_count(2, 16), n_networks=_count(1, 2), pretrain_steps=_count(0, 2),
+                     init=(st.sampled_from(daneshmand.INITS), st.sampled_from(["xavier", None])),
+                     n_samples=(st.integers(16, 64), st.one_of(st.just(0), st.just(10**6), HOSTILE_NUMBERS)),
+                     seed=SEED))
+def test_daneshmand_training(kw):
+    """Losses per epoch (inf where a network diverged), accuracies in [0, 1], 1 <= r(H_L) <= width (NaN only for a
+    dead or diverged layer)."""
+    run = _outcome(daneshmand.train_digits, **kw)
+    if run is not None:
+        n, epochs = len(kw["lrs"]) * int(kw["n_networks"]), int(kw["epochs"])
+        assert run.loss.shape == run.rank_bound.shape == (n, epochs + 1) and run.accuracy.shape == (n,)
+        assert not np.isnan(run.loss).any() and np.all((0 <= run.accuracy) & (run.accuracy <= 1))
+        r = run.rank_bound[np.isfinite(run.rank_bound)]
+        assert np.all((1 - 1e-6 <= r) & (r <= int(kw["width"]) * (1 + 1e-6)))
 
 
 @FAST

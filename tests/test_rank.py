@@ -142,3 +142,30 @@ def test_numpy_sizes_and_huge_features_are_accepted():
     assert rank.bn_chain(np.eye(3), np.int64(2), n_chains=np.float64(2.0)).shape == (2, 2, 3, 3)
     h = np.random.default_rng(0).standard_normal((3, 5))
     assert rank.rank_lower_bound(1e200 * h) == pytest.approx(rank.rank_lower_bound(h), rel=1e-12)  # r is scale free
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: rank.relu_cosines("5", 2.0, 0.0), "depth must be a whole number, got '5'"),
+    (lambda: rank.relu_cosines(5, 2.0, 0.0, 1.5), "c0 must be a finite number in \\[-1, 1\\]"),
+    (lambda: rank.asymmetric_unit_correlation(lower=1.0, upper=1.0), "needs lower < upper"),
+    (lambda: rank.asymmetric_unit_correlation(torch.ones(3, 4)), "x is constant over the samples"),
+    (lambda: rank.last_layer_gradient_cosines(torch.ones(3, 4), torch.ones(2, 5)), "one column per example"),
+    (lambda: rank.last_layer_gradient_cosines(torch.zeros(3, 4), torch.ones(2, 4)), "has no direction"),
+])
+def test_correlations_follow_the_input_contract(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_correlations_are_scale_free_where_their_inputs_overflow():
+    """The cosine map in the bias share, and the correlations rescaled by powers of 2, stay finite and exact."""
+    # s_w^2 = s_b^2 = 1e300: layer 1 sees c = 1/2, after which the bias share is 1e-300, so He's map from c0 = 1/2
+    np.testing.assert_allclose(rank.relu_cosines(8, 1e300, 1e300), rank.relu_cosines(8, 2.0, 0.0, 0.5), rtol=1e-14)
+    x = torch.randn(5, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert rank.asymmetric_unit_correlation(1e300 * x, 0.0, 2e300) == pytest.approx(
+        rank.asymmetric_unit_correlation(x), rel=1e-14)
+    errors = torch.randn(2, 7, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    huge = rank.last_layer_gradient_cosines(1e300 * x, 1e300 * errors)
+    plain = rank.last_layer_gradient_cosines(x, errors)
+    for key in ("frobenius", "row0"):
+        torch.testing.assert_close(huge[key], plain[key])

@@ -53,3 +53,35 @@ def test_training_records_the_rank_bound_and_is_deterministic():
     assert run.loss.shape == run.rank_bound.shape == (2, 2) and run.accuracy.shape == (2,)
     assert np.all((run.rank_bound >= 1) & (run.rank_bound <= 16))  # 1 <= r(H) <= d (Lemma 1)
     np.testing.assert_array_equal(daneshmand.train_digits(**kwargs).loss, run.loss)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: daneshmand.init_variances("he", "64"), "fan_in must be a whole number, got '64'"),
+    (lambda: daneshmand.representations(torch.randn(4, 4), [0], 4, 1), "every entry of depths .* got 0"),
+    (lambda: daneshmand.representations(torch.randn(4, 4), [1], 4, 1, bn="yes"), "bn must be True or False"),
+    (lambda: daneshmand.representations(torch.randn(4, 1), [1], 4, 1, bn=True), "x must have N >= 2 samples"),
+    (lambda: daneshmand.representations(1e300 * torch.randn(4, 4, dtype=torch.float64), [1], 4, 1, init="gaussian"),
+     "leave torch.float32's range"),
+    (lambda: daneshmand.batch_norm_rows(torch.ones(2, 3)), "constant over the samples"),
+    (lambda: daneshmand.mean_pair_cosine(torch.tensor([[1.0, 0.0], [2.0, 0.0]])), "column\\) equal to 0"),
+    (lambda: daneshmand.gaussian_relu_cosines(2, 1.0, 0.0, 8, 9, 2), "n_samples must be between 2 and 8"),
+    (lambda: daneshmand.train_digits(1, True, [0.1], 1, rank_bound=None), "rank_bound must be a function"),
+    (lambda: daneshmand.train_digits(1, True, [float("nan")], 1, rank_bound=rank.differentiable_rank_bound),
+     "lrs \\(learning rates\\) must be finite"),
+    (lambda: daneshmand.train_digits(1, True, [0.1], 1, rank_bound=rank.differentiable_rank_bound, batch=1),
+     "batch must be between 2 and 1,437"),
+])
+def test_arguments_follow_the_input_contract(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_batch_norm_rows_is_scale_free_and_matches_the_unchecked_layer():
+    """The checked batch norm rescales each row by a power of 2: rows of 1e300 or 1e-300 normalise exactly."""
+    h = torch.randn(3, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for centre in (True, False):
+        for eps in (0.0, 1e-3):
+            torch.testing.assert_close(daneshmand.batch_norm_rows(h, centre, eps),
+                                       daneshmand._batch_norm_rows(h, centre, eps), rtol=1e-14, atol=0)
+    for scale in (1e300, 1e-300):
+        torch.testing.assert_close(daneshmand.batch_norm_rows(scale * h), daneshmand.batch_norm_rows(h))

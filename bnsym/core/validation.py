@@ -1,5 +1,6 @@
 """The input contract of bnsym's public surface (:mod:`bnsym.api`, :mod:`bnsym.dilution`, :mod:`bnsym.rank`,
-:mod:`bnsym.products`, :mod:`bnsym.train`, :mod:`bnsym.nngp`, :mod:`bnsym.sweep`, the ``bnsym`` command).
+:mod:`bnsym.products`, :mod:`bnsym.train`, :mod:`bnsym.nngp`, :mod:`bnsym.sweep`, the ``bnsym`` command, and the
+networks of :mod:`bnsym.sim.daneshmand` that check the rank theory).
 
 Every public function calls these checks at its top. Bad input raises ``ValueError`` whose message names the
 argument and says why; any other input gives finite values that satisfy the theory's invariants (lambda_G >=
