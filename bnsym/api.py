@@ -1,9 +1,11 @@
 """The stable public face of bnsym: each function takes an activation (name or Activation), B, eps, method.
 
 Each quantity has one table of routes, method name -> :class:`Route`: the function, the check that says why it
-does not apply, and whether it takes an array of B. ``method=None`` picks the first route of the table that
-applies. Functions return floats (arrays for an array of B), dicts or a FixedPoint; with ``with_error=True``
-they return the route's :class:`~bnsym.core.estimate.Estimate` (or a dict of them) instead.
+does not apply, and whether it takes an array of B (or of eps). The table is the dispatch: a name it lacks is a
+ValueError "unknown method", and ``method=None`` picks the first route of the table that applies. Functions
+return floats (arrays for an array of B), dicts or a FixedPoint; with ``with_error=True`` they return the route's
+:class:`~bnsym.core.estimate.Estimate` (or a dict of them) instead. A function that builds on another quantity
+validates its arguments once and calls that quantity's routes, not its public function.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .core.validation import (
     check_resolved,
     check_tol,
     check_variance,
+    check_whole_number,
 )
 from .meanfield.backward import MAX_TRAINABLE_DEPTH_FACTOR, operator_eigenvalues, rate_closed_form, rate_spherical
 from .meanfield.backward import depth_scale as _depth_scale
@@ -50,36 +53,41 @@ from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_ge
 from .meanfield.laplace import bn_kernel_laplace
 from .meanfield.qmc import bn_kernel_qmc
 
+DEFAULT_TOL = 1e-8  # the error target of the series routes where a function takes no ``tol``
+MAX_FIXED_NODES = 1024  # a fixed Gauss-Jacobi rule of cross_batch_kernel: nodes^2 points per entry
+
 
 @dataclass(frozen=True)
 class Route:
     """One method for one quantity.
 
-    ``compute(phi, x, eps, tol)`` with x = B (Sigma for :func:`bn_kernel`) returns an Estimate, a dict of them or
-    a FixedPoint; ``check(name, phi, x, eps, tol)`` raises ValueError saying why the method ``name`` does not
-    apply; ``vectorised``: ``compute`` takes a numpy array of B.
+    ``compute(phi, x, eps, tol, **options)`` with x = B (the validated Sigma for :func:`bn_kernel` and
+    :func:`cross_batch_kernel`, whose further arguments are the ``options``) returns an Estimate, a dict of them
+    or a FixedPoint; ``check(name, phi, x, eps, tol)`` raises ValueError saying why the method ``name`` does not
+    apply; ``vectorised``: ``compute`` takes a numpy array of B; ``eps_arrays``: it takes a numpy array of eps.
     """
 
     compute: Callable[..., object]
     check: Callable[..., None]
     vectorised: bool = False
+    eps_arrays: bool = False
 
 
 def _always(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
     """The route applies to every phi and eps."""
 
 
-def _eps_zero(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
-    if eps != 0:
+def _eps_zero(name: str, phi: Activation, x: object, eps: float | np.ndarray, tol: float | None) -> None:
+    if np.any(eps != 0):
         raise ValueError(f"method {name!r} needs eps = 0 (the BN output is then uniform on its sphere); "
                          "use 'radial' for eps > 0")
 
 
-def _homogeneous(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
+def _homogeneous(name: str, phi: Activation, x: object, eps: float | np.ndarray, tol: float | None) -> None:
     if not phi.is_homogeneous:
         raise ValueError(f"method {name!r} needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity); "
                          f"{phi} is not")
-    if eps != 0:
+    if np.any(eps != 0):
         raise ValueError(f"method {name!r} needs eps = 0: with eps > 0 batch norm is no longer scale invariant")
 
 
@@ -90,8 +98,8 @@ def _homogeneous_above_half(name: str, phi: Activation, x: object, eps: float, t
                          f"{phi} has alpha = {phi.degree:g}")
 
 
-def _gegenbauer(name: str, phi: Activation, x: object, eps: float, tol: float | None) -> None:
-    if eps != 0:
+def _gegenbauer(name: str, phi: Activation, x: object, eps: float | np.ndarray, tol: float | None) -> None:
+    if np.any(eps != 0):
         raise ValueError(f"method {name!r} needs eps = 0: the BN output is then uniform on its sphere, which the "
                          "basis is built on")
 
@@ -100,6 +108,28 @@ def _bsb1_input(name: str, phi: Activation, sigma: np.ndarray, eps: float, tol: 
     if bsb1_mu(sigma) is None:
         raise ValueError(f"method {name!r} needs G Sigma G = mu G (a BSB1-type input); use 'qmc' or 'laplace' for "
                          "general Sigma")
+
+
+def _one_joint_covariance(name: str, phi: Activation, sigma: np.ndarray, eps: float, tol: float | None) -> None:
+    if sigma.ndim != 2:
+        raise ValueError(f"method {name!r} takes one joint covariance at a time, got a stack of shape {sigma.shape}")
+
+
+def _cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray, eps: float, tol: float | None, *,
+                                original: np.ndarray | torch.Tensor, batch1: int, nodes: int | None, blocks: str,
+                                with_error: bool) -> np.ndarray | torch.Tensor | Estimate:
+    """The Laplace route on Sigma as given (a torch tensor stays one, on its device)."""
+    return cross_batch_kernel_laplace(phi, original, batch1, nodes, with_error, blocks)
+
+
+def _cross_batch_kernel_qmc(phi: Activation, sigma: np.ndarray, eps: float, tol: float | None, *,
+                            original: np.ndarray | torch.Tensor, batch1: int, nodes: int | None, blocks: str,
+                            with_error: bool) -> np.ndarray | Estimate:
+    """The joint covariance (or its cross block) by randomised QMC, one matrix at a time (numpy)."""
+    estimate = bn_kernel_qmc(phi, sigma, eps, sizes=(batch1, sigma.shape[-1] - batch1))
+    if blocks == "cross":
+        estimate = Estimate(estimate.value[:batch1, batch1:], estimate.error[:batch1, batch1:], "qmc")
+    return estimate if with_error else estimate.value
 
 
 FIXED_POINT_ROUTES = {
@@ -124,14 +154,14 @@ CROSS_RATE_ROUTES = {
     "spherical": Route(lambda phi, b, eps, tol: cross_rate_spherical(phi, b), _always),
 }
 CROSS_BATCH_KERNEL_ROUTES = {
-    "laplace": Route(lambda phi, sigma, eps, tol: None, _homogeneous),
-    "qmc": Route(lambda phi, sigma, eps, tol: None, _always),
+    "laplace": Route(_cross_batch_kernel_laplace, _homogeneous),
+    "qmc": Route(_cross_batch_kernel_qmc, _one_joint_covariance),
 }
 GRADIENT_RATE_ROUTES = {
     "closed_form": Route(lambda phi, b, eps, tol: rate_closed_form(phi, b), _homogeneous, vectorised=True),
     "spherical": Route(lambda phi, b, eps, tol: rate_spherical(phi, b), _eps_zero),
     "gegenbauer": Route(lambda phi, b, eps, tol: gradient_rate_gegenbauer(phi, b, tol), _gegenbauer),
-    "radial": Route(lambda phi, b, eps, tol: rate_radial(phi, b, eps), _always),
+    "radial": Route(lambda phi, b, eps, tol: rate_radial(phi, b, eps), _always, eps_arrays=True),
 }
 FORWARD_EIGENVALUE_ROUTES = {
     "closed_form": Route(lambda phi, b, eps, tol: homogeneous_eigenvalues(phi, b), _homogeneous_above_half,
@@ -157,8 +187,13 @@ def _choose(table: Mapping[str, Route], method: str | None, phi: Activation, x: 
     """The route ``method`` names (ValueError if unknown or not applicable), or for None the first that applies."""
     aliases = aliases or {}
     if method is None:
-        name = next(name for name in table if _why_not(table, name, phi, x, eps, tol) is None)
-        return name, table[name]
+        reasons = []
+        for name in table:
+            reason = _why_not(table, name, phi, x, eps, tol)
+            if reason is None:
+                return name, table[name]
+            reasons.append(reason)
+        raise ValueError("no method applies: " + "; ".join(reasons))
     name = aliases.get(method, method)
     if name not in table:
         known = [label for key in table for label in (key, *(a for a, target in aliases.items() if target == key))]
@@ -185,14 +220,25 @@ def _resolved(name: str, route: Route, phi: Activation, x: object, eps: float, t
     return result
 
 
-def _compute(table: Mapping[str, Route], method: str | None, phi: Activation, batch: int | np.ndarray, eps: float,
-             tol: float | None, aliases: Mapping[str, str] | None = None, batched: bool | None = None):
-    """Choose the route, refuse an array of B where it is not vectorised (naming those that are), compute.
+def _compute(table: Mapping[str, Route], method: str | None, phi: Activation, batch: int | np.ndarray,
+             eps: float | np.ndarray, tol: float | None, aliases: Mapping[str, str] | None = None,
+             batched: bool | None = None):
+    """Choose the route, refuse an array of B or of eps where it is not vectorised (naming those that are), compute.
 
     A named method must resolve phi; by default the first applicable route that resolves it answers, and where
     none does, the first one's reason is raised. ``batched``: ``batch`` is an array of B (default: it has axes).
+    An array of eps takes the routes marked ``eps_arrays`` (the default picks among them) and one B.
     """
     batched = bool(np.ndim(batch)) if batched is None else batched
+    if np.ndim(eps):
+        takers = {name: route for name, route in table.items() if route.eps_arrays}
+        if batched:
+            raise ValueError("an array of eps needs one batch size: no method takes arrays of B and of eps together")
+        name = (aliases or {}).get(method, method)
+        if name in table and name not in takers:
+            raise ValueError(f"method {method!r} takes one eps at a time; arrays of eps need method "
+                             + " or ".join(map(repr, takers)))
+        table = table if method is not None else takers
     if method is not None or batched:
         name, route = _choose(table, method, phi, batch, eps, tol, aliases)
         if batched and not route.vectorised:
@@ -227,7 +273,8 @@ def _effective_eps(eps: object, sigma_w2: object, sigma_b2: object = 0.0, array_
 
 
 def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, sigma_w2: float = 1.0,
-                sigma_b2: float = 0.0, method: str | None = None, tol: float = 1e-8) -> FixedPoint:
+                sigma_b2: float = 0.0, method: str | None = None, tol: float = DEFAULT_TOL,
+                with_error: bool = False) -> FixedPoint | dict[str, Estimate]:
     """The attracting BSB1 fixed point Sigma* = q ((1 - c) I + c 11^T) of the layer output's covariance.
 
     The layer is h = W x + b, W ~ N(0, sigma_w2 / N), b ~ N(0, sigma_b2), x' = phi(BN_eps(h)). sigma_b2 never
@@ -238,13 +285,16 @@ def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, si
     ValueError) or "radial" (any phi and eps: radial quadrature of tabulated angular moments, R16). Default: the
     first of these that applies. Past the collapse (eps above :func:`collapse_eps`) the attracting fixed point has
     mu* = 0: Sigma* = phi(0)^2 11^T, ``collapsed`` is True and c = 1 (this is not an error).
+    The :class:`FixedPoint` carries the route's ``error`` (a bound on q* and q* c*); with ``with_error=True`` the
+    result is instead {"q", "c", "mu"} as Estimates, that error propagated (:meth:`FixedPoint.estimates`).
     """
     batch = check_batch_size(B, array_ok=True)
     phi = check_activation(parse_activation(phi), batch)
     tol = check_tol(tol)
     eps, t = _effective_eps(eps, sigma_w2, sigma_b2)
     point = _compute(FIXED_POINT_ROUTES, method, phi, batch, t, tol, FIXED_POINT_ALIASES)
-    return replace(point, eps=eps, sigma_w2=float(sigma_w2))
+    point = replace(point, eps=eps, sigma_w2=float(sigma_w2))
+    return point.estimates() if with_error else point
 
 
 def collapse_eps(phi: str | Activation, B: int, sigma_w2: float = 1.0) -> float:
@@ -285,7 +335,7 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
 
 
 def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0, sigma_w2: float = 1.0,
-                  method: str | None = None, tol: float = 1e-8,
+                  method: str | None = None, tol: float = DEFAULT_TOL,
                   with_error: bool = False) -> float | np.ndarray | Estimate:
     """lambda_G: the factor by which squared gradient norms grow per layer towards the input (Thms 7, 8; R16).
 
@@ -302,13 +352,7 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     phi = check_activation(parse_activation(phi), batch, slope=True)
     tol = check_tol(tol)
     eps, t = _effective_eps(eps, sigma_w2, array_ok=True)
-    if np.ndim(t):
-        if np.ndim(batch) or method not in (None, "radial"):
-            raise ValueError("an array of eps needs one batch size and method 'radial' (the default for arrays)")
-        estimate = rate_radial(phi, batch, t)
-        check_resolved(estimate.value, estimate.error, f"method 'radial' for activation {phi} at B = {batch}")
-    else:
-        estimate = _compute(GRADIENT_RATE_ROUTES, method, phi, batch, t, tol)
+    estimate = _compute(GRADIENT_RATE_ROUTES, method, phi, batch, t, tol)
     return estimate if with_error else estimate.value
 
 
@@ -326,7 +370,7 @@ def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False
     phi = check_activation(parse_activation(phi), batch_size, slope=True)
     operator = operator_eigenvalues(phi, batch_size)
     check_resolved(*_values_and_errors(operator), f"the backward operator of activation {phi} at B = {batch_size}")
-    eigenvalues = {**operator, "G": gradient_rate(phi, batch_size, with_error=True)}
+    eigenvalues = {**operator, "G": _compute(GRADIENT_RATE_ROUTES, None, phi, batch_size, 0.0, DEFAULT_TOL)}
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 
@@ -363,7 +407,7 @@ def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float |
 
 
 def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, sigma_w2: float = 1.0,
-                        method: str | None = None, tol: float = 1e-8,
+                        method: str | None = None, tol: float = DEFAULT_TOL,
                         with_error: bool = False) -> dict[str, float | np.ndarray | Estimate]:
     """Eigenvalues {"G", "L", "M"} of the forward Jacobian G dV_{B_phi}/dSigma G at the attracting BSB1 fixed point.
 
@@ -458,14 +502,9 @@ def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, 
     eps = check_eps(eps)
     if blocks not in ("all", "cross"):
         raise ValueError(f"blocks must be 'all' (the joint covariance) or 'cross' (the B1 x B2 block), got {blocks!r}")
-    if nodes is not None and not (isinstance(nodes, (int, np.integer)) and nodes >= 2):
-        raise ValueError(f"nodes must be an integer >= 2 (Gauss-Jacobi nodes per axis), got {nodes!r}")
-    name, _ = _choose(CROSS_BATCH_KERNEL_ROUTES, method, phi, matrix, eps, None)
-    if name == "laplace":
-        return cross_batch_kernel_laplace(phi, Sigma, batch1, nodes, with_error, blocks)
-    if matrix.ndim != 2:
-        raise ValueError(f"method 'qmc' takes one joint covariance at a time, got a stack of shape {matrix.shape}")
-    estimate = bn_kernel_qmc(phi, matrix, eps, sizes=(batch1, matrix.shape[-1] - batch1))
-    if blocks == "cross":
-        estimate = Estimate(estimate.value[:batch1, batch1:], estimate.error[:batch1, batch1:], "qmc")
-    return estimate if with_error else estimate.value
+    if nodes is not None:
+        nodes = check_whole_number(nodes, "nodes (Gauss-Jacobi nodes per axis)", 2, MAX_FIXED_NODES,
+                                   "the tensor rule has nodes^2 points per entry of the cross block")
+    _, route = _choose(CROSS_BATCH_KERNEL_ROUTES, method, phi, matrix, eps, None)
+    return route.compute(phi, matrix, eps, None, original=Sigma, batch1=batch1, nodes=nodes, blocks=blocks,
+                         with_error=with_error)

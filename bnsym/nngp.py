@@ -1,4 +1,4 @@
-"""The BN-NNGP: exact Bayesian inference with an infinitely wide batch-normalized network.
+"""The BN-NNGP: exact Bayesian inference with an infinitely wide batch-normalised network.
 
 **Premises.** Inputs x_1, ..., x_n in R^d are cut into batches of B consecutive rows. A network of depth L
 computes, for each batch separately (batch norm in training mode, eps = 0, no affine map),
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -42,46 +42,94 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .core.activations import Activation, parse_activation
-from .core.validation import check_batch_size
+from .core.validation import (
+    check_activation,
+    check_batch_size,
+    check_device,
+    check_finite_result,
+    check_flag,
+    check_range,
+    check_real_array,
+    check_whole_number,
+)
 from .meanfield.crossbatch import cross_batch_kernel_laplace
 from .meanfield.kernels import gaussian_kernel
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
+MAX_DEPTH = 10**4  # one cross-batch layer map per layer
+MAX_NODES = 1024  # Gauss-Jacobi nodes per axis: nodes^2 points per entry of every block
+MAX_ENTRIES = 2**27  # float64 entries of the joint 2B x 2B covariances mapped at once (1 GiB)
 
 
 class KernelConditioningWarning(UserWarning):
     """The prior covariance needed diagonal jitter before its Cholesky factor existed."""
 
 
-def _homogeneous(phi: str | Activation) -> Activation:
-    phi = parse_activation(phi) if isinstance(phi, str) else phi
+def _homogeneous(phi: str | Activation, batch_size: int | None = None) -> Activation:
+    """phi, positive-homogeneous and usable on the BN sphere of ``batch_size`` (on N(0, 1) without one)."""
+    phi = parse_activation(phi)
     if not phi.is_homogeneous:
         raise ValueError(f"the BN-NNGP needs a positive-homogeneous phi (relu, relu^alpha, leaky_relu, identity), "
                          f"whose cross-batch kernel has an exact Laplace route; got {phi}")
-    return phi
+    return check_activation(phi, batch_size)
 
 
 def _check_depth(depth: object) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
-        raise ValueError(f"depth must be a whole number >= 1 (the number of BN-phi layers), got {depth!r}")
-    return int(depth)
+    return check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of BN-phi layers, one layer map each")
+
+
+def _check_depths(depths: object) -> list[int]:
+    """Sorted distinct depths, each a whole number >= 1 (at least one)."""
+    if isinstance(depths, (str, bytes)) or not isinstance(depths, Iterable):
+        raise ValueError(f"depths must be a list of depths, got {depths!r:.80}")
+    checked = sorted({_check_depth(depth) for depth in np.ravel(np.asarray(depths, dtype=object)).tolist()})
+    if not checked:
+        raise ValueError("depths must name at least one depth")
+    return checked
+
+
+def _check_nodes(nodes: object) -> int | None:
+    if nodes is None:
+        return None
+    return check_whole_number(nodes, "nodes", 2, MAX_NODES, "Gauss-Jacobi nodes per axis, nodes^2 points per entry")
+
+
+def _check_inputs(X: object, name: str, n_features: int | None = None) -> np.ndarray:
+    """Inputs (n, d), real and finite; d = ``n_features`` where given."""
+    X = check_real_array(X, f"{name} (n_samples, n_features)", 2)
+    if X.ndim != 2 or (n_features is not None and X.shape[1] != n_features):
+        raise ValueError(f"{name} must be a matrix (n_samples, n_features)"
+                         + (f" with n_features = {n_features}" if n_features is not None else "")
+                         + f", got shape {X.shape}")
+    return X
+
+
+def _check_size(n_batches: int, n_pairs: int, batch_size: int) -> None:
+    """The joint covariances of the batches and their pairs must fit in MAX_ENTRIES."""
+    entries = (n_batches + n_pairs) * (2 * batch_size) ** 2
+    if entries > MAX_ENTRIES:
+        raise ValueError(f"{n_batches} batches and {n_pairs} pairs of them at batch_size B = {batch_size} make "
+                         f"{entries:,} entries of joint covariances, above {MAX_ENTRIES:,} (1 GiB of float64): use "
+                         "fewer points or a smaller batch size")
 
 
 def fill_batches(n: int, batch_size: int) -> np.ndarray:
     """Row indices (k, B) of k = ceil(n / B) batches: 0..n-1 in order, the last batch wrapping around to 0, 1, ..."""
+    n, batch_size = check_whole_number(n, "n", 1, 2**53), check_batch_size(batch_size)
     k = -(-n // batch_size)
     return np.arange(k * batch_size).reshape(k, batch_size) % n
 
 
 def input_covariance(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """K^0 = x_i . x_j / d for rows of ``left`` and ``right`` (the first layer's pre-activation covariance)."""
-    return left @ right.T / left.shape[-1]
+    left = _check_inputs(left, "left")
+    return left @ _check_inputs(right, "right", left.shape[1]).T / left.shape[-1]
 
 
 def default_nodes(batch_size: int) -> int:
     """Gauss-Jacobi nodes per axis of the cross-batch integral: 6 for B >= 16 (error about 1e-10 of the kernel at
     B = 32), 24 for smaller batches, whose endpoint factors (1 - x)^((B - 3) / 2) are rougher (about 1e-7 at B = 4)."""
-    return 6 if batch_size >= 16 else 24
+    return 6 if check_batch_size(batch_size) >= 16 else 24
 
 
 def first_layer_nodes(batch_size: int, n_features: int) -> int:
@@ -91,7 +139,8 @@ def first_layer_nodes(batch_size: int, n_features: int) -> int:
     largest error of the prior relative to its largest entry is 3e-3 (diabetes) and 2e-2 (ten digits pixels) with 6
     nodes, 3e-6 and 1e-4 with 12, 5e-12 and 5e-9 with 24 (iris, d = 4, B = 8: 3e-6 with 24). Deeper layers see
     full-rank post-activation Grams with eigenvalues near their mean."""
-    return 24 if n_features < batch_size - 1 else default_nodes(batch_size)
+    n_features = check_whole_number(n_features, "n_features", 1, 2**53)
+    return 24 if n_features < check_batch_size(batch_size) - 1 else default_nodes(batch_size)
 
 
 def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
@@ -104,15 +153,21 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     :func:`default_nodes`), all pairs in one batched tensor op; the within-batch blocks are the cross blocks of
     each batch with an identical copy of itself, in the same op.
     """
-    phi = _homogeneous(phi)
-    depths = sorted({_check_depth(depth) for depth in depths})
-    batch = np.shape(batches)[-2]
-    first = nodes or first_layer_nodes(batch, np.shape(batches)[-1])
+    batches = check_real_array(batches, "batches (k, B, d)", 3)
+    if batches.ndim != 3:
+        raise ValueError(f"batches must have shape (k, B, d), got {batches.shape}")
+    batch = check_batch_size(batches.shape[1])
+    phi, depths, nodes = _homogeneous(phi, batch), _check_depths(depths), _check_nodes(nodes)
+    pairs = np.reshape(check_real_array(pairs, "pairs (P, 2)") if np.size(pairs) else np.zeros(0), (-1, 2))
+    if not (np.all(pairs == np.round(pairs)) and np.all((0 <= pairs) & (pairs < len(batches)))
+            and np.all(pairs[:, 0] != pairs[:, 1])):
+        raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
+    pairs = pairs.astype(int)
+    _check_size(len(batches), len(pairs), batch)
+    first = nodes or first_layer_nodes(batch, batches.shape[-1])
     nodes = nodes or default_nodes(batch)
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    x = torch.as_tensor(np.asarray(batches, dtype=float), device=torch.device(device))
-    pairs = np.asarray(pairs, dtype=int).reshape(-1, 2)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
+    x = torch.as_tensor(batches, device=torch.device(device))
     left, right = torch.as_tensor(pairs[:, 0], device=x.device), torch.as_tensor(pairs[:, 1], device=x.device)
     within = x @ x.mT / x.shape[-1]
     cross = x[left] @ x[right].mT / x.shape[-1]
@@ -152,9 +207,15 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     (test batch, training batch) pairs (the training block is not recomputed).
     """
     batch = check_batch_size(batch_size)
-    X = np.asarray(X, dtype=float)
+    X = _check_inputs(X, "X")
+    X_test = None if X_test is None else _check_inputs(X_test, "X_test", X.shape[1])
+    k = -(-len(X) // batch)
+    kt = 0 if X_test is None else -(-len(X_test) // batch)
+    _check_size(k + kt, k * (k - 1) // 2 if X_test is None else k * kt, batch)
+    # batch norm (eps = 0) makes the prior blind to the inputs' scale: a power of 2 brings max |x| near 1, exactly
+    scale = 2.0 ** -math.frexp(max(np.abs(X).max(), 0.0 if X_test is None else np.abs(X_test).max()))[1]
+    X, X_test = X * scale, None if X_test is None else X_test * scale
     rows = fill_batches(len(X), batch)
-    k = len(rows)
     if X_test is None:
         pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=int).reshape(-1, 2)
         priors = {}
@@ -165,9 +226,7 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
             full[pairs[:, 1], :, pairs[:, 0], :] = cross.transpose(0, 2, 1)
             priors[depth] = BatchedPrior(rows.ravel(), train=full.reshape(k * batch, k * batch))
         return priors
-    X_test = np.asarray(X_test, dtype=float)
     t = len(X_test)
-    kt = -(-t // batch)
     filler = np.arange(kt * batch - t) % len(X)
     test_batches = np.concatenate([X_test, X[filler]]).reshape(kt, batch, -1)
     pairs = np.array([(k + a, i) for a in range(kt) for i in range(k)], dtype=int)
@@ -184,7 +243,8 @@ def bn_nngp_prior(phi: str | Activation, X: np.ndarray, depth: int, batch_size: 
                   X_test: np.ndarray | None = None, nodes: int | None = None,
                   device: torch.device | str | None = None) -> BatchedPrior:
     """:func:`bn_nngp_priors` at one depth."""
-    return bn_nngp_priors(phi, X, [depth], batch_size, X_test, nodes, device)[_check_depth(depth)]
+    depth = _check_depth(depth)
+    return bn_nngp_priors(phi, X, [depth], batch_size, X_test, nodes, device)[depth]
 
 
 def arccos_nngp_kernel(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | None, depth: int) -> np.ndarray:
@@ -192,12 +252,14 @@ def arccos_nngp_kernel(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | N
 
     Returns K^L between the rows of X1 and X2 (X2 = None: X1 with itself).
     """
-    phi = _homogeneous(phi)
-    X1 = np.asarray(X1, dtype=float)
-    both = X1 if X2 is None else np.concatenate([X1, np.asarray(X2, dtype=float)])
+    phi, depth = _homogeneous(phi), _check_depth(depth)
+    X1 = _check_inputs(X1, "X1")
+    both = X1 if X2 is None else np.concatenate([X1, _check_inputs(X2, "X2", X1.shape[1])])
     kernel = input_covariance(both, both)
-    for _ in range(_check_depth(depth)):
-        kernel = gaussian_kernel(phi, kernel)
+    with np.errstate(all="ignore"):
+        for _ in range(depth):
+            kernel = gaussian_kernel(phi, kernel)
+    kernel = check_finite_result(kernel, f"the kernel of these inputs at depth {depth}")
     return kernel if X2 is None else kernel[: len(X1), len(X1):]
 
 
@@ -216,6 +278,11 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
 
     log p(y) = -y^T alpha / 2 - sum log diag(L) - n log(2 pi) / 2, summed over the columns of y.
     """
+    kernel, targets = check_real_array(kernel, "kernel (n, n)", 2), check_real_array(targets, "targets (n, ...)", 1)
+    if kernel.ndim != 2 or kernel.shape[0] != kernel.shape[1] or len(targets) != len(kernel):
+        raise ValueError(f"kernel must be a square (n, n) matrix and targets have n rows, got shapes {kernel.shape} "
+                         f"and {targets.shape}")
+    noise = check_range(noise, "noise", 0.0, why="a variance")
     n = len(kernel)
     scale = float(np.mean(np.diag(kernel)))
     jitter = 0.0
@@ -238,15 +305,23 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
     return Posterior(factor, alpha, jitter, lml)
 
 
+def _validate_data(estimator: BaseEstimator, *arrays: object, **options: object):
+    """scikit-learn's ``validate_data``, its ValueError prefixed with the arguments it refers to."""
+    try:
+        return validate_data(estimator, *arrays, **options)
+    except ValueError as error:
+        raise ValueError(f"{'X, y' if len(arrays) > 1 else 'X'}: {error}") from None
+
+
 class _BatchNormNNGP(BaseEstimator):
     """What the regressor and the classifier share: validation, the batched prior, the posterior."""
 
     def _validate(self) -> Activation:
-        phi = _homogeneous(self.phi)
+        phi = _homogeneous(self.phi, check_batch_size(self.batch_size))
         _check_depth(self.depth)
-        check_batch_size(self.batch_size)
-        if not (isinstance(self.noise, (int, float)) and math.isfinite(self.noise) and self.noise >= 0):
-            raise ValueError(f"noise must be a finite variance >= 0, got {self.noise!r}")
+        check_range(self.noise, "noise", 0.0, why="the observation noise variance")
+        _check_nodes(self.nodes)
+        check_flag(getattr(self, "normalise_y", False), "normalise_y")
         return phi
 
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
@@ -280,17 +355,17 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         depth: L, the number of BN-phi layers.
         batch_size: B, the batch size of the network (training and test batching as in the module docstring).
         noise: the observation noise variance added to the diagonal of the prior covariance.
-        normalize_y: centre and scale the targets (the prior's variance is O(1)).
+        normalise_y: centre and scale the targets (the prior's variance is O(1)).
         nodes: Gauss-Jacobi nodes per axis of the Laplace integral, every layer (None: the default rules).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
-                 normalize_y: bool = True, nodes: int | None = None) -> None:
+                 normalise_y: bool = True, nodes: int | None = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
         self.noise = noise
-        self.normalize_y = normalize_y
+        self.normalise_y = normalise_y
         self.nodes = nodes
 
     def __sklearn_tags__(self):
@@ -300,11 +375,11 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPRegressor:
         """Condition the prior on (X, y); y of shape (n,) or (n, outputs)."""
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
+        X, y = _validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
         self._y_shape = y.shape[1:]
         y = y.reshape(len(y), -1)
-        self._y_mean = y.mean(0) if self.normalize_y else np.zeros(y.shape[1])
-        self._y_scale = y.std(0) if self.normalize_y else np.ones(y.shape[1])
+        self._y_mean = y.mean(0) if self.normalise_y else np.zeros(y.shape[1])
+        self._y_scale = y.std(0) if self.normalise_y else np.ones(y.shape[1])
         self._y_scale = np.where(self._y_scale > 0, self._y_scale, 1.0)
         self._fit_targets(X, (y - self._y_mean) / self._y_scale)
         return self
@@ -312,7 +387,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
     def predict(self, X: np.ndarray, return_std: bool = False):
         """Posterior mean (and the latent function's posterior standard deviation with ``return_std``)."""
         check_is_fitted(self, "posterior_")
-        X = validate_data(self, X, reset=False, dtype=float)
+        X = _validate_data(self, X, reset=False, dtype=float)
         mean, std = self._predict_latent(X, return_std)
         mean = (mean * self._y_scale + self._y_mean).reshape(len(X), *self._y_shape)
         if not return_std:
@@ -324,7 +399,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     """Classification by BN-NNGP regression on centred one-hot targets; ``predict`` returns the argmax label.
 
-    Args as :class:`BatchNormNNGPRegressor` (without ``normalize_y``).
+    Args as :class:`BatchNormNNGPRegressor` (without ``normalise_y``).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
@@ -337,7 +412,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPClassifier:
         """Condition the prior on one-hot codes of the labels y, centred by 1 / (number of classes)."""
-        X, y = validate_data(self, X, y, dtype=float)
+        X, y = _validate_data(self, X, y, dtype=float)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
@@ -349,7 +424,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
 
     def _scores(self, X: np.ndarray) -> np.ndarray:
         check_is_fitted(self, "posterior_")
-        X = validate_data(self, X, reset=False, dtype=float)
+        X = _validate_data(self, X, reset=False, dtype=float)
         return self._predict_latent(X, return_std=False)[0]
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:

@@ -93,8 +93,8 @@ def finite_width_z(net, sigma0=SIGMA0, gradient=True, seed=0) -> tuple[list[tupl
     out, exact = [], 0
     for name in measured:
         for layer in range(len(net)):
-            means = np.array([m[0][layer] for m in measured[name]])
-            ses = np.array([m[1][layer] for m in measured[name]])
+            means = np.array([m.value[layer] for m in measured[name]])
+            ses = np.array([m.error[layer] for m in measured[name]])
             value, error = predicted[name][layer], predicted[f"{name} error"][layer]
             if ses.max() <= 1e-12 * max(abs(means).max(), 1.0):  # the twin holds it exactly: no spread to fit
                 assert np.abs(means - value).max() <= 1e-9 + error, (name, layer, means, value)

@@ -129,6 +129,39 @@ def test_with_error_returns_the_estimates_of_the_default(spec):
         assert all(isinstance(e, Estimate) and e.value == plain[key] for key, e in estimates.items())
 
 
+def test_fixed_point_with_error_bounds_q_c_and_mu():
+    """The spherical route's propagated errors cover its distance from the closed form (relu, B = 8), up to
+    rounding."""
+    exact = bnsym.fixed_point("relu", 8)
+    point = bnsym.fixed_point("relu", 8, method="spherical")
+    estimates = bnsym.fixed_point("relu", 8, method="spherical", with_error=True)
+    assert list(estimates) == ["q", "c", "mu"] and all(isinstance(e, Estimate) for e in estimates.values())
+    for key, estimate in estimates.items():
+        assert estimate.value == getattr(point, key) and estimate.method == "spherical", key
+        rounding = 16 * np.finfo(float).eps * abs(estimate.value)  # the bounds leave out float64 rounding
+        assert 0 < estimate.error and abs(estimate.value - getattr(exact, key)) <= estimate.error + rounding, key
+    assert estimates["q"].error == point.error
+    closed = bnsym.fixed_point("relu", BATCHES, with_error=True)
+    assert all(not e.error.any() and e.value.shape == BATCHES.shape for e in closed.values())
+
+
+def test_a_collapsed_fixed_point_has_exact_c_and_mu():
+    point = bnsym.fixed_point("tanh", 8, eps=2.0)
+    estimates = bnsym.fixed_point("tanh", 8, eps=2.0, with_error=True)
+    assert point.collapsed and (estimates["c"].value, estimates["mu"].value) == (1.0, 0.0)
+    assert estimates["c"].error == estimates["mu"].error == 0 and estimates["q"].error == point.error
+
+
+def test_backward_eigenvalues_parse_phi_once(monkeypatch):
+    """A composite function validates its arguments once and calls the routes, not its public siblings."""
+    calls = []
+    parse = bnsym.api.parse_activation
+    monkeypatch.setattr(bnsym.api, "parse_activation", lambda spec: calls.append(spec) or parse(spec))
+    eigenvalues = bnsym.backward_eigenvalues("tanh", 8, with_error=True)
+    assert calls == ["tanh"]
+    assert eigenvalues["G"] == bnsym.gradient_rate("tanh", 8, with_error=True)
+
+
 def test_depth_scale_error_propagates_the_rate_error():
     rate = bnsym.gradient_rate("tanh", 8, with_error=True)
     xi = bnsym.depth_scale("tanh", 8, with_error=True)
@@ -176,6 +209,11 @@ def test_a_fixed_point_for_many_batch_sizes_has_no_single_matrix():
     (lambda: bnsym.alpha_transition(BATCHES), "one whole number"),
     (lambda: bnsym.gradient_rate("relu", [8, 2]), "below 4"),
     (lambda: bnsym.gradient_rate("relu", [8, True]), "whole numbers"),
+    (lambda: bnsym.gradient_rate("tanh", 8, eps=[0.0, 0.1], method="spherical"),
+     "method 'spherical' takes one eps at a time; arrays of eps need method 'radial'"),
+    (lambda: bnsym.gradient_rate("relu", [8, 16], eps=[0.0, 0.1]), "array of eps needs one batch size"),
+    (lambda: bnsym.cross_batch_kernel("tanh", np.stack([np.eye(8)] * 2), 4),
+     "no method applies: .*'laplace' needs a positive-homogeneous.*'qmc' takes one joint covariance"),
 ])
 def test_arrays_where_no_route_takes_them(call, match):
     with pytest.raises(ValueError, match=match):
@@ -199,6 +237,9 @@ def test_closed_form_and_laplace_are_one_fixed_point_method():
     (bnsym.gradient_rate, "closed_form, spherical, gegenbauer"),
     (bnsym.forward_eigenvalues, "closed_form, spherical, gegenbauer"),
     (lambda phi, b, method: bnsym.bn_kernel(phi, np.eye(b), method=method), "laplace, spherical, qmc"),
+    (lambda phi, b, method: bnsym.cross_batch_kernel(phi, np.eye(2 * b), b, method=method), "laplace, qmc"),
+    (lambda phi, b, method: bnsym.gradient_rate(phi, b, eps=[0.0, 0.1], method=method),
+     "closed_form, spherical, gegenbauer, radial"),
 ])
 def test_unknown_method_lists_the_table(call, known):
     with pytest.raises(ValueError, match=f"unknown method 'fourier'; known methods: {known}"):

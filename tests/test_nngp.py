@@ -104,6 +104,23 @@ def test_bad_parameters(data, params, match):
         BatchNormNNGPRegressor(**{"batch_size": 4, **params}).fit(X, y)
 
 
+def test_numpy_parameters_are_accepted_and_strings_refused(data):
+    X, y = data
+    model = BatchNormNNGPRegressor(depth=np.int64(1), batch_size=np.int64(4), noise=np.float32(0.01)).fit(X, y)
+    assert np.all(np.isfinite(model.predict(X[:2])))
+    with pytest.raises(ValueError, match="depth must be a whole number, got '1'"):
+        bn_nngp_prior("relu", X, "1", 4)
+    with pytest.raises(ValueError, match="noise must be a finite number >= 0, got nan"):
+        BatchNormNNGPRegressor(batch_size=4, noise=float("nan")).fit(X, y)
+
+
+def test_the_prior_is_blind_to_the_inputs_scale(data):
+    """Batch norm (eps = 0) removes any scale of the inputs, also one whose Gram matrix overflows float64."""
+    X, _ = data
+    prior = bn_nngp_prior("relu", X[:8], 2, 4).train
+    np.testing.assert_allclose(bn_nngp_prior("relu", 1e200 * X[:8], 2, 4).train, prior, rtol=1e-12, atol=1e-15)
+
+
 def test_bad_data(data):
     X, y = data
     bad = X.copy()

@@ -1,10 +1,13 @@
-"""Property-based tests of the input contract (bnsym.core.validation) over the public API, bnsym.dilution and the CLI.
+"""Property-based tests of the input contract (bnsym.core.validation) over the public API, bnsym.dilution,
+bnsym.rank, bnsym.products, bnsym.train, bnsym.nngp, bnsym.sweep, the CLI and the networks of bnsym.sim.daneshmand.
 
 For any input, the answer is a ValueError whose message names an argument, or finite values that satisfy the
 theory's invariants: lambda_G >= (B-2)/(B-3), forward eigenvalues >= 0, q* > 0, |c*| <= 1, relu's rate
-non-increasing in B. The CLI answers with valid JSON (no NaN) or one ``bnsym: error:`` line, never a traceback
-or a warning. Inputs mix hostile values (wrong types, huge, tiny, non-finite, malformed activations) with valid
-ones; the examples are derandomized, so every run tries the same inputs.
+non-increasing in B; 1 <= r(H) <= rank(H) (Lemma 1), unit-diagonal batch-norm chains, decreasing Ginibre
+exponents, 1 <= T1/T4 <= sqrt(n), kappa >= 1, PSD priors. The CLI answers with valid JSON (no NaN) or one
+``bnsym: error:`` line, never a traceback or a warning. Inputs mix hostile values (wrong types, huge, tiny,
+non-finite, malformed activations) with valid ones, at sizes that keep each example cheap; the examples are
+derandomized, so every run tries the same inputs.
 """
 
 from __future__ import annotations
@@ -18,20 +21,35 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bnsym
-from bnsym import arch, dilution
+from bnsym import arch, dilution, products, rank, sweep
 from bnsym.arch import Activation, BatchNorm, Dense, LayerNorm, Residual, serial
 from bnsym.cli import main
 from bnsym.core.validation import MAX_BATCH_SIZE
+from bnsym.nngp import BatchNormNNGPRegressor, arccos_nngp_kernel, bn_nngp_prior, gp_posterior
+from bnsym.sim import daneshmand, mc_tolerance
+from bnsym.sweep.cli import int_list
+from bnsym.sweep.runner import connect, keyed
+from bnsym.train import best_factor, grid, line_agreement, train, trains
+from bnsym.train.dynamics import first_steps
+from bnsym.train.trainability import validate
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 SLOW = settings(FAST, max_examples=15)  # quadrature routes: about 0.1-1 s per example
 ARGUMENTS = re.compile(r"\b(B|batch|phi|activation|eps|tol|method|Sigma|x|A|jacobian|f_k|f_l|gsc_to_error|layers|"
-                       r"depth|p|lambda|threshold|r|k|k_b|r_d|ks|norm|Sigma0|layer|network spec|points|replicates)\b")
+                       r"depth|p|lambda|threshold|r|k|k_b|r_d|ks|norm|H|M|start|tau|rtol|width|gamma|s2|nodes|seed|"
+                       r"n_chains|every|burn|samples|n_draws|n_products|exponents|eigenvalues|kind|factors|condition|"
+                       r"Abar|lr|variance|population|n|m|Delta|classes|blocks|q0|batch_norm|order|X|X_test|X1|X2|"
+                       r"noise|kernel|targets|depths|batch_sizes|config|rows|test_accuracy|chance|max_depths|xi|"
+                       r"trained|optimizer|epochs|n_seeds|ghost_batch|batch_size|normalise_y|task|version|key|"
+                       r"n_workers|scheduler|first|last|step|steps|configs|trainability|N|sample|cells|s_w2|s_b2|c0|"
+                       r"lower|upper|errors|fan_in|init|h|centre|bn|relu|dtype|n_networks|n_samples|lrs|"
+                       r"rank_bound|pretrain_steps|Sigma0|layer|network spec|points|replicates)\b")
 
 HOSTILE_NUMBERS = st.sampled_from([None, True, "8", Decimal("8"), [8], complex(8, 0), float("nan"), float("inf"),
                                    -float("inf"), 10**400, -(10**400), 2**63, 1e300, 1e-300, -0.0, object()])
@@ -242,7 +260,7 @@ def test_quadratic_mean(x):
 @FAST
 @given(shape=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)), scale=st.floats(1e-300, 1e300),
        seed=st.integers(0, 100), junk=st.sampled_from([None, "shape", "zero", "nan"]))
-def test_gsc(shape, scale, seed, junk):
+def test_datapoint_gsc(shape, scale, seed, junk):
     rng = np.random.default_rng(seed)
     d_l, d_k, extra = shape
     jacobian, f_k, f_l = (scale * rng.standard_normal(s) for s in ((d_l, d_k), (d_k,), (d_l,)))
@@ -252,7 +270,7 @@ def test_gsc(shape, scale, seed, junk):
         f_l = np.zeros(d_l)
     elif junk == "nan":
         jacobian[0, 0] = np.nan
-    value = _outcome(dilution.gsc, jacobian, f_k, f_l)
+    value = _outcome(dilution.datapoint_gsc, jacobian, f_k, f_l)
     if value is not None:
         _finite(value)
         assert value >= 0 and junk is None
@@ -260,11 +278,513 @@ def test_gsc(shape, scale, seed, junk):
 
 @SLOW
 @given(phi=ACTIVATIONS, norm=st.sampled_from(["batch", "layer", "group"]))
-def test_normalized_gsc_rate(phi, norm):
-    rate = _outcome(dilution.normalized_gsc_rate, phi, norm)
+def test_normalised_gsc_rate(phi, norm):
+    rate = _outcome(dilution.normalised_gsc_rate, phi, norm)
     if rate is not None:
         _finite(rate)
         assert rate > 0
+
+
+# ------------------------------------------------------------------------ bnsym.rank, products, train, nngp, sweep
+# These draw every argument from a (valid, hostile) pair of strategies: all valid, or all valid but one hostile.
+# So every refusal is one argument's, and a share of the examples are valid calls whose results are checked against
+# the theory. "Valid" includes the extremes the contract accepts (1e-300, 1e300, numpy scalars, whole floats).
+
+Pair = tuple[st.SearchStrategy, st.SearchStrategy]
+
+
+def _arguments(**pairs: Pair) -> st.SearchStrategy[dict]:
+    """Keyword arguments: all drawn valid (about a third of the examples), or all valid but one drawn hostile."""
+    return st.sampled_from([None] * (len(pairs) // 2) + [None, *pairs]).flatmap(lambda bad: st.fixed_dictionaries(
+        {name: pair[name == bad] for name, pair in pairs.items()}))
+
+
+def _count(low: int, high: int) -> Pair:
+    """A whole number in [low, high] (an int, a numpy int or a whole float), or one outside, or no number."""
+    valid = st.integers(low, high)
+    return (st.one_of(valid, valid.map(np.int64), valid.map(float)),
+            st.one_of(st.integers(low - 3, low - 1), st.sampled_from([10**26, 2**63, low + 0.5, str(low)]),
+                      HOSTILE_NUMBERS))
+
+
+def _matrix(p) -> np.ndarray:
+    rows, columns, scale, seed = p
+    return scale * np.random.default_rng(seed).standard_normal((rows, columns))
+
+
+def _correlation(p) -> np.ndarray:
+    """A random unit-diagonal PSD d x d matrix (a batch-norm chain's M)."""
+    a = np.random.default_rng(p[1]).standard_normal((p[0], p[0] + 1))
+    m = a @ a.T
+    return m / np.sqrt(np.outer(np.diag(m), np.diag(m)))
+
+
+def _floats(low: float, high: float, extremes: list) -> st.SearchStrategy:
+    return st.one_of(st.floats(low, high), st.sampled_from(extremes))
+
+
+HOSTILE_ARRAYS = st.one_of(st.sampled_from([[np.nan], [1.0, np.inf], [], [[1.0], [2.0, 3.0]], "1,2", None, [True],
+                                            [1 + 1j], np.array(["a"]), object()]), HOSTILE_NUMBERS)
+POSITIVE: Pair = (_floats(1e-3, 1e3, [1e-300, 1e300, 5e-324, np.float32(2.0), Fraction(1, 3)]),
+                  st.one_of(st.sampled_from([0.0, -1.0, -math.inf, math.inf, math.nan]), HOSTILE_NUMBERS))
+NON_NEGATIVE: Pair = (_floats(0.0, 1e3, [0.0, 1e-300, 1e300]), st.one_of(st.sampled_from([-1e-300, -1.0, math.inf,
+                                                                                          math.nan]), HOSTILE_NUMBERS))
+GAMMA: Pair = (st.one_of(POSITIVE[0], st.just(math.inf)), st.one_of(st.sampled_from([0.0, -1.0, -math.inf, math.nan]),
+                                                                     HOSTILE_NUMBERS))
+SEED: Pair = (st.one_of(st.integers(0, 2**64 - 1), st.just(np.uint64(7))),
+              st.one_of(st.sampled_from([-1, 2**64, 1.5]), HOSTILE_NUMBERS))
+FEATURES: Pair = (  # H, d features x N samples
+    st.one_of(st.tuples(st.integers(1, 4), st.integers(1, 5), st.floats(1e-300, 1e300), st.integers(0, 99)).map(
+        _matrix), st.tuples(st.integers(2, 4), st.integers(2, 5), st.just(1.0), st.integers(0, 9)).map(
+        lambda p: torch.as_tensor(_matrix(p), dtype=torch.float32)), st.just([[1, 2, 0], [0, 1, 3]])),
+    st.one_of(st.sampled_from([np.zeros((3, 4)), np.full((2, 2), np.nan), np.ones(3), np.ones((0, 3)),
+                               np.eye(3) * (1 + 1j), np.eye(3, dtype=bool), torch.eye(3, dtype=torch.bool),
+                               [[1, 2], [3]], [["a", "b"]], [[1, np.inf], [0, 1]]]), HOSTILE_NUMBERS))
+
+
+def _second_moment(h):
+    """H H^T / N of a finite numeric matrix H (in float64), anything else as it is."""
+    try:
+        matrix = np.asarray(h, dtype=float)
+    except (TypeError, ValueError):
+        return h
+    with np.errstate(over="ignore"):
+        return matrix @ matrix.T / matrix.shape[1] if matrix.ndim == 2 and np.all(np.isfinite(matrix)) else h
+
+
+@FAST
+@given(kw=_arguments(H=FEATURES, tau=POSITIVE, rtol=(st.one_of(st.none(), st.floats(0.0, 1.0)), POSITIVE[1])))
+def test_rank_measures(kw):
+    """1 <= r(H) <= rank(H) (Lemma 1); the ranks count at most min(d, N) directions."""
+    bound = _outcome(rank.rank_lower_bound, kw["H"])
+    if bound is not None:
+        _finite(bound)
+        assert np.all(1 - 1e-9 <= bound) and np.all(bound <= rank.numerical_rank(kw["H"]) * (1 + 1e-6) + 1e-6)
+    for value in (_outcome(rank.rank_tau, kw["H"], kw["tau"]), _outcome(rank.numerical_rank, kw["H"], kw["rtol"])):
+        if value is not None:
+            assert np.all((0 <= value) & (value <= min(np.shape(kw["H"])[-2:])))
+
+
+@SLOW
+@given(kw=_arguments(start=FEATURES, depth=_count(1, 4), gamma=GAMMA, n_chains=_count(1, 3), seed=SEED,
+                     kind=(st.sampled_from(["H", "M"]), st.sampled_from(["h", None, 3])),
+                     every=(st.just(1), _count(1, 1)[1])))
+def test_bn_chain(kw):
+    """Batch norm rescales every row to norm sqrt N: each M_l has unit diagonal and is PSD."""
+    if kw["kind"] == "M":
+        kw["start"] = _second_moment(kw["start"])
+    chain = _outcome(rank.bn_chain, **kw)
+    if chain is not None:
+        m = chain.double()
+        _finite(m.numpy())
+        np.testing.assert_allclose(m.diagonal(0, -2, -1).numpy(), 1.0, atol=1e-5)
+        assert torch.linalg.eigvalsh(m).min() > -1e-5
+
+
+@SLOW
+@given(kw=_arguments(width=_count(3, 4), gamma=GAMMA, depth=_count(1, 3), burn=_count(0, 2), n_chains=_count(2, 3),
+                     samples=(st.one_of(st.none(), st.integers(1, 4)), _count(1, 4)[1]), seed=SEED))
+def test_bn_lyapunov_and_chain_statistics(kw):
+    """Finite spectra; ergodic averages within their ranges: 1 <= r <= d, 0 <= rank_1/2 <= d, |M_12| <= 1."""
+    spectrum = _outcome(rank.bn_lyapunov, **kw)
+    if spectrum is not None:
+        _finite(spectrum.value, spectrum.error)
+    stats = _outcome(rank.chain_statistics, **kw, every=1)
+    if stats is not None:
+        for estimate in stats.values():
+            _finite(estimate.value, estimate.error)
+        width = int(kw["width"])
+        assert 1 - 1e-9 <= stats["r"].value <= width * (1 + 1e-9) and 0 <= stats["rank_half"].value <= width
+        assert abs(stats["m12"].value) <= 1 + 1e-12
+
+
+UNIT_DIAGONAL: Pair = (st.tuples(st.integers(2, 4), st.integers(0, 99)).map(_correlation),
+                       st.one_of(FEATURES[1], st.sampled_from([2 * np.eye(3), np.array([[1.0, 2.0], [2.0, 1.0]]),
+                                                               np.array([[1.0, 0.5], [0.1, 1.0]])])))
+
+
+@FAST
+@given(kw=_arguments(M=UNIT_DIAGONAL, n_draws=_count(2, 300), seed=SEED))
+def test_delta_F(kw):
+    """Lemma 7: the Monte Carlo drift estimates delta_F(M) (k from mc_tolerance, Bonferroni over the examples)."""
+    exact = _outcome(rank.delta_F, kw["M"])
+    drift = _outcome(rank.second_order_drift, **kw)
+    if exact is not None and drift is not None:
+        _finite(exact, drift.value, drift.error)
+        k = mc_tolerance(int(kw["n_draws"]), FAST.max_examples)
+        assert abs(drift.value - exact) <= k * drift.error + 1e-9 * abs(exact)
+
+
+@FAST
+@given(kw=_arguments(eigenvalues=(st.lists(_floats(0.0, 1e3, [0.0, 1e-300, 1e200]), min_size=1, max_size=5),
+                                  st.one_of(st.just([-1.0, 1.0]), HOSTILE_ARRAYS))))
+def test_delta_F_spectral(kw):
+    """Finite for every spectrum it accepts (one whose cubes overflow is refused)."""
+    value = _outcome(rank.delta_F_spectral, **kw)
+    if value is not None:
+        _finite(value)
+
+
+@FAST
+@given(kw=_arguments(width=_count(3, 6), s2=POSITIVE, gamma=(_floats(1e-3, 1e3, [1e-300, 1e150]), GAMMA[1]),
+                     nodes=_count(2, 40), depth=_count(1, 3), n_products=_count(2, 4), seed=SEED,
+                     rtol=(st.floats(1e-12, 1 - 1e-12), st.sampled_from([0.0, 1.0, 1.5, math.nan, "0.5"])),
+                     depths=(st.lists(_floats(0.0, 1e3, [0.0, 1e300]), min_size=1, max_size=3),
+                             st.one_of(st.just([-1.0]), HOSTILE_ARRAYS))))
+def test_lyapunov_spectra(kw):
+    """Ginibre exponents decrease (psi grows with the degrees of freedom); a predicted rank counts 1..d."""
+    exponents = _outcome(products.ginibre_lyapunov_exponents, kw["width"], kw["s2"])
+    if exponents is not None:
+        _finite(exponents)
+        assert np.all(np.diff(exponents) < 0)
+        predicted = _outcome(rank.predicted_numerical_rank, exponents, kw["depths"], kw["rtol"])
+        if predicted is not None:
+            assert np.all((1 <= predicted) & (predicted <= len(exponents)))
+    top = _outcome(products.residual_top_exponent, kw["width"], kw["gamma"], kw["nodes"])
+    if top is not None:
+        _finite(top.value, top.error)
+    sampler = _outcome(products.ginibre_sampler, kw["width"], kw["s2"], kw["gamma"])
+    if sampler is not None:
+        samples = _outcome(products.lyapunov_samples, sampler, kw["width"], kw["depth"], kw["n_products"], kw["seed"])
+        if samples is not None:
+            _finite(samples)
+
+
+COSINE: Pair = (_floats(-1.0, 1.0, [-1.0, 1.0, 0.0]), st.one_of(st.sampled_from([1.5, -1.1, math.inf, math.nan]),
+                                                                   HOSTILE_NUMBERS))
+BOUNDS: Pair = (_floats(-1e3, 1e3, [0.0, 1e300, -1e300, 1e-300]), st.one_of(st.sampled_from([math.inf, math.nan]),
+                                                                            HOSTILE_NUMBERS))
+HOSTILE_MATRICES = st.one_of(st.sampled_from([torch.zeros(3, 4), torch.ones(3, 1), torch.ones(3), torch.ones(2, 0),
+                                              torch.full((2, 3), math.nan), torch.eye(3, dtype=torch.bool),
+                                              [[1.0, 0.0], [2.0, 0.0]], [[1.0], [2.0, 3.0]]]), HOSTILE_NUMBERS)
+SAMPLES: Pair = (  # inputs d x N (N >= 2 samples), float64 tensors of any scale
+    st.tuples(st.integers(1, 4), st.integers(2, 5), st.sampled_from([1.0, 1e-300, 1e300]), st.integers(0, 99)).map(
+        lambda p: torch.as_tensor(_matrix(p))), HOSTILE_MATRICES)
+
+
+def _examples(p) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H (d, N), errors (d_out, N)): a last hidden layer and its loss gradients, of reciprocal scales."""
+    d, d_out, n, scale, seed = p
+    rng = np.random.default_rng(seed)
+    h, errors = scale * rng.standard_normal((d, n)), rng.standard_normal((d_out, n)) / scale
+    return torch.as_tensor(h), torch.as_tensor(errors)
+
+
+EXAMPLES: Pair = (st.tuples(st.integers(1, 4), st.integers(1, 3), st.integers(1, 5), st.sampled_from([1.0, 1e-300]),
+                            st.integers(0, 99)).map(_examples),
+                  st.one_of(st.tuples(st.just(torch.ones(2, 3)), HOSTILE_MATRICES),
+                            st.tuples(HOSTILE_MATRICES, st.just(torch.ones(2, 3))),
+                            st.sampled_from([(torch.ones(2, 3), torch.ones(2, 4)),
+                                             (torch.ones(2, 3), torch.zeros(2, 3))])))
+
+
+def _unit_columns(m: torch.Tensor) -> np.ndarray:
+    m = m.numpy() / m.abs().max().item()
+    return m / np.linalg.norm(m, axis=0)
+
+
+@FAST
+@given(kw=_arguments(depth=_count(1, 12), s_w2=POSITIVE, s_b2=NON_NEGATIVE, c0=COSINE,
+                     x=(st.one_of(st.none(), SAMPLES[0]), SAMPLES[1]), lower=BOUNDS, upper=BOUNDS, examples=EXAMPLES))
+def test_correlations(kw):
+    """Post-ReLU cosines lie in [0, 1] and never fall with depth (J_1(c) >= c, and biases pull c to 1); the
+    asymmetric init's correlation is in [0, 1]; Prop. 19's gradient cosines are cos(e) cos(h), in [-1, 1]."""
+    cosines = _outcome(rank.relu_cosines, kw["depth"], kw["s_w2"], kw["s_b2"], kw["c0"])
+    if cosines is not None:
+        _finite(cosines)
+        assert np.all((0 <= cosines) & (cosines <= 1 + 1e-12)) and np.all(np.diff(cosines) >= -1e-12)
+    correlation = _outcome(rank.asymmetric_unit_correlation, kw["x"], kw["lower"], kw["upper"])
+    if correlation is not None:
+        _finite(correlation)
+        assert 0 <= correlation <= 1 + 1e-12
+    gradients = _outcome(rank.last_layer_gradient_cosines, *kw["examples"])
+    if gradients is not None:
+        frobenius, row0 = gradients["frobenius"].numpy(), gradients["row0"].numpy()
+        _finite(frobenius, row0)
+        assert np.all(np.abs(frobenius) <= 1 + 1e-12) and np.all(np.abs(row0) <= 1 + 1e-12)
+        h, errors = (_unit_columns(m) for m in kw["examples"])
+        np.testing.assert_allclose(frobenius, (h.T @ h) * (errors.T @ errors), atol=1e-12)
+
+
+@FAST
+@given(kw=_arguments(init=(st.sampled_from(daneshmand.INITS), st.sampled_from(["xavier", None, ["he"], 3])),
+                     width=_count(1, 6), depths=(st.lists(st.integers(1, 3), min_size=1, max_size=2),
+                                                 st.one_of(st.just([0]), HOSTILE_ARRAYS)),
+                     depth=_count(1, 3), n_networks=_count(1, 3), bn=(st.booleans(), st.sampled_from([1, "yes", None])),
+                     seed=SEED, dtype=(st.sampled_from([torch.float32, torch.float64]),
+                                       st.sampled_from([torch.int64, "float64", None])),
+                     x=SAMPLES, s_w2=POSITIVE, s_b2=NON_NEGATIVE, n_samples=_count(2, 4)))
+def test_daneshmand_networks(kw):
+    """Representations have the asked shapes and finite entries; batch norm gives rows of mean 0 and mean square
+    1; pair cosines lie in [-1, 1], post-ReLU ones in [0, 1]."""
+    variances = _outcome(daneshmand.init_variances, kw["init"], kw["width"])
+    if variances is not None:
+        assert variances[0] > 0 and variances[1] >= 0
+    reps = _outcome(daneshmand.representations, kw["x"], kw["depths"], kw["width"], kw["n_networks"], kw["init"],
+                    bn=kw["bn"], seed=kw["seed"], dtype=kw["dtype"])
+    if reps is not None:
+        assert sorted(reps) == sorted({int(layer) for layer in kw["depths"]})
+        for h in reps.values():
+            assert h.shape == (int(kw["n_networks"]), int(kw["width"]), kw["x"].shape[1]) and h.dtype == kw["dtype"]
+            _finite(h.double().numpy())
+    normalised = _outcome(daneshmand.batch_norm_rows, kw["x"])
+    if normalised is not None:
+        np.testing.assert_allclose(normalised.mean(-1).numpy(), 0, atol=1e-12)
+        np.testing.assert_allclose(normalised.square().mean(-1).numpy(), 1, rtol=1e-12)
+    pair = _outcome(daneshmand.mean_pair_cosine, kw["x"])
+    if pair is not None:
+        _finite(pair)
+        assert np.all(np.abs(pair) <= 1 + 1e-12)
+    cosines = _outcome(daneshmand.gaussian_relu_cosines, kw["depth"], kw["s_w2"], kw["s_b2"], kw["width"],
+                       kw["n_samples"], kw["n_networks"], kw["seed"])
+    if cosines is not None:
+        _finite(cosines)
+        assert np.all((0 <= cosines) & (cosines <= 1 + 1e-12))
+
+
+@settings(SLOW, max_examples=8)
+@given(kw=_arguments(depth=_count(1, 2), bn=(st.booleans(), st.sampled_from([1, None])),
+                     lrs=(st.lists(_floats(1e-3, 1.0, [1e-300, 1e30]), min_size=1, max_size=2),
+                          st.one_of(st.just([0.0]), st.just([1e39]), HOSTILE_ARRAYS)),
+                     epochs=_count(0, 1), rank_bound=(st.just(rank.differentiable_rank_bound),
+                                                      st.sampled_from([None, "r", 1.0])),
+                     width=_count(1, 6), batch=_count(2, 16), n_networks=_count(1, 2), pretrain_steps=_count(0, 2),
+                     init=(st.sampled_from(daneshmand.INITS), st.sampled_from(["xavier", None])),
+                     n_samples=(st.integers(16, 64), st.one_of(st.just(0), st.just(10**6), HOSTILE_NUMBERS)),
+                     seed=SEED))
+def test_daneshmand_training(kw):
+    """Losses per epoch (inf where a network diverged), accuracies in [0, 1], 1 <= r(H_L) <= width (NaN only for a
+    dead or diverged layer)."""
+    run = _outcome(daneshmand.train_digits, **kw)
+    if run is not None:
+        n, epochs = len(kw["lrs"]) * int(kw["n_networks"]), int(kw["epochs"])
+        assert run.loss.shape == run.rank_bound.shape == (n, epochs + 1) and run.accuracy.shape == (n,)
+        assert not np.isnan(run.loss).any() and np.all((0 <= run.accuracy) & (run.accuracy <= 1))
+        r = run.rank_bound[np.isfinite(run.rank_bound)]
+        assert np.all((1 - 1e-6 <= r) & (r <= int(kw["width"]) * (1 + 1e-6)))
+
+
+@FAST
+@given(kw=_arguments(m=_count(1, 8), order=_count(0, 6), nodes=_count(200, 400),
+                     x=(st.lists(_floats(-10.0, 40.0, [0.0, 1e-300, 1e300]), min_size=1, max_size=4), HOSTILE_ARRAYS)))
+def test_fuss_catalan(kw):
+    """Moments are whole numbers >= 1 that the density's quadrature reproduces; the density is >= 0 (inf only at
+    the hard edge x = 0)."""
+    m, order, x = kw["m"], kw["order"], kw["x"]
+    moment = _outcome(products.fuss_catalan_moment, order, m)
+    numeric = _outcome(products.density_moment, order, m, kw["nodes"])
+    if moment is not None and numeric is not None:
+        assert isinstance(moment, int) and moment >= 1 and numeric == pytest.approx(moment, rel=1e-6)
+    for edge in (_outcome(products.soft_edge, m), _outcome(products.hard_edge, m)):
+        if edge is not None:
+            _finite(edge)
+    density = _outcome(products.fuss_catalan_density, x, m)
+    if density is not None:
+        away = np.asarray(x, dtype=float) != 0
+        _finite(density[away])
+        assert np.all(density >= 0) and np.all(np.isinf(density[~away]))
+    closed = _outcome(products.closed_form_density, x, m)
+    if closed is not None:
+        np.testing.assert_allclose(closed, products.fuss_catalan_density(x, m), rtol=1e-8)
+
+
+FACTORS: Pair = (st.tuples(st.integers(1, 3), st.integers(1, 3), st.sampled_from([1.0, 1e-300, 1e300]),
+                           st.integers(0, 9)).map(
+                     lambda p: p[2] * np.random.default_rng(p[3]).standard_normal((p[0], p[1], p[1]))),
+                 st.one_of(st.sampled_from([np.zeros((1, 2, 2)), np.ones((2, 3, 4)), np.eye(3)]), FEATURES[1]))
+
+
+@FAST
+@given(kw=_arguments(n=_count(2, 50), s2=POSITIVE, factors=FACTORS,
+                     condition=(st.lists(_floats(1.0, 1e3, [1.0, 1e300]), min_size=1, max_size=3),
+                                st.one_of(st.just([0.5]), HOSTILE_ARRAYS)),
+                     shapes=(st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(0, 9)),
+                             st.just((2, 3, 2, -1)))))
+def test_products_conditioning(kw):
+    """Exponents decrease, log kappa >= max - min of the QR stretches >= 0, GD contracts by a factor in [0, 1)."""
+    exponents = _outcome(products.ginibre_lyapunov_exponents, kw["n"], kw["s2"])
+    if exponents is not None:
+        _finite(exponents)
+        assert np.all(np.diff(exponents) < 0) and products.lyapunov_slope(kw["n"]) > 0
+    log_kappa = _outcome(products.log_condition_number, kw["factors"])
+    stretches = _outcome(products.qr_log_stretches, kw["factors"])
+    if log_kappa is not None and stretches is not None:
+        _finite(log_kappa.numpy(), stretches.numpy())
+        totals = stretches.sum(-2)
+        gap = totals.max(-1).values - totals.min(-1).values
+        assert torch.all(gap <= log_kappa + 1e-6 * (1 + log_kappa.abs())) and torch.all(log_kappa >= -1e-9)
+    rate = _outcome(products.gd_rate, kw["condition"])
+    if rate is not None:
+        _finite(rate)
+        assert np.all((0 <= rate) & (rate <= 1))
+    p, n, m, seed = kw["shapes"]
+    rng = np.random.default_rng(abs(seed))
+    abar, x = rng.standard_normal((p, n)), rng.standard_normal((n if seed >= 0 else n + 1, m))
+    step = _outcome(products.max_stable_lr, abar, x)
+    if step is not None:
+        _finite(step)
+        assert step > 0
+
+
+@FAST
+@given(kw=_arguments(lr=POSITIVE, batch=_count(1, 100), variance=NON_NEGATIVE,
+                     population=(st.one_of(st.none(), st.integers(100, 1000)), _count(100, 1000)[1]),
+                     n=(st.lists(_floats(1.0, 1e6, [1.0, 1e300]), min_size=1, max_size=3),
+                        st.one_of(st.just([0.5]), HOSTILE_ARRAYS)),
+                     m=(st.lists(_floats(-1e3, 1e3, [0.0, 1e300, -1e300]), min_size=1, max_size=1), HOSTILE_ARRAYS),
+                     delta=(st.lists(_floats(-1e4, 1e4, [1e300, -1e300]), min_size=1, max_size=3), HOSTILE_ARRAYS),
+                     classes=_count(2, 20)))
+def test_gradient_noise(kw):
+    """Noise >= 0 (less without replacement), 1 <= T1/T4 <= sqrt(n), the bias gradient in n [-1/K, 1 - 1/K]."""
+    noise = _outcome(products.sgd_noise, kw["lr"], kw["batch"], kw["variance"], kw["population"])
+    if noise is not None:
+        _finite(noise)
+        assert 0 <= noise <= products.sgd_noise(kw["lr"], kw["batch"], kw["variance"]) * (1 + 1e-12)
+    ratio = _outcome(products.alignment_ratio, kw["n"], kw["m"])
+    if ratio is not None:
+        _finite(ratio)
+        assert np.all((1 - 1e-9 <= ratio) & (ratio <= np.sqrt(np.asarray(kw["n"], dtype=float)) * (1 + 1e-9)))
+    bias = _outcome(products.bias_grad_dominance, kw["delta"], kw["classes"], kw["batch"])
+    if bias is not None:
+        _finite(bias)
+        k, b = int(kw["classes"]), int(kw["batch"])
+        assert np.all((-b / k * (1 + 1e-12) <= bias) & (bias <= b * (k - 1) / k * (1 + 1e-12)))
+
+
+@SLOW
+@given(kw=_arguments(blocks=_count(0, 5), batch_norm=(st.sampled_from([True, False, np.True_]),
+                                                      st.sampled_from([1, "yes", None])), q0=POSITIVE))
+def test_residual_growth(kw):
+    """q_l > 0, and from the first block on E ReLU(x + sigma xi)^2 >= x^2 (Jensen) keeps it from falling."""
+    q = _outcome(products.residual_growth, **kw)
+    if q is not None:
+        _finite(q)
+        assert np.all(q > 0) and np.all(np.diff(q[1:]) >= -1e-6 * q[1:-1])
+
+
+PHI: Pair = (st.sampled_from(["relu", "tanh"]), st.sampled_from(["swish", "", None, "tanh(1e308)", "relu(beta=-50)"]))
+EPS_PAIR: Pair = (_floats(0.0, 1.0, [0.0, 1e-300]), st.one_of(st.sampled_from([-1e-3, math.inf, math.nan]),
+                                                               HOSTILE_NUMBERS))
+CONFIG = _arguments(depth=_count(1, 50), batch_size=_count(2, 64), width=_count(1, 256), phi=PHI, eps=EPS_PAIR,
+                    optimizer=(st.sampled_from(["sgd", "rmsprop"]), st.sampled_from(["adam", None, ("sgd",)])),
+                    lr_per_example=POSITIVE, epochs=_count(1, 5), n_seeds=_count(1, 4), seed=SEED,
+                    ghost_batch=(st.none(), st.one_of(st.just(65), _count(2, 64)[1])))
+
+
+@FAST
+@given(config=CONFIG)
+def test_trainability_configurations(config):
+    """A sweep cell is checked before anything trains, and its whole numbers come back as ints."""
+    checked = _outcome(validate, config)
+    if checked is not None:
+        assert all(type(checked[key]) is int for key in ("depth", "width", "batch_size", "epochs", "n_seeds", "seed"))
+
+
+def _cells(n: int) -> st.SearchStrategy:
+    return st.tuples(st.lists(st.integers(1, 60), min_size=n, max_size=n),
+                     st.lists(_floats(0.1, 1e3, [math.inf]), min_size=n, max_size=n),
+                     st.lists(st.booleans(), min_size=n, max_size=n))
+
+
+@FAST
+@given(kw=_arguments(
+    depths=(st.lists(st.integers(1, 50), min_size=1, max_size=3), st.one_of(st.just([0]), HOSTILE_ARRAYS)),
+    rows=(st.lists(st.fixed_dictionaries({"test_accuracy": st.floats(0, 1), "chance": st.floats(0, 1)}), min_size=1,
+                   max_size=4), st.sampled_from([[], [{"test_accuracy": 0.5}], [{"test_accuracy": math.nan,
+                                                                                 "chance": 0.1}], {"a": 1}, None])),
+    cells=(st.integers(1, 6).flatmap(_cells), st.sampled_from([([1, 2], [1.0], [True, False]),
+                                                              ([1], [0.0], [True]), ([1], [2.0], [1])]))))
+def test_trainability_analysis(kw):
+    """trains -> bools; the line splits the cells; no factor c misclassifies fewer cells than the best (brute force
+    over a c just above each ratio depth / xi, and one below them all)."""
+    cells = _outcome(grid, kw["depths"], [4, 8])
+    if cells is not None:
+        assert all(type(cell["depth"]) is int and cell["depth"] >= 1 for cell in cells)
+    flags = _outcome(trains, kw["rows"])
+    if flags is not None:
+        assert flags.dtype == bool and len(flags) == len(kw["rows"])
+    depths, line, trained = kw["cells"]
+    agreement = _outcome(line_agreement, depths, line, trained)
+    best = _outcome(best_factor, depths, line, trained)
+    if agreement is not None and best is not None:
+        assert agreement["n_above"] + agreement["n_below"] == len(depths)
+        sides = {"train_above": agreement["n_above"], "train_below": agreement["n_below"]}
+        assert all(0 <= agreement[key] <= 1 if cells else math.isnan(agreement[key]) for key, cells in sides.items())
+        low, high, errors = best
+        ratios = np.array(depths) / np.array(line)
+        candidates = [np.min(ratios[ratios > 0], initial=2.0) / 2, *(ratios * (1 + 1e-9) + 1e-300)]
+        assert low < high and errors == min(np.sum((ratios < c) != np.array(trained)) for c in candidates)
+
+
+@settings(SLOW, max_examples=8)
+@given(kw=_arguments(phi=PHI, depth=_count(1, 2), width=_count(1, 4), batch_size=(st.integers(128, 512), st.one_of(
+    st.just(2000), _count(2, 64)[1])), lr=POSITIVE, eps=EPS_PAIR, seed=SEED))
+def test_train(kw):
+    """One epoch of few, large batches: test accuracies are fractions. The first SGD step at eps = 0 keeps
+    |W'|^2 = |W|^2 + lr^2 |g|^2 (R18) to rounding, where the weights stay finite."""
+    run = _outcome(train, **kw, epochs=1)
+    if run is not None:
+        assert torch.all((0 <= run.test_accuracy) & (run.test_accuracy <= 1)) and 0 < run.chance < 1
+    steps = _outcome(first_steps, **{**kw, "eps": 0.0}, steps=1)
+    if steps is not None:
+        residual = steps.scale_invariance_residual()
+        if np.all(np.isfinite(residual)):  # lr = 1e300 overflows the weights: no identity left to check
+            assert np.all(np.abs(residual) < 1e-5)
+        growth = _outcome(steps.log_growth, 1, kw["depth"], 0)
+        if growth is not None:
+            _finite(growth)
+
+
+@SLOW
+@given(kw=_arguments(
+    phi=(st.sampled_from(["relu", "identity", "relu^1.5"]), st.sampled_from(["tanh", "swish", None, "relu^1e300"])),
+    X=(st.tuples(st.integers(4, 9), st.integers(1, 3), st.floats(1e-100, 1e100), st.integers(0, 9)).map(_matrix),
+       FEATURES[1]), depth=_count(1, 2), batch_size=_count(4, 6), noise=NON_NEGATIVE,
+    nodes=(st.one_of(st.none(), st.integers(2, 8)), _count(2, 8)[1])))
+def test_bn_nngp(kw):
+    """Priors are covariances (symmetric PSD) and posteriors finite."""
+    prior = _outcome(bn_nngp_prior, kw["phi"], kw["X"], kw["depth"], kw["batch_size"], nodes=kw["nodes"], device="cpu")
+    if prior is not None:
+        k = prior.train
+        _finite(k)
+        assert np.abs(k - k.T).max() <= 1e-9 * np.abs(k).max() and np.linalg.eigvalsh(k).min() >= -1e-6 * k.max()
+        posterior = _outcome(gp_posterior, k, np.ones(len(k)), kw["noise"])
+        if posterior is not None:
+            _finite(posterior.alpha, posterior.log_marginal_likelihood)
+    arccos = _outcome(arccos_nngp_kernel, kw["phi"], kw["X"], None, kw["depth"])
+    if arccos is not None:
+        _finite(arccos)
+        assert np.linalg.eigvalsh(arccos).min() >= -1e-6 * arccos.max()
+    targets = np.arange(len(kw["X"]) if isinstance(kw["X"], np.ndarray) and kw["X"].ndim else 4)
+    model = _outcome(lambda: BatchNormNNGPRegressor(kw["phi"], kw["depth"], kw["batch_size"], kw["noise"],
+                                                    nodes=kw["nodes"]).fit(kw["X"], targets))
+    if model is not None:
+        _finite(model.predict(kw["X"][:2]))
+
+
+@FAST
+@given(kw=_arguments(
+    task=(st.just("trainability"), st.one_of(st.text(max_size=8), HOSTILE_NUMBERS)),
+    configs=(st.lists(CONFIG, min_size=1, max_size=2), st.one_of(HOSTILE_NUMBERS, st.just({"depth": 2}),
+                                                                  st.just("abc"))),
+    key=(st.sampled_from(["0123abcd" * 3, "ffffffff"]), st.one_of(st.text(max_size=7), HOSTILE_NUMBERS)),
+    text=(st.sampled_from(["4,8,16", "5:60:5", "1"]), st.one_of(st.sampled_from(["1:10000000000:1", "0:4:0", "a,b",
+                                                                                  ""]), HOSTILE_NUMBERS))),
+    n_workers=st.one_of(st.integers(-3, 0), st.sampled_from([10**9, 1.5, "2", True, math.nan])))
+def test_sweep_arguments(kw, n_workers):
+    """Configurations are validated and keyed before anything runs; a bad worker count never starts a cluster."""
+    pairs = _outcome(keyed, kw["task"], kw["configs"])
+    if pairs is not None:
+        assert all(len(key) == 24 and "seed" in config for key, config in pairs)
+    seed = _outcome(sweep.seed_of, kw["key"])
+    if seed is not None:
+        assert 0 <= seed < 2**32
+    values = _outcome(int_list, kw["text"], "--depths")
+    if values is not None:
+        assert values and min(values) >= 1
+    with pytest.raises(ValueError, match="n_workers"):  # only bad counts: a good one would start a cluster
+        with connect(n_workers=n_workers):
+            pass
 
 
 CLI_BATCHES = st.one_of(st.integers(4, 40).map(str),

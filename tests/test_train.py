@@ -1,5 +1,5 @@
-"""The training harness: batch norm variants agree, evaluation statistics, the scale-invariance identity, data,
-and the 16 xi line analysis."""
+"""The training harness: batch norm variants agree, evaluation statistics, the scale-invariance identity and the
+16 xi line analysis."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from bnsym import parse_activation
+from bnsym.core.digits import digits
 from bnsym.sim import batch_norm
-from bnsym.train import best_factor, digits, line_agreement, train
+from bnsym.train import best_factor, line_agreement, train
 from bnsym.train.dynamics import FirstSteps, first_steps
 from bnsym.train.networks import forward, grouped_batch_norm, init_weights, predict
 from bnsym.train.trainability import validate
@@ -32,13 +33,6 @@ def test_population_statistics_equal_full_batch_norm_on_the_reference_set():
     logits, _ = forward(weights, data.x_train.T.expand(2, -1, -1), relu, 1e-3)
     population = predict(weights, data.x_train, data.x_train, relu, 1e-3)
     assert torch.allclose(logits, population, rtol=0, atol=1e-10)
-
-
-def test_digits_split():
-    data = digits(torch.float64)
-    assert (len(data.y_train), len(data.y_test), data.n_features) == (1437, 360, 64)
-    assert data.x_train.mean(0).abs().max() < ROUNDING
-    assert data.chance == np.bincount(data.y_test.numpy()).max() / 360
 
 
 def test_training_is_deterministic_and_learns():
@@ -84,3 +78,32 @@ def test_line_agreement_and_best_factor():
 def test_bad_configurations_name_the_argument(config, message):
     with pytest.raises(ValueError, match=message):
         validate(config)
+
+
+def test_numpy_numbers_are_accepted_and_sizes_come_back_as_ints():
+    config = validate({"depth": np.int64(2), "batch_size": np.float64(8.0), "width": np.int32(16)})
+    assert (config["depth"], config["batch_size"], config["width"]) == (2, 8, 16)
+    assert all(type(config[key]) is int for key in ("depth", "batch_size", "width"))
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"depth": 2, "batch_size": "8"}, "batch_size must be a whole number, got '8'"),
+    ({"depth": 2, "batch_size": 8, "optimizer": ["sgd"]}, "optimizer must be one of 'sgd', 'rmsprop'"),
+    ({"depth": 2, "batch_size": 8, "lr_per_example": float("nan")}, "lr must be a finite number"),
+    ({"depth": 2, "batch_size": 8, "seed": -1}, "seed must be between 0"),
+])
+def test_bad_values_name_the_argument(config, message):
+    with pytest.raises(ValueError, match=message):
+        validate(config)
+
+
+def test_a_step_larger_than_the_training_set_is_refused():
+    with pytest.raises(ValueError, match="more than the .* training examples"):
+        train("relu", 1, 4, 4000, lr=0.1, epochs=1)
+
+
+def test_line_analysis_edge_cases():
+    """A side of the line without cells has no fraction (NaN); xi = inf puts a cell below every c."""
+    assert np.isnan(line_agreement([1], [5.0], [True])["train_above"])
+    low, high, errors = best_factor([1, 2], [np.inf, 1.0], [False, False])
+    assert low < high and errors == 1  # the xi = inf cell is predicted to train at every c

@@ -1,9 +1,13 @@
-"""The input contract of bnsym's public surface (:mod:`bnsym.api`, :mod:`bnsym.dilution`, the ``bnsym`` command).
+"""The input contract of bnsym's public surface (:mod:`bnsym.api`, :mod:`bnsym.dilution`, :mod:`bnsym.rank`,
+:mod:`bnsym.products`, :mod:`bnsym.train`, :mod:`bnsym.nngp`, :mod:`bnsym.sweep`, the ``bnsym`` command, and the
+networks of :mod:`bnsym.sim.daneshmand` that check the rank theory).
 
 Every public function calls these checks at its top. Bad input raises ``ValueError`` whose message names the
 argument and says why; any other input gives finite values that satisfy the theory's invariants (lambda_G >=
-(B-2)/(B-3), forward eigenvalues >= 0, q* > 0, |c*| <= 1). No public function answers NaN or inf, and none
-raises another exception type for bad input.
+(B-2)/(B-3), forward eigenvalues >= 0, q* > 0, abs(c*) <= 1). No public function answers NaN or inf, except where
+its docstring says that the true value is infinite or undefined (the Fuss-Catalan density at its hard edge x = 0,
+the loss of a training run that diverged, the fraction of an empty set of cells), and none raises another
+exception type for bad input.
 
 * **A number** is an int, a float, a numpy integer or floating scalar, or a Fraction: never a bool, a string,
   a Decimal, a complex number or None (the command line parses its strings before it calls the API).
@@ -11,11 +15,18 @@ raises another exception type for bad input.
   which says why at each end). **An array of B**, where a function takes one, is a non-empty array or (nested)
   list of batch sizes; functions that take one B at a time refuse it.
 * **eps** is a finite number >= 0 (:func:`check_eps`); **tol** a finite number > 0 (:func:`check_tol`).
+* **Other numbers** are finite and in their range (:func:`check_range`; a whole number, such as a width, a depth
+  or a count, by :func:`check_whole_number`, bounded above where the cost grows with it: the widths, numbers of
+  layers and numbers of draws of the random-matrix products and networks by :func:`check_width`,
+  :func:`check_layers` and :func:`check_draws`, the matrices they hold at once by :func:`check_memory`; a seed by
+  :func:`check_seed`; a residual strength gamma by :func:`check_gamma`); **arrays** are regular, non-empty, real
+  and finite (:func:`check_real_array`, with a range for their entries; tensors by :func:`check_real_tensor`);
+  **a choice** is one of its names (:func:`check_choice`) and **a flag** a bool (:func:`check_flag`).
 * **Sigma** is a real, finite, symmetric, positive semi-definite B x B matrix with B a batch size and
   G Sigma G != 0 (:func:`check_covariance`).
 * **An activation** is an :class:`~bnsym.core.activations.Activation` or a string that
   :func:`~bnsym.core.activations.parse_activation` understands, each parameter finite and given once, and
-  0 < |gamma| <= ``MAX_GAMMA`` of :mod:`~bnsym.core.activations` (3; it says why) for tanh, erf and sin. At a
+  0 < abs(gamma) <= ``MAX_GAMMA`` of :mod:`~bnsym.core.activations` (3; it says why) for tanh, erf and sin. At a
   batch size B it must be *usable on the BN sphere* (:func:`check_activation`), where each coordinate x of the
   batch-norm output lies in [-sqrt(B-1), sqrt(B-1)]:
 
@@ -40,8 +51,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Iterable
 
 import numpy as np
+import torch
 from scipy.special import gammaln, roots_legendre
 
 from .activations import Activation
@@ -63,6 +76,11 @@ MIN_RELATIVE_VARIANCE = 1e-8  # mu*/q* below it leaves fewer than 8 of float64's
 MAX_RELATIVE_ERROR = 1e-2  # a route's error estimate above 1% of its result's scale: phi is not resolved
 ROUNDING_FLOOR = 1e-12  # an error estimate below it is rounding, whatever the result's size
 _SPHERE_NODES = 32  # Gauss-Legendre nodes per smooth piece of one BN coordinate's range (check_activation)
+MAX_SEED = 2**64 - 1  # numpy and torch seed their generators with 64-bit unsigned integers
+MAX_WIDTH = 4096  # d: every layer multiplies d x d matrices, O(d^3) per chain or product
+MAX_LAYERS = 10**6  # depth and burn: one batched product per layer
+MAX_DRAWS = 10**7  # chains, products, samples N and Monte Carlo draws: each holds its own d x d (or d x N) matrix
+MAX_ENTRIES = 2**30  # float64 entries of the matrices held at once (8 GiB)
 
 
 def shown(value: object) -> str:
@@ -105,9 +123,133 @@ def check_whole_number(value: object, name: str, minimum: int, maximum: int, why
     return whole
 
 
-def check_real_array(value: object, name: str, min_ndim: int = 0) -> np.ndarray:
+def check_seed(seed: object) -> int:
+    """A random seed: a whole number in [0, 2^64 - 1]."""
+    return check_whole_number(seed, "seed", 0, MAX_SEED, "generators are seeded with 64-bit unsigned integers")
+
+
+def check_width(width: object, minimum: int = 1, name: str = "width d") -> int:
+    """A width (``name``): the number of features, or the size of square random factors, at most ``MAX_WIDTH``."""
+    return check_whole_number(width, name, minimum, MAX_WIDTH, "every layer multiplies d x d matrices")
+
+
+def check_layers(value: object, name: str, minimum: int = 1) -> int:
+    """A number of layers or factors (``depth``, ``burn``), at most ``MAX_LAYERS``."""
+    return check_whole_number(value, name, minimum, MAX_LAYERS, "the layers run one product after another")
+
+
+def check_draws(value: object, name: str, minimum: int = 2) -> int:
+    """A number of chains, products, networks, samples or draws, at most ``MAX_DRAWS``; at least 2 where a standard
+    error is taken across them."""
+    why = "each holds its own matrix" + ("; a standard error needs 2" if minimum == 2 else "")
+    return check_whole_number(value, name, minimum, MAX_DRAWS, why)
+
+
+def check_memory(copies: int, rows: int, columns: int, names: str) -> None:
+    """``copies`` matrices of rows x columns float64 entries must fit in ``MAX_ENTRIES``; ``names`` the three sizes."""
+    if copies * rows * columns > MAX_ENTRIES:
+        raise ValueError(f"{names} = {copies} x {rows} x {columns} entries exceed {MAX_ENTRIES:.2g} (8 GiB of float64)")
+
+
+def check_gamma(gamma: object) -> float:
+    """gamma, the strength of the residual branch: > 0, or inf for no skip connection."""
+    return check_range(gamma, "gamma", 0.0, open_low=True, infinite_ok=True,
+                       why="the strength of the residual branch (inf: no skip connection)")
+
+
+def _interval(low: float, high: float, open_low: bool, open_high: bool) -> str:
+    """'> 0', '>= 1', '< 1', 'in (0, 1)' or '' (no bound) for error messages."""
+    if low > -math.inf and high < math.inf:
+        return f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+    if low > -math.inf:
+        return f"{'>' if open_low else '>='} {low:g}"
+    if high < math.inf:
+        return f"{'<' if open_high else '<='} {high:g}"
+    return ""
+
+
+def _inside(values: float | np.ndarray, low: float, high: float, open_low: bool, open_high: bool) -> bool:
+    above = values > low if open_low else values >= low
+    below = values < high if open_high else values <= high
+    return bool(np.all(above & below))
+
+
+def check_range(value: object, name: str, low: float = -math.inf, high: float = math.inf, *, open_low: bool = False,
+                open_high: bool = False, infinite_ok: bool = False, why: str = "") -> float:
+    """``value`` as a float: a finite number (see the module docstring) between ``low`` and ``high``, each end
+    included unless ``open_low`` / ``open_high``; ``infinite_ok``: +inf is accepted too (e.g. gamma = inf for no
+    skip connection). ``why`` explains the range in the message."""
+    number = check_number(value, name)
+    if not ((math.isfinite(number) or (infinite_ok and number == math.inf))
+            and _inside(number, low, high, open_low, open_high)):
+        bounds = " ".join(part for part in ("finite" if not infinite_ok else "", "number",
+                                            _interval(low, high, open_low, open_high),
+                                            "or inf" if infinite_ok else "") if part)
+        raise ValueError(f"{name} must be a {bounds}, got {shown(value)}" + (f": {why}" if why else ""))
+    return number
+
+
+def check_choice(value: object, name: str, choices: Iterable[str]) -> str:
+    """``value``, one of the names ``choices``."""
+    choices = tuple(choices)
+    if not (isinstance(value, str) and value in choices):
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {shown(value)}")
+    return value
+
+
+def check_flag(value: object, name: str) -> bool:
+    """``value``, a bool (True or False; numpy's bool too)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {shown(value)}")
+    return bool(value)
+
+
+def check_device(device: object) -> torch.device:
+    """A torch device that exists here: ``"cpu"``, ``"cuda"`` or ``"cuda:1"`` (a torch.device too)."""
+    try:
+        checked = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must name a torch device ('cpu', 'cuda', 'cuda:0'), got {shown(device)}") from None
+    if checked.type == "cuda" and (checked.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {shown(device)} is not available: this machine has {torch.cuda.device_count()} "
+                         "CUDA devices")
+    if checked.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be a CPU or CUDA device, got {shown(device)}")
+    return checked
+
+
+def check_float_dtype(dtype: object) -> torch.dtype:
+    """A torch floating dtype (torch.float32, torch.float64, ...)."""
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a torch floating dtype (torch.float32, torch.float64), got {shown(dtype)}")
+    return dtype
+
+
+def check_finite_result(value: object, what: str) -> object:
+    """``value`` if every entry is finite, else ValueError: ``what`` (naming the arguments) overflows float64."""
+    if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+        raise ValueError(f"{what} is not finite in float64")
+    return value
+
+
+def _check_filled(name: str, shape: tuple[int, ...], min_ndim: int, finite: bool, infinite_ok: bool = False) -> None:
+    """An array's shape has at least ``min_ndim`` axes, none empty, and its entries are ``finite`` (or +inf where
+    ``infinite_ok``)."""
+    if 0 in shape:
+        raise ValueError(f"{name} must not be empty, got shape {shape}")
+    if len(shape) < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {shape}")
+    if not finite:
+        raise ValueError(f"{name} must be finite{' or +inf' if infinite_ok else ''}, got non-finite entries "
+                         "(NaN or inf)")
+
+
+def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -math.inf, high: float = math.inf, *,
+                     open_low: bool = False, open_high: bool = False, infinite_ok: bool = False,
+                     why: str = "") -> np.ndarray:
     """``value`` (a number, a list or an array of numbers, see the module docstring) as a finite float array with at
-    least ``min_ndim`` axes, none of them empty."""
+    least ``min_ndim`` axes, none of them empty, every entry between ``low`` and ``high`` (as :func:`check_range`,
+    whose ``infinite_ok`` also admits +inf entries)."""
     try:
         array = np.asarray(value)
     except ValueError:  # a ragged list
@@ -117,14 +259,28 @@ def check_real_array(value: object, name: str, min_ndim: int = 0) -> np.ndarray:
                          dtype=float).reshape(array.shape)
     if array.dtype.kind not in "iuf":
         raise ValueError(f"{name} must hold real numbers, got {array.dtype} entries")
-    if 0 in array.shape:
-        raise ValueError(f"{name} must not be empty, got shape {array.shape}")
-    if array.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {array.shape}")
     array = array.astype(float)
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} must be finite, got non-finite entries")
+    finite = np.isfinite(array) | (infinite_ok & (array == math.inf))
+    _check_filled(name, array.shape, min_ndim, bool(np.all(finite)), infinite_ok)
+    if not _inside(array, low, high, open_low, open_high):
+        raise ValueError(f"{name} must hold numbers {_interval(low, high, open_low, open_high)}, got {shown(value)}"
+                         + (f": {why}" if why else ""))
     return array
+
+
+def check_real_tensor(value: object, name: str, min_ndim: int = 0) -> torch.Tensor:
+    """``value`` (a torch tensor, or anything :func:`check_real_array` takes) as a finite floating torch tensor with
+    at least ``min_ndim`` axes, none of them empty. A floating tensor or numpy array keeps its dtype (float32 stays
+    float32) and a tensor its device; other numbers become float64."""
+    if not isinstance(value, torch.Tensor):
+        array = check_real_array(value, name, min_ndim)
+        given = np.asarray(value)
+        return torch.as_tensor(given if given.dtype.kind == "f" else array)
+    if value.dtype == torch.bool or value.is_complex():
+        raise ValueError(f"{name} must hold real numbers, got {value.dtype} entries")
+    tensor = value if value.is_floating_point() else value.to(torch.float64)
+    _check_filled(name, tuple(tensor.shape), min_ndim, bool(torch.isfinite(tensor).all()))
+    return tensor
 
 
 def check_batch_size(batch_size: object, array_ok: bool = False) -> int | np.ndarray:
@@ -174,27 +330,18 @@ def check_eps(eps: object, array_ok: bool = False) -> float | np.ndarray:
     if array_ok and np.ndim(eps) > 0:
         values = [check_eps(item) for item in np.asarray(eps, dtype=object).ravel().tolist()]
         return np.array(values, dtype=float).reshape(np.shape(eps))
-    value = check_number(eps, "eps")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"eps must be a finite number >= 0 (it is added to a variance), got {shown(eps)}")
-    return value
+    return check_range(eps, "eps", 0.0, why="it is added to a variance")
 
 
 def check_tol(tol: object) -> float:
     """tol (a route's error target) must be a finite number > 0."""
-    value = check_number(tol, "tol")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"tol must be a finite number > 0 (an error target), got {shown(tol)}")
-    return value
+    return check_range(tol, "tol", 0.0, open_low=True, why="an error target")
 
 
 def check_variance(value: object, name: str, positive: bool) -> float:
     """A weight or bias variance (``name``): a finite number, > 0 if ``positive`` else >= 0."""
-    number = check_number(value, name)
-    if not math.isfinite(number) or number < 0 or (positive and number == 0):
-        bound = "> 0 (a zero weight variance cuts the network)" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite variance {bound}, got {shown(value)}")
-    return number
+    return check_range(value, name, 0.0, open_low=positive,
+                       why="a zero weight variance cuts the network" if positive else "it is a variance")
 
 
 def check_covariance(sigma: object, batch_norm: bool = True) -> np.ndarray:

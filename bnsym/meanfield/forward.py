@@ -53,6 +53,22 @@ class FixedPoint:
         """mu* = q (1 - c), the coefficient of I: G Sigma* G = mu* G."""
         return self.q * (1 - self.c)
 
+    def estimates(self) -> dict[str, Estimate]:
+        """{"q", "c", "mu"}: q*, c* and mu* as Estimates, with ``error`` (a bound on q* and q* c*) propagated.
+
+        mu* = q* - q* c* errs by at most 2 error, c* = q* c* / q* by error (1 + abs(c*)) / (q* - error) (inf where
+        error >= q*). Past the collapse c* = 1 and mu* = 0 by definition: their errors are 0.
+        """
+        if self.collapsed:
+            c_error, mu_error = 0.0, 0.0
+        else:
+            q, spread = np.asarray(self.q, dtype=float), self.error * (1 + np.abs(np.asarray(self.c, dtype=float)))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                c_error = np.where(q > self.error, spread / (q - self.error), np.inf)
+            mu_error = 2 * self.error
+        return {"q": Estimate(self.q, self.error, self.method), "c": Estimate(self.c, c_error, self.method),
+                "mu": Estimate(self.mu, mu_error, self.method)}
+
     @property
     def matrix(self) -> np.ndarray:
         """The B x B matrix Sigma* (one batch size only)."""

@@ -4,8 +4,8 @@
   E||alpha grad f - alpha grad_SGD||^2 = alpha^2 V / n, V = (1/N) sum_i ||grad f_i - grad f||^2; without
   replacement the finite-population factor (N - n)/(N - 1) multiplies it (:func:`derive_sgd_noise`).
 * The null model of Table 1: n i.i.d. summands N(m s, s^2) of one parameter's gradient have
-  E sum|d| / E|sum d| = sqrt(n) E|Z + m| / E|Z + sqrt(n) m| (:func:`derive_alignment_ratio`): sqrt(n) for
-  zero-mean summands, E|Z + m|/|m| for many aligned ones.
+  E sum abs(d) / E abs(sum d) = sqrt(n) E abs(Z + m) / E abs(Z + sqrt(n) m) (:func:`derive_alignment_ratio`):
+  sqrt(n) for zero-mean summands, E abs(Z + m) / abs(m) for many aligned ones.
 * Fig. 4: if one class leads every logit by Delta, the gradient of its output bias tends to n (K - 1)/K under
   uniform labels, against O(sqrt(n)) for input-dependent logits (:func:`derive_bias_dominance`).
 """
@@ -20,6 +20,13 @@ import sympy as sp
 
 from ..core.derivation import Derivation
 from ..core.symbols import N_width, m_align, n_batch
+from ..core.validation import check_finite_result, check_range, check_real_array, check_whole_number
+
+MAX_COUNT = 2**53  # batch sizes, populations and class counts: whole numbers that float64 holds exactly
+
+
+def _count(value: object, name: str, minimum: int) -> int:
+    return check_whole_number(value, name, minimum, MAX_COUNT, "float64 holds whole numbers exactly up to 2^53")
 
 
 @cache
@@ -56,20 +63,25 @@ def derive_sgd_noise() -> Derivation:
 def sgd_noise(lr: float, batch: int, variance: float, population: int | None = None) -> float:
     """E||lr grad f - lr grad_SGD||^2: lr^2 V / n (eq. 2); times (N - n)/(N - 1) when drawn without replacement
     from a population of N (``population``)."""
-    if not (lr > 0 and variance >= 0 and batch >= 1):
-        raise ValueError(f"need lr > 0, variance V >= 0 and batch n >= 1; got {lr}, {variance}, {batch}")
+    lr, batch = check_range(lr, "lr", 0.0, open_low=True), _count(batch, "batch n", 1)
+    variance = check_range(variance, "variance V", 0.0)
     d = derive_sgd_noise()
     alpha_lr, v = sp.symbols("alpha V", positive=True)
     if population is None:
-        return float(d["with_replacement"].subs({alpha_lr: lr, v: variance, n_batch: batch}))
-    if not batch <= population:
-        raise ValueError(f"a batch drawn without replacement has at most N = {population} examples, got {batch}")
-    return float(d["without_replacement"].subs({alpha_lr: lr, v: variance, n_batch: batch, N_width: population}))
+        noise = float(d["with_replacement"].subs({alpha_lr: lr, v: variance, n_batch: batch}))
+    else:
+        population = _count(population, "population N", 1)
+        if not batch <= population:
+            raise ValueError(f"a batch drawn without replacement has at most N = {population} examples, got "
+                             f"batch n = {batch}")
+        noise = float(d["without_replacement"].subs({alpha_lr: lr, v: variance, n_batch: batch,
+                                                     N_width: population}))
+    return check_finite_result(noise, f"the SGD noise lr^2 V / n for lr = {lr:g}, variance V = {variance:g}")
 
 
 @cache
 def derive_alignment_ratio() -> Derivation:
-    """The expected T1/T4 = E sum|d| / E|sum d| for n i.i.d. N(m s, s^2) summands (folded normal means)."""
+    """The expected T1/T4 = E sum abs(d) / E abs(sum d) for n i.i.d. N(m s, s^2) summands (folded normal means)."""
     d = Derivation("Alignment ratio of gradient summands (null model of Table 1)")
     zz, mu = sp.Symbol("Z", real=True), sp.Symbol("mu", real=True)
     phi = sp.exp(-zz**2 / 2) / sp.sqrt(2 * sp.pi)
@@ -86,12 +98,18 @@ def derive_alignment_ratio() -> Derivation:
 
 
 def alignment_ratio(n: int | np.ndarray, m: float | np.ndarray) -> np.ndarray:
-    """E T1 / E T4 for n i.i.d. summands N(m s, s^2): sqrt(n) at m = 0, falling to about E|Z+m|/|m| (vectorised)."""
-    n_values, m_values = np.asarray(n, dtype=float), np.asarray(m, dtype=float)
-    if np.any(n_values < 1) or np.any(~np.isfinite(m_values)):
-        raise ValueError("need n >= 1 summands and a finite mean-to-std ratio m")
+    """E T1 / E T4 for n i.i.d. summands N(m s, s^2): sqrt(n) at m = 0, falling to about E abs(Z + m) / abs(m)
+    (vectorised)."""
+    n_values = check_real_array(n, "n (the number of summands)", low=1.0)
+    m_values = check_real_array(m, "m (the mean-to-std ratio)")
+    try:
+        np.broadcast_shapes(n_values.shape, m_values.shape)
+    except ValueError:
+        raise ValueError(f"n and m must broadcast together, got shapes {n_values.shape} and {m_values.shape}") from None
     kernel = sp.lambdify((n_batch, m_align), derive_alignment_ratio()["ratio"], "scipy", cse=True)
-    return kernel(n_values, m_values)
+    with np.errstate(all="ignore"):
+        ratio = kernel(n_values, m_values)
+    return check_finite_result(ratio, "the alignment ratio for these n and m")
 
 
 @cache
@@ -106,14 +124,20 @@ def derive_bias_dominance() -> Derivation:
     d.step("which tends, as Delta -> infinity, to", sp.Eq(sp.Symbol("E dL/db_j'"),
                                                          sp.limit(n_batch * (p_lead - 1 / classes), delta, sp.oo)),
            name="limit")
+    stable = n_batch * (1 / (1 + (classes - 1) * sp.exp(-delta)) - 1 / classes)
+    if sp.simplify(stable - d["bias_gradient"]) != 0:
+        raise RuntimeError("dividing by e^Delta changed the bias gradient")
+    d.step("Divided through by e^Delta (the form evaluated: no e^Delta to overflow at large Delta):",
+           sp.Eq(sp.Symbol("E dL/db_j'"), stable), name="stable")
     d.result = d["bias_gradient"]
     return d
 
 
 def bias_grad_dominance(delta: float | np.ndarray, classes: int, batch: int) -> np.ndarray:
     """n (p_j'(Delta) - 1/K): the expected output-bias gradient of a class leading by Delta (vectorised in Delta)."""
-    if classes < 2 or batch < 1:
-        raise ValueError(f"need K >= 2 classes and a batch of n >= 1, got K = {classes}, n = {batch}")
+    delta = check_real_array(delta, "Delta (the logit lead)")
+    classes, batch = _count(classes, "classes K", 2), _count(batch, "batch n", 1)
     delta_s, k_s = sp.symbols("Delta K", positive=True)
-    kernel = sp.lambdify((delta_s, k_s, n_batch), derive_bias_dominance()["bias_gradient"], "numpy", cse=True)
-    return kernel(np.asarray(delta, dtype=float), classes, batch)
+    kernel = sp.lambdify((delta_s, k_s, n_batch), derive_bias_dominance()["stable"], "numpy", cse=True)
+    with np.errstate(over="ignore"):  # exp(-Delta) = inf for Delta << 0: the probability is then 0
+        return kernel(delta, classes, batch)

@@ -24,16 +24,38 @@ import sympy as sp
 import torch
 
 from ..core.derivation import Derivation
+from ..core.device import generator
 from ..core.estimate import Estimate
+from ..core.statistics import mean_and_se
 from ..core.symbols import alpha_reg as alpha
 from ..core.symbols import d
 from ..core.symbols import diag_m2_sq as D2
 from ..core.symbols import frob2 as F
 from ..core.symbols import trace_m3 as T3
-from ..sim.device import generator
-from ..sim.statistics import mean_and_se
-from .lyapunov import qr_step
-from .measures import as_features, second_moment
+from ..core.validation import (
+    check_choice,
+    check_device,
+    check_draws,
+    check_finite_result,
+    check_float_dtype,
+    check_gamma,
+    check_layers,
+    check_memory,
+    check_real_array,
+    check_seed,
+    check_whole_number,
+    check_width,
+)
+from ..products.lyapunov import qr_step
+from .measures import as_features, differentiable_rank_bound, second_moment
+
+
+def _rescaled(x: torch.Tensor, name: str) -> torch.Tensor:
+    """x times the power of 2 that brings max abs(x) into [1/2, 1): exact, and the chain and corr are scale free."""
+    largest = float(x.abs().max())
+    if largest == 0:
+        raise ValueError(f"{name} = 0: batch norm of a zero row divides by zero")
+    return x * 2.0 ** -math.frexp(largest)[1]
 
 
 def check_second_moment(M: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -80,13 +102,18 @@ def bn_chain(start: np.ndarray | torch.Tensor, depth: int, gamma: float = math.i
     Both draw the same W_l for the same seed, so they can be compared path by path. ``statistic`` maps the state
     (n_chains, d, .) to a tensor; the default is M_l itself. Returns shape (depth // every, n_chains, ...).
     """
-    if kind not in ("H", "M"):
-        raise ValueError(f"kind must be 'H' or 'M', got {kind!r}")
-    if depth < 1 or every < 1 or n_chains < 1:
-        raise ValueError(f"depth, every and n_chains must be >= 1, got {depth}, {every}, {n_chains}")
-    if not gamma > 0:
-        raise ValueError(f"gamma must be > 0 (or inf for no skip connection), got {gamma}")
-    state = as_features(start).to(dtype=dtype, device=device)
+    kind = check_choice(kind, "kind", ("H", "M"))
+    depth = check_layers(depth, "depth")
+    every = check_whole_number(every, "every", 1, depth, "the layers between records, at most depth")
+    n_chains, gamma, seed = check_draws(n_chains, "n_chains", 1), check_gamma(gamma), check_seed(seed)
+    if statistic is not None and not callable(statistic):
+        raise ValueError(f"statistic must be a function of the state or None, got {statistic!r}")
+    dtype, device = check_float_dtype(dtype), check_device(device)
+    state = _rescaled(as_features(start, "start").to(dtype=dtype, device=device), "start")
+    if state.shape[:-2] not in ((), (1,), (n_chains,)):
+        raise ValueError(f"start must be one (d, N) matrix or one per chain, (n_chains = {n_chains}, d, N); got shape "
+                         f"{tuple(state.shape)}")
+    check_memory(n_chains, state.shape[-2], max(state.shape[-2:]), "n_chains x d x max(d, N)")
     if kind == "M":
         state = check_second_moment(state).to(dtype)
     width = state.shape[-2]
@@ -112,7 +139,11 @@ def bn_lyapunov(width: int, gamma: float, depth: int, burn: int, n_chains: int =
     ``burn`` layers bring the chain and the QR frame to their invariant law before the logs are averaged, so each
     step's expected log is the exponent itself. SE across independent chains.
     """
-    samples = samples or width
+    width, gamma = check_width(width), check_gamma(gamma)
+    depth, burn = check_layers(depth, "depth"), check_layers(burn, "burn", 0)
+    n_chains, seed, device = check_draws(n_chains, "n_chains"), check_seed(seed), check_device(device)
+    samples = width if samples is None else check_draws(samples, "samples N", 1)
+    check_memory(n_chains, width, max(width, samples), "n_chains x d x max(d, N)")
     gen = generator(seed, device)
     h = normalise_rows(torch.randn(n_chains, width, samples, generator=gen, device=device, dtype=torch.float64))
     frame = torch.eye(width, dtype=torch.float64, device=device).expand(n_chains, width, width)
@@ -125,8 +156,7 @@ def bn_lyapunov(width: int, gamma: float, depth: int, burn: int, n_chains: int =
         frame, logs = qr_step(frame, rescale.unsqueeze(-1) * a)  # the frame burns in with the chain
         if layer >= burn:
             total += logs
-    mean, se = mean_and_se((total / depth).cpu().numpy())
-    return Estimate(mean, se, "QR method on the BN chain")
+    return Estimate(*mean_and_se((total / depth).cpu().numpy()), "QR method on the BN chain")
 
 
 # --- Lemma 7, Prop. 8, Example 9, Lemma 13 / Theorem 14: derivations --------------------------------------------
@@ -307,10 +337,12 @@ def delta_F(M: np.ndarray | torch.Tensor) -> np.ndarray:
 
 def delta_F_spectral(eigenvalues: np.ndarray) -> np.ndarray:
     """Prop. 8's delta_F(lambda) = 2 d^2 - 2||l||_2^2 - 8||l||_3^3 + 8||l||_2^4 / d, for eigenvalues (..., d)."""
-    lam = np.asarray(eigenvalues, dtype=float)
-    if lam.ndim < 1 or not np.all(np.isfinite(lam)) or np.any(lam < -1e-9 * np.abs(lam).max()):
-        raise ValueError("eigenvalues must be a finite array (..., d) of a PSD matrix (all >= 0)")
-    return _spectral_kernel()(lam.shape[-1], np.square(lam).sum(-1), (lam**3).sum(-1))
+    lam = check_real_array(eigenvalues, "eigenvalues (..., d)", min_ndim=1)
+    if np.any(lam < -1e-9 * np.abs(lam).max()):
+        raise ValueError("eigenvalues must be those of a PSD matrix (all >= 0)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = _spectral_kernel()(lam.shape[-1], np.square(lam).sum(-1), (lam**3).sum(-1))
+    return check_finite_result(value, "delta_F of these eigenvalues")
 
 
 def second_order_drift(M: np.ndarray | torch.Tensor, n_draws: int = 4000, seed: int = 0) -> Estimate:
@@ -321,6 +353,11 @@ def second_order_drift(M: np.ndarray | torch.Tensor, n_draws: int = 4000, seed: 
     the estimate has no finite-gamma remainder. SE over the ``n_draws`` independent W.
     """
     m = check_second_moment(M)
+    n_draws, seed = check_draws(n_draws, "n_draws"), check_seed(seed)
+    check_memory(n_draws, m.shape[-1], m.shape[-1], "n_draws x d x d")
+    if m.ndim != 2 or not (m.diagonal() > 0).all():
+        raise ValueError("M must be one d x d matrix with a positive diagonal (corr divides by it)")
+    m = _rescaled(m, "M")  # keeps the drift's terms (up to 6th powers of M) in range
     width = m.shape[-1]
     w = torch.randn(n_draws, width, width, generator=generator(seed, "cpu"), dtype=torch.float64)
     a1 = w @ m + m @ w.mT
@@ -332,8 +369,7 @@ def second_order_drift(M: np.ndarray | torch.Tensor, n_draws: int = 4000, seed: 
     v2 = (2 * diag2[..., :, None] * diag0[None, :] + 2 * diag1[..., :, None] * diag1[..., None, :]
           + 2 * diag0[:, None] * diag2[..., None, :])
     second = u2 / v0 - 2 * u1 * v1 / v0**2 - u0 * v2 / v0**2 + 2 * u0 * v1**2 / v0**3
-    mean, se = mean_and_se(second.sum((-2, -1)).numpy() / 2)
-    return Estimate(float(mean), float(se), "Monte Carlo, exact second derivative")
+    return Estimate(*mean_and_se(second.sum((-2, -1)).numpy() / 2), "Monte Carlo, exact second derivative")
 
 
 def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: int = 8, every: int = 4,
@@ -345,7 +381,12 @@ def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: 
     tau = 1/2), ``frobenius`` (||M||_F^2), ``tr_m3``, ``tr_diag_m2_sq``, ``alpha`` (Def. 3, ratio of the chain's
     averages), ``m12`` and ``m12_m13`` (Lemma 4: both vanish).
     """
-    samples = samples or width
+    width, gamma = check_width(width, 3), check_gamma(gamma)  # the statistics read M_12 and M_13
+    every = check_layers(every, "every")
+    depth, burn = check_layers(depth, f"depth (at least every = {every})", every), check_layers(burn, "burn", 0)
+    n_chains, seed = check_draws(n_chains, "n_chains"), check_seed(seed)
+    samples = width if samples is None else check_draws(samples, "samples N", 1)
+    check_memory(n_chains, width, max(width, samples), "n_chains x d x max(d, N)")
     # an independent Gaussian X per chain, so the chains' averages stay independent even where mixing is slow
     x = torch.randn(n_chains, width, samples, generator=generator(seed + 1, "cpu"), dtype=torch.float64)
 
@@ -353,7 +394,7 @@ def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: 
         m = second_moment(h)
         lam = torch.linalg.eigvalsh(m)
         m2 = m @ m
-        return torch.stack([lam.sum(-1).square() / lam.square().sum(-1), (lam >= 0.5).sum(-1).to(m.dtype),
+        return torch.stack([differentiable_rank_bound(h), (lam >= 0.5).sum(-1).to(m.dtype),
                             m.square().sum((-2, -1)), (m2 * m).sum((-2, -1)),
                             m2.diagonal(0, -2, -1).square().sum(-1), m[..., 0, 1], m[..., 0, 1] * m[..., 0, 2]], -1)
 
@@ -362,6 +403,6 @@ def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: 
     trace = bn_chain(x, burn + depth, gamma, n_chains, seed, "H", every, stats)[burn // every:]
     per_chain = trace.mean(0).numpy()
     names = ["r", "rank_half", "frobenius", "tr_m3", "tr_diag_m2_sq", "m12", "m12_m13"]
-    out = {name: Estimate(*map(float, mean_and_se(per_chain[:, i])), "ergodic average") for i, name in enumerate(names)}
-    out["alpha"] = Estimate(*map(float, mean_and_se(per_chain[:, 4] / per_chain[:, 3])), "ergodic average")
+    out = {name: Estimate(*mean_and_se(per_chain[:, i]), "ergodic average") for i, name in enumerate(names)}
+    out["alpha"] = Estimate(*mean_and_se(per_chain[:, 4] / per_chain[:, 3]), "ergodic average")
     return out

@@ -4,9 +4,11 @@ H is d features x N samples, as in the paper (columns are samples), with any lea
 M(H) = H H^T / N is the d x d second-moment matrix of the features, with eigenvalues lambda_i = sigma_i^2 / N.
 
 * soft rank rank_tau(H) = #{i : lambda_i >= tau} (eq. 3; :func:`rank_tau`);
-* rank lower bound r(H) = Tr(M)^2 / ||M||_F^2 = ||lambda||_1^2 / ||lambda||_2^2 (eq. 4; :func:`rank_lower_bound`);
+* rank lower bound r(H) = Tr(M)^2 / ||M||_F^2 = ||lambda||_1^2 / ||lambda||_2^2 (eq. 4; :func:`rank_lower_bound`,
+  and :func:`differentiable_rank_bound` for training);
 * numerical rank: singular values above sigma_max max(d, N) eps of H's float type, torch's default and the
-  paper's footnote 2 (:func:`numerical_rank`).
+  paper's footnote 2 (:func:`numerical_rank`), and its prediction from a Lyapunov spectrum
+  (:func:`predicted_numerical_rank`).
 
 Lemma 1, rank(H) >= r(H) and, when Tr M = d (batch-norm outputs), rank_tau(H) >= (1 - tau)^2 r(H), is derived
 with its equality cases in :func:`derive_rank_bounds`.
@@ -20,20 +22,12 @@ import torch
 
 from ..core.derivation import Derivation
 from ..core.symbols import d, tau
+from ..core.validation import check_range, check_real_array, check_real_tensor
 
 
 def as_features(H: np.ndarray | torch.Tensor, name: str = "H") -> torch.Tensor:
     """H as a torch tensor of shape (..., d, N) with finite entries (ValueError otherwise); keeps float32/64."""
-    h = torch.as_tensor(H)
-    if not (h.is_floating_point()):
-        h = h.to(torch.float64)
-    if h.ndim < 2:
-        raise ValueError(f"{name} must be a matrix of d features x N samples (..., d, N), got shape {tuple(h.shape)}")
-    if h.shape[-1] == 0 or h.shape[-2] == 0:
-        raise ValueError(f"{name} has an empty dimension: shape {tuple(h.shape)}")
-    if not torch.isfinite(h).all():
-        raise ValueError(f"{name} has NaN or infinite entries")
-    return h
+    return check_real_tensor(H, f"{name} (a matrix (..., d, N) of d features x N samples)", min_ndim=2)
 
 
 def second_moment(H: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -42,26 +36,47 @@ def second_moment(H: np.ndarray | torch.Tensor) -> torch.Tensor:
     return h @ h.mT / h.shape[-1]
 
 
+def _unit_scaled(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H / s, s) per matrix, s the power of 2 that brings max abs(H) into [1/2, 1) (1 for H = 0): exact, and
+    products of H / s (its SVD, M(H / s)) never overflow."""
+    largest = h.abs().amax((-2, -1))
+    scale = torch.ldexp(torch.ones_like(largest), torch.frexp(largest)[1])
+    return h / scale[..., None, None], scale
+
+
+def _singular_values(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sigma_i(H) / s, s) per matrix, s as in :func:`_unit_scaled`: the SVD of H / s is exact up to rounding and
+    never overflows, and the ratios of singular values are those of H."""
+    unit, scale = _unit_scaled(h)
+    return torch.linalg.svdvals(unit), scale
+
+
 def _eigenvalues(H) -> torch.Tensor:
-    """lambda_i = sigma_i(H)^2 / N, the eigenvalues of M(H), in float64."""
+    """lambda_i = sigma_i(H)^2 / N, the eigenvalues of M(H), in float64 (inf where that overflows)."""
     h = as_features(H).to(torch.float64)
-    return torch.linalg.svdvals(h).square() / h.shape[-1]
+    sigma, scale = _singular_values(h)
+    return (sigma * scale[..., None]).square() / h.shape[-1]
 
 
 def rank_tau(H: np.ndarray | torch.Tensor, tau: float = 0.5) -> np.ndarray:
     """The soft rank #{i : sigma_i(H)^2 / N >= tau} of H (d features x N samples; eq. 3)."""
-    if not (np.isfinite(tau) and tau > 0):
-        raise ValueError(f"tau must be a positive threshold on sigma^2 / N, got {tau}")
+    tau = check_range(tau, "tau", 0.0, open_low=True, why="a threshold on sigma^2 / N")
     return (_eigenvalues(H) >= tau).sum(-1).numpy()
 
 
+def differentiable_rank_bound(H: torch.Tensor) -> torch.Tensor:
+    """r(H) = Tr(M)^2 / ||M||_F^2 = ||lambda||_1^2 / ||lambda||_2^2 with M = H H^T / N (eq. 4), in H's float type and
+    differentiable in H (Algorithm 1 maximises it). No checks: a diverged H gives NaN (see :func:`rank_lower_bound`)."""
+    m = H @ H.mT / H.shape[-1]
+    return m.diagonal(0, -2, -1).sum(-1).square() / m.square().sum((-2, -1))
+
+
 def rank_lower_bound(H: np.ndarray | torch.Tensor) -> np.ndarray:
-    """r(H) = Tr(M)^2 / ||M||_F^2 with M = H H^T / N, H d features x N samples (eq. 4)."""
-    lam = _eigenvalues(H)
-    squares = lam.square().sum(-1)
-    if (squares == 0).any():
+    """r(H) = Tr(M)^2 / ||M||_F^2 with M = H H^T / N, H d features x N samples (eq. 4), in float64."""
+    h = as_features(H).detach().to(torch.float64)
+    if (h == 0).all(-1).all(-1).any():
         raise ValueError("r(H) is undefined for H = 0 (it divides by ||M||_F^2)")
-    return (lam.sum(-1).square() / squares).numpy()
+    return differentiable_rank_bound(_unit_scaled(h)[0]).numpy()  # r is scale free: H / s never overflows M
 
 
 def numerical_rank(H: np.ndarray | torch.Tensor, rtol: float | None = None) -> np.ndarray:
@@ -73,10 +88,18 @@ def numerical_rank(H: np.ndarray | torch.Tensor, rtol: float | None = None) -> n
     h = as_features(H)
     if rtol is None:
         rtol = max(h.shape[-2:]) * torch.finfo(h.dtype).eps
-    if not (np.isfinite(rtol) and rtol >= 0):
-        raise ValueError(f"rtol must be a finite number >= 0, got {rtol}")
-    s = torch.linalg.svdvals(h)
+    rtol = check_range(rtol, "rtol", 0.0, why="a threshold on sigma / sigma_max")
+    s, _ = _singular_values(h)
     return (s > rtol * s[..., :1]).sum(-1).numpy()
+
+
+def predicted_numerical_rank(exponents: np.ndarray, depth: np.ndarray | int, rtol: float) -> np.ndarray:
+    """#{i : depth (mu_1 - mu_i) < ln(1 / rtol)}: the directions of a product of ``depth`` random factors with
+    Lyapunov ``exponents`` mu_i whose singular value has not decayed below rtol sigma_max (Lemma 3)."""
+    mu = check_real_array(exponents, "exponents", min_ndim=1)
+    rtol = check_range(rtol, "rtol", 0.0, 1.0, open_low=True, open_high=True, why="a singular value ratio")
+    depth = check_real_array(depth, "depth", low=0.0)[..., None]
+    return (depth * (mu[0] - mu) < np.log(1 / rtol)).sum(-1)
 
 
 def derive_rank_bounds() -> Derivation:

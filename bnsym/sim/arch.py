@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.activations import Activation as Phi
+from ..core.device import configure_torch, default_device, generator
 from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial, walk
 from ..core.validation import check_whole_number
-from .device import configure_torch, default_device, generator
 from .networks import batch_norm, chunk_budget, inputs_with_gram
 
 

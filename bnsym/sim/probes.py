@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from ..core.activations import Activation, parse_activation
+from ..core.device import Normals, configure_torch, default_device
 from ..core.geometry import eigen_directions
-from .device import Normals, configure_torch, default_device
 from .networks import batch_norm_forward, centred_factor, inputs_with_gram, simulate_forward
 
 

@@ -10,21 +10,24 @@ import argparse
 from pathlib import Path
 
 SHOW_PNG = "heatmap.png"
+MAX_VALUES = 10**5  # values of one list (a grid's axis)
 
 
 def int_list(text: str, name: str) -> list[int]:
     """``"4,8,16"`` or ``"start:stop:step"`` (stop included) as a list of positive ints; ValueError naming ``name``."""
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a string such as 4,8,16 or 5:60:5, got {text!r:.80}")
     try:
         if ":" in text:
             start, stop, step = (int(part) for part in text.split(":"))
-            if step < 1:
+            if step < 1 or len(range(start, stop + 1, step)) > MAX_VALUES:
                 raise ValueError
             values = list(range(start, stop + 1, step))
         else:
             values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise ValueError(f"{name} must be a comma list (4,8,16) or start:stop:step with step >= 1 "
-                         f"(stop included), got {text!r}") from None
+                         f"(stop included, at most {MAX_VALUES:,} values), got {text!r}") from None
     if not values or min(values) < 1:
         raise ValueError(f"{name} must name at least one value, all >= 1, got {text!r}")
     return values

@@ -28,6 +28,9 @@ EXPERIMENTS = {
 
 def resolve(name: str) -> Callable[..., Any]:
     """The function a registered experiment's task names, or that ``"module:function"`` names."""
+    if not isinstance(name, str):
+        raise ValueError(f"task must be a registered experiment ({', '.join(EXPERIMENTS)}) or "
+                         f"'package.module:function', got {name!r:.80}")
     path = EXPERIMENTS[name].task if name in EXPERIMENTS else name
     module, _, function = path.partition(":")
     if not function:

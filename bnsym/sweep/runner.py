@@ -8,15 +8,17 @@ import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from distributed import Client, LocalCluster, as_completed
 from tqdm import tqdm
 
+from ..core.validation import check_flag, check_whole_number
 from .experiments import resolve, version
 from .store import Store, config_key, seed_of
 
 SCHEDULER_ENV = "BNSYM_DASK_SCHEDULER"
+MAX_WORKERS = 4096  # local worker processes
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,16 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
     The LocalCluster has ``n_workers`` (default: one per core) single-threaded worker processes; it is closed on
     exit. An existing cluster is left running.
     """
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise ValueError(f"scheduler must be a Dask scheduler's address (tcp://HOST:8786) or None, got "
+                         f"{scheduler!r:.80}")
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     if address:
         with Client(address) as client:
             yield client
         return
-    if n_workers is not None and not (isinstance(n_workers, int) and n_workers >= 1):
-        raise ValueError(f"n_workers must be a whole number >= 1, got {n_workers!r}")
+    if n_workers is not None:
+        n_workers = check_whole_number(n_workers, "n_workers", 1, MAX_WORKERS, "one process each")
     n_workers = n_workers or os.cpu_count() or 1
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
@@ -71,7 +76,7 @@ def execute(task: str, config: Mapping[str, Any]) -> dict:
 
 def _show_progress(progress: bool | None) -> bool:
     """An explicit choice, else a bar only where stderr is a terminal (never in an executed notebook)."""
-    return sys.stderr.isatty() if progress is None else bool(progress)
+    return sys.stderr.isatty() if progress is None else check_flag(progress, "progress")
 
 
 def keyed(task: str, configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict]]:
@@ -79,7 +84,8 @@ def keyed(task: str, configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, di
 
     Each configuration goes through the task's ``validate`` attribute, if it has one, before anything runs.
     """
-    if isinstance(configs, Mapping) or not all(isinstance(config, Mapping) for config in configs):
+    if isinstance(configs, (Mapping, str)) or not isinstance(configs, Iterable) \
+            or not all(isinstance(config, Mapping) for config in configs):
         raise ValueError("configs must be a list of dicts, one per task")
     function = resolve(task)
     stamp, validate = version(function), getattr(function, "validate", None)
@@ -102,24 +108,25 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
     """
     store = Store(out)
     pairs = keyed(task, configs)
+    show_bar = _show_progress(progress)
     records = {key: store.done(key) for key, _ in pairs}
     pending = {key: config for key, config in pairs if records[key] is None}
     if pending and client is None:
         with connect(scheduler) as own:
             return run(task, configs, out, own, progress=progress)
     if pending:
-        _compute(task, pending, client, store, records, progress)
+        _compute(task, pending, client, store, records, show_bar)
     ordered = tuple(records[key] for key, _ in pairs)
     return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))
 
 
 def _compute(task: str, pending: Mapping[str, dict], client: Client, store: Store, records: dict,
-             progress: bool | None) -> None:
+             show_bar: bool) -> None:
     """Submit every pending configuration to ``client``; store each record as it arrives (as_completed needs a
-    live client, so a sweep with nothing left to compute never gets here)."""
+    live client, so a sweep with nothing left to compute never gets here); ``show_bar``: a progress bar."""
     futures = {client.submit(execute, task, config, key=f"bnsym-sweep-{key}", pure=False): key
                for key, config in pending.items()}
-    bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not _show_progress(progress))
+    bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not show_bar)
     for future in as_completed(futures):
         key = futures[future]
         try:

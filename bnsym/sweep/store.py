@@ -10,12 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 
 def config_key(task: str, config: Mapping[str, Any], version: str = "") -> str:
     """sha256 (hex, 24 characters) of the task's name and version and the configuration (keys sorted)."""
+    if not (isinstance(task, str) and isinstance(version, str) and isinstance(config, Mapping)):
+        raise ValueError(f"task and version must be strings and config a dict, got {task!r:.40}, {version!r:.40} and "
+                         f"{config!r:.40}")
     try:
         text = json.dumps({"task": task, "version": version, "config": config}, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -26,6 +30,8 @@ def config_key(task: str, config: Mapping[str, Any], version: str = "") -> str:
 
 def seed_of(key: str) -> int:
     """The deterministic seed of a configuration: the first 8 hex digits of its key, as an int (< 2^32)."""
+    if not (isinstance(key, str) and re.fullmatch(r"[0-9a-f]{8,}", key)):
+        raise ValueError(f"key must be a configuration's key (hex digits, see config_key), got {key!r:.40}")
     return int(key[:8], 16)
 
 
@@ -33,6 +39,8 @@ class Store:
     """The records of a sweep directory: ``<directory>/<key>.json``."""
 
     def __init__(self, directory: str | os.PathLike) -> None:
+        if not isinstance(directory, (str, os.PathLike)):
+            raise ValueError(f"out must be a directory path, got {directory!r:.80}")
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"out must be a directory, but {self.directory} is a file")

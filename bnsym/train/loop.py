@@ -15,16 +15,36 @@ import torch
 import torch.nn.functional as F
 
 from ..core.activations import Activation, parse_activation
-from ..core.validation import check_eps
-from .data import N_CLASSES, Digits, digits
+from ..core.digits import N_CLASSES, Digits, digits
+from ..core.validation import (
+    MAX_BATCH_SIZE,
+    MIN_BATCH_SIZE,
+    check_activation,
+    check_choice,
+    check_device,
+    check_eps,
+    check_float_dtype,
+    check_range,
+    check_seed,
+    check_whole_number,
+)
 from .networks import forward, init_weights, predict
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
+MAX_DEPTH = 10**4  # one batch-norm layer after another: the forward and backward passes are sequential
+MAX_WIDTH = 2**14  # a layer holds N^2 weights per seed
+MAX_EPOCHS = 10**5
+MAX_SEEDS = 10**4  # seeds train side by side in one tensor
+MAX_WEIGHTS = 2**30  # n_seeds x depth x N^2 weights (4 GiB in float32) held and trained at once
+MAX_LR = float(torch.finfo(torch.float32).max)  # a larger lr is not a float32 number
 
 
 @dataclass(frozen=True)
 class Run:
-    """Test accuracies (S,) and final training losses (S,) of the S seeds; ``chance``: the majority-class rate."""
+    """Test accuracies (S,) and final training losses (S,) of the S seeds; ``chance``: the majority-class rate.
+
+    A seed whose training diverged (too large a learning rate) has a training loss of inf or NaN: the loss is not a
+    number then, and its test accuracy is that of its non-finite logits read as 0."""
 
     test_accuracy: torch.Tensor
     train_loss: torch.Tensor
@@ -32,10 +52,18 @@ class Run:
 
 
 def minibatches(n_examples: int, batch: int, n_seeds: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
-    """Index tensors (S, batch), epoch after epoch: a fresh permutation per seed and epoch, remainders dropped."""
-    while True:
-        order = torch.stack([torch.randperm(n_examples, generator=gen) for _ in range(n_seeds)])
-        yield from order[:, :n_examples - n_examples % batch].split(batch, dim=1)
+    """Index tensors (S, batch), epoch after epoch: a fresh permutation per seed and epoch, remainders dropped.
+
+    ValueError (at the call, before any step) if a step would take more examples than there are."""
+    if batch > n_examples:
+        raise ValueError(f"a step takes batch_size (or ghost_batch) = {batch} examples, more than the {n_examples} "
+                         "training examples")
+
+    def epochs() -> Iterator[torch.Tensor]:
+        while True:
+            order = torch.stack([torch.randperm(n_examples, generator=gen) for _ in range(n_seeds)])
+            yield from order[:, :n_examples - n_examples % batch].split(batch, dim=1)
+    return epochs()
 
 
 def steps_per_epoch(n_examples: int, batch: int) -> int:
@@ -50,21 +78,35 @@ def batch_loss(weights: Sequence[torch.Tensor], data: Digits, index: torch.Tenso
     return losses, preactivations
 
 
-def check_training(depth: int, width: int, batch_size: int, step_batch: int, optimizer: str, lr: float,
-                   epochs: int, n_seeds: int) -> None:
-    """ValueError naming the argument that no network could be trained with."""
-    for name, value in (("depth", depth), ("width", width), ("epochs", epochs), ("n_seeds", n_seeds)):
-        if not (isinstance(value, int) and value >= 1):
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    if not (isinstance(batch_size, int) and batch_size >= 2):
-        raise ValueError(f"batch_size must be a whole number >= 2 (batch norm of one example is 0), got {batch_size!r}")
+def check_training(depth: object, width: object, batch_size: object, step_batch: object, optimizer: object,
+                   lr: object, epochs: object, n_seeds: object) -> tuple[int, int, int, int, str, float, int, int]:
+    """The arguments checked (ints for the whole numbers), in this order; ValueError naming the argument that no
+    network could be trained with. ``step_batch``: the examples per step, ``ghost_batch`` (or ``batch_size``)."""
+    depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the layers run one after another")
+    width = check_whole_number(width, "width", 1, MAX_WIDTH, "a layer holds width^2 weights per seed")
+    epochs = check_whole_number(epochs, "epochs", 1, MAX_EPOCHS)
+    n_seeds = check_whole_number(n_seeds, "n_seeds", 1, MAX_SEEDS, "the seeds train side by side in one tensor")
+    batch_size = check_whole_number(batch_size, "batch_size", 2, MAX_BATCH_SIZE, "batch norm of one example is 0")
+    step_batch = check_whole_number(step_batch, "ghost_batch (examples per step)", batch_size, MAX_BATCH_SIZE,
+                                    "a step normalises sub-batches of batch_size")
     if step_batch % batch_size:
         raise ValueError(f"ghost_batch = {step_batch} must be a multiple of batch_size = {batch_size} "
                          "(the BN sub-batches tile the step's batch)")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
-    if not (lr > 0):
-        raise ValueError(f"lr must be > 0, got {lr!r}")
+    optimizer = check_choice(optimizer, "optimizer", OPTIMIZERS)
+    lr = check_range(lr, "lr", 0.0, MAX_LR, open_low=True, why="the optimiser multiplies float32 gradients by it")
+    if n_seeds * depth * width**2 > MAX_WEIGHTS:
+        raise ValueError(f"n_seeds x depth x width^2 = {n_seeds * depth * width**2:,} weights exceed {MAX_WEIGHTS:,} "
+                         "(4 GiB of float32)")
+    return depth, width, batch_size, step_batch, optimizer, lr, epochs, n_seeds
+
+
+def check_network(phi: object, batch_size: int, eps: object, seed: object, dtype: object,
+                  device: object) -> tuple[Activation, float, int, torch.dtype, torch.device]:
+    """(phi, eps, seed, dtype, device) checked: phi usable on the BN sphere of ``batch_size`` (on N(0, 1) below
+    B = 4, where the sphere is a few points)."""
+    batch = batch_size if batch_size >= MIN_BATCH_SIZE else None
+    return (check_activation(parse_activation(phi), batch), check_eps(eps), check_seed(seed), check_float_dtype(dtype),
+            check_device(device))
 
 
 def train(phi: str | Activation, depth: int, width: int, batch_size: int, *, lr: float, epochs: int,
@@ -75,9 +117,10 @@ def train(phi: str | Activation, depth: int, width: int, batch_size: int, *, lr:
     ``batch_size`` is the batch norm's batch B. With ``ghost_batch`` each step takes that many examples and
     normalises every consecutive B of them separately (ghost batch norm); else a step takes B examples.
     """
-    activation, eps = parse_activation(phi), check_eps(eps)
-    step_batch = ghost_batch or batch_size
-    check_training(depth, width, batch_size, step_batch, optimizer, lr, epochs, n_seeds)
+    step_batch = batch_size if ghost_batch is None else ghost_batch
+    depth, width, batch_size, step_batch, optimizer, lr, epochs, n_seeds = check_training(
+        depth, width, batch_size, step_batch, optimizer, lr, epochs, n_seeds)
+    activation, eps, seed, dtype, device = check_network(phi, batch_size, eps, seed, dtype, device)
     data = digits(dtype, device)
     gen = torch.Generator().manual_seed(seed)
     weights = init_weights(n_seeds, depth, width, data.n_features, N_CLASSES, gen, dtype, device)

@@ -9,11 +9,12 @@ import numpy as np
 
 from ..api import max_trainable_depth
 from ..report import Table, table
-from .trainability import DEFAULTS, GRID_KEYS, trains
+from .trainability import DEFAULTS, GRID_KEYS, check_rows, trains
 
 
 def accuracy_grid(rows: Sequence[Mapping[str, Any]], x: str = "batch_size") -> tuple[list, list, np.ndarray]:
     """(x values, depths, accuracy[depth, x]) of a grid's rows; NaN where a cell is missing or failed."""
+    rows = check_rows(rows, (x, "depth", "test_accuracy"))
     xs = sorted({row[x] for row in rows})
     depths = sorted({row["depth"] for row in rows})
     accuracy = np.full((len(depths), len(xs)), np.nan)

@@ -2,14 +2,14 @@
 
 One cell of a grid is one configuration: ``run_cell({"depth": 20, "batch_size": 8, ...})`` trains
 ``n_seeds`` BN MLPs on digits (:func:`bnsym.train.loop.train`) and returns their test accuracies. A cell
-*trains* when its mean test accuracy is more than :data:`MARGIN` above chance. The paper predicts that
+*trains* when its mean test accuracy is more than ``MARGIN`` above chance. The paper predicts that
 networks deeper than 16 xi(B) = 16 / log lambda_G(B) do not train (R19); :func:`line_agreement` counts how
 often that holds on a grid, and :func:`best_factor` finds the factors c for which "trains iff depth < c xi"
 misclassifies fewest cells.
 
 Learning rate: lr = ``lr_per_example`` x (examples per step), the paper's linear scaling. The paper's 1e-5 B
 is for 10 epochs of 60000 MNIST images; on 1437 digits for an epoch or two it leaves shallow networks near
-chance, so the default is the optimiser's entry of :data:`LR_PER_EXAMPLE`, the best of the chapter's
+chance, so the default is the optimiser's entry of ``LR_PER_EXAMPLE``, the best of the chapter's
 learning-rate check (depth 8 and 24, B = 8 and 32, one epoch).
 """
 
@@ -20,9 +20,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..core.activations import parse_activation
-from ..core.validation import check_eps
-from .loop import check_training, train
+from ..core.validation import MAX_BATCH_SIZE, check_real_array, check_whole_number
+from .loop import MAX_DEPTH, check_network, check_training, train
 
 LR_PER_EXAMPLE = {"sgd": 1e-2, "rmsprop": 1e-4}  # lr / B per optimiser, from the chapter's learning-rate check
 MARGIN = 0.10  # a cell trains when its test accuracy exceeds chance by more than 10 points
@@ -34,8 +33,8 @@ GRID_KEYS = ("depth", "batch_size")
 def run_cell(config: Mapping[str, Any]) -> dict:
     """Train the configuration's seeds; ``{"test_accuracy": mean, "test_accuracies": [...], "chance", ...}``.
 
-    ``config`` needs ``depth`` and ``batch_size``; the other keys default to :data:`DEFAULTS` (``seed``: 0;
-    ``lr_per_example``: the optimiser's :data:`LR_PER_EXAMPLE`).
+    ``config`` needs ``depth`` and ``batch_size``; the other keys default to ``DEFAULTS`` (``seed``: 0;
+    ``lr_per_example``: the optimiser's ``LR_PER_EXAMPLE``).
     """
     c = validate(config)
     # One single-threaded task per worker process: more threads would oversubscribe the cores, and these
@@ -49,7 +48,10 @@ def run_cell(config: Mapping[str, Any]) -> dict:
 
 
 def validate(config: Mapping[str, Any]) -> dict:
-    """The configuration completed with :data:`DEFAULTS`; ValueError naming a bad or unknown setting."""
+    """The configuration completed with ``DEFAULTS`` and checked (whole numbers as ints); ValueError naming a
+    bad or unknown setting."""
+    if not isinstance(config, Mapping):
+        raise ValueError(f"config must be a dict of settings, got {config!r:.80}")
     unknown = set(config) - set(DEFAULTS) - {*GRID_KEYS, "seed"}
     if unknown:
         raise ValueError(f"unknown trainability settings {sorted(unknown)}; known: {sorted({*DEFAULTS, *GRID_KEYS})}")
@@ -57,12 +59,15 @@ def validate(config: Mapping[str, Any]) -> dict:
     if missing:
         raise ValueError(f"a trainability cell needs {sorted(missing)}")
     c = {**DEFAULTS, "seed": 0, **config}
-    if c["optimizer"] in LR_PER_EXAMPLE and c["lr_per_example"] is None:
+    if isinstance(c["optimizer"], str) and c["optimizer"] in LR_PER_EXAMPLE and c["lr_per_example"] is None:
         c["lr_per_example"] = LR_PER_EXAMPLE[c["optimizer"]]
-    parse_activation(c["phi"])
-    check_eps(c["eps"])
-    check_training(c["depth"], c["width"], c["batch_size"], c["ghost_batch"] or c["batch_size"], c["optimizer"],
-                   c["lr_per_example"], c["epochs"], c["n_seeds"])
+    step_batch = c["batch_size"] if c["ghost_batch"] is None else c["ghost_batch"]
+    (c["depth"], c["width"], c["batch_size"], step_batch, c["optimizer"], c["lr_per_example"], c["epochs"],
+     c["n_seeds"]) = check_training(c["depth"], c["width"], c["batch_size"], step_batch, c["optimizer"],
+                                    c["lr_per_example"], c["epochs"], c["n_seeds"])
+    if c["ghost_batch"] is not None:
+        c["ghost_batch"] = step_batch
+    _, c["eps"], c["seed"], _, _ = check_network(c["phi"], c["batch_size"], c["eps"], c["seed"], torch.float32, "cpu")
     return c
 
 
@@ -72,17 +77,45 @@ run_cell.validate = validate  # the sweep runner checks every configuration befo
 
 def grid(depths: Sequence[int], batch_sizes: Sequence[int], **settings: Any) -> list[dict]:
     """Configurations of a depth x batch-size grid, ``settings`` shared (e.g. ``optimizer="rmsprop"``)."""
-    return [{"depth": int(d), "batch_size": int(b), **settings} for d in depths for b in batch_sizes]
+    depths = [check_whole_number(d, "depths", 1, MAX_DEPTH) for d in check_real_array(depths, "depths", 1)]
+    batch_sizes = [check_whole_number(b, "batch_sizes", 2, MAX_BATCH_SIZE, "batch norm of one example is 0")
+                   for b in check_real_array(batch_sizes, "batch_sizes", 1)]
+    return [{"depth": d, "batch_size": b, **settings} for d in depths for b in batch_sizes]
+
+
+def check_rows(rows: object, keys: Sequence[str]) -> list[Mapping[str, Any]]:
+    """``rows``, a non-empty list of dicts (one per cell) that all have ``keys``."""
+    if isinstance(rows, (Mapping, str)) or not hasattr(rows, "__iter__"):
+        raise ValueError(f"rows must be a list of dicts, one per cell, got {rows!r:.80}")
+    rows = list(rows)
+    if not rows or not all(isinstance(row, Mapping) and set(keys) <= set(row) for row in rows):
+        raise ValueError(f"rows must be a non-empty list of dicts with keys {', '.join(keys)}")
+    return rows
 
 
 def trains(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """Whether each cell's mean test accuracy exceeds its chance level by more than :data:`MARGIN`."""
-    return np.array([row["test_accuracy"] > row["chance"] + MARGIN for row in rows], dtype=bool)
+    """Whether each cell's mean test accuracy exceeds its chance level by more than ``MARGIN``."""
+    rows = check_rows(rows, ("test_accuracy", "chance"))
+    accuracy = check_real_array([row["test_accuracy"] for row in rows], "test_accuracy", low=0.0, high=1.0)
+    chance = check_real_array([row["chance"] for row in rows], "chance", low=0.0, high=1.0)
+    return accuracy > chance + MARGIN
+
+
+def _cells(depths: object, line: object, trained: object, line_name: str) -> tuple[np.ndarray, ...]:
+    """Depths, a line (max depths or xi: > 0, inf allowed) and the trained flags, one of each per cell."""
+    depths = check_real_array(depths, "depths", 1, low=0.0)
+    line = check_real_array(line, line_name, 1, low=0.0, open_low=True, infinite_ok=True)
+    flags = np.asarray(trained)
+    if flags.dtype != bool or not depths.shape == line.shape == flags.shape:
+        raise ValueError(f"depths, {line_name} and trained must be arrays of one shape (trained of bools), got "
+                         f"shapes {depths.shape}, {line.shape} and {flags.shape} ({flags.dtype})")
+    return depths, line, flags
 
 
 def line_agreement(depths: np.ndarray, max_depths: np.ndarray, trained: np.ndarray) -> dict[str, float | int]:
-    """Fractions of the cells above the line (depth > max depth) and below it that train."""
-    depths, max_depths, trained = (np.asarray(a) for a in (depths, max_depths, trained))
+    """Fractions of the cells above the line (depth > max depth) and below it that train; NaN for a side without
+    cells (a fraction of no cells is undefined)."""
+    depths, max_depths, trained = _cells(depths, max_depths, trained, "max_depths")
     above = depths > max_depths
     return {"n_above": int(above.sum()), "n_below": int((~above).sum()),
             "train_above": float(trained[above].mean()) if above.any() else float("nan"),
@@ -96,9 +129,10 @@ def best_factor(depths: np.ndarray, xi: np.ndarray, trained: np.ndarray) -> tupl
     exact; of several best intervals the one of smallest c is returned. ``high`` is inf when the best rule
     predicts every cell to train.
     """
-    ratios = np.asarray(depths, float) / np.asarray(xi, float)
-    trained = np.asarray(trained, bool)
-    bounds = np.concatenate([[0.0], np.unique(ratios), [np.inf]])  # c in (bounds[j], bounds[j + 1]]: ratio <= bounds[j]
+    depths, xi, trained = _cells(depths, xi, trained, "xi")
+    ratios = depths / xi
+    # c in (bounds[j], bounds[j + 1]] predicts "trains" where ratio <= bounds[j]; xi = inf gives ratio 0, below any c
+    bounds = np.concatenate([[0.0], np.unique(ratios[ratios > 0]), [np.inf]])
     errors = [int(np.sum((ratios <= bounds[j]) != trained)) for j in range(len(bounds) - 1)]
     best = int(np.argmin(errors))
     return float(bounds[best]), float(bounds[best + 1]), errors[best]
