@@ -18,14 +18,16 @@ from bnsym.train.networks import forward, init_weights, predict
 ROUNDING = 1e-13  # float64 rounding of O(1) values through a few dozen operations
 
 
-def reference(h, eps: float = 0.0, axis: int = -1, centre: bool = True, statistics=None) -> np.ndarray:
-    """The definition in numpy: centre along ``axis`` (optional), divide by sqrt(mean square + eps); the mean and
-    mean square of ``statistics`` (population statistics) when given."""
+def reference(h, eps: float = 0.0, axis: int = -1, centre: bool = True, statistics=None,
+              with_scale: bool = False):
+    """The definition in numpy: centre along ``axis`` (optional), divide by s = sqrt(mean square + eps); the mean
+    and mean square of ``statistics`` (population statistics) when given. With ``with_scale``, also s."""
     h = np.moveaxis(np.asarray(h, dtype=float), axis, -1)
     source = h if statistics is None else np.moveaxis(np.asarray(statistics, dtype=float), axis, -1)
     mean = source.mean(-1, keepdims=True) if centre else 0.0
     scale = np.sqrt(((source - mean) ** 2).mean(-1, keepdims=True) + eps)
-    return np.moveaxis((h - mean) / scale, -1, axis)
+    normalised = np.moveaxis((h - mean) / scale, -1, axis)
+    return (normalised, np.moveaxis(scale, -1, axis)) if with_scale else normalised
 
 
 def _pre_activations(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -39,10 +41,10 @@ def test_forward_is_the_definition(eps, dim, centre):
     """Both layouts: (M, N, B) with the batch last, and neurons last (M, B, N) with the batch at -2."""
     h = _pre_activations(4, 5, 7)
     z, s = batch_norm_forward(h, eps, dim, centre=centre)
-    np.testing.assert_allclose(z.numpy(), reference(h, eps, dim, centre), rtol=0, atol=ROUNDING)
-    np.testing.assert_allclose(batch_norm(h, eps, dim=dim, centre=centre).numpy(), z.numpy(), rtol=0, atol=0)
-    centred = h - h.mean(dim, keepdim=True) if centre else h
-    torch.testing.assert_close(s, torch.sqrt(centred.square().mean(dim, keepdim=True) + eps), rtol=1e-15, atol=0)
+    expected, scale = reference(h, eps, dim, centre, with_scale=True)
+    np.testing.assert_allclose(z.numpy(), expected, rtol=0, atol=ROUNDING)
+    np.testing.assert_allclose(s.numpy(), scale, rtol=ROUNDING, atol=0)
+    assert torch.equal(batch_norm(h, eps, dim=dim, centre=centre), z)
     # the two layouts are one map: normalising the transpose along the other axis gives the transpose
     assert torch.equal(batch_norm(h.mT, eps, dim=-1 - (dim == -1), centre=centre), z.mT)
 
