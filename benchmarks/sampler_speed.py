@@ -45,7 +45,7 @@ def copy_bandwidth(device: str, megabytes: int = 256, repeats: int = 5) -> float
 
 def normal_sources(m: int, n: int, device: str, repeats: int) -> dict[str, float]:
     """Seconds to draw one layer's weights, M N^2 normals, with torch's generator (what the explicit sampler
-    uses) and with bnsym's :class:`~bnsym.sim.device.Normals` (what the Gram sampler uses), fastest of repeats."""
+    uses) and with bnsym's :class:`~bnsym.core.device.Normals` (what the Gram sampler uses), fastest of repeats."""
     gen, normals, sync = generator(0, device), Normals(0, device), synchronizer(device)
     times = time_interleaved({"torch": lambda: torch.randn(m, n, n, generator=gen, device=device, dtype=torch.float64),
                               "bnsym": lambda: normals(m, n, n)}, repeats, sync)
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 "close is it to the memory roofline?")
     return write("sampler_speed", question, args, rows, roofline=rooflines, normal_sources=sources,
                  normal_sources_note="the explicit sampler draws W with torch's generator, the Gram sampler with "
-                                     "bnsym.sim.device.Normals; the estimate subtracts the difference of the two "
+                                     "bnsym.core.device.Normals; the estimate subtracts the difference of the two "
                                      "for the explicit sampler's depth * M * N^2 draws",
                  roofline_model=f"{ROOFLINE_PASSES} reads or writes of an N x B float64 tensor per network-layer "
                                 "(an ideal fused implementation), at the measured copy bandwidth")

@@ -1,11 +1,18 @@
 """bnsym: the mean field theory of batch normalization, derived in SymPy and checked by Monte Carlo.
 
 Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`, :func:`alpha_transition`,
-:func:`gradient_rate`, :func:`backward_eigenvalues`, :func:`depth_scale`, :func:`max_trainable_depth`,
+:func:`forward_depth_scales`, :func:`gradient_rate`, :func:`backward_eigenvalues`, :func:`depth_scale`,
+:func:`max_trainable_depth`,
 :func:`collapse_eps`, :func:`cross_batch_fixed_point`, :func:`cross_batch_rate`, :func:`cross_batch_kernel`
 (two batches, App. H), :func:`parse_activation`, :class:`Activation`, :class:`Estimate` (a value with its absolute
-error, returned by
-``with_error=True``); :mod:`bnsym.dilution` (Philipp et al.).
+error, returned by ``with_error=True``).
+
+The rooms: :mod:`bnsym.core` (premises shared by theory and simulator: activations, symbols, geometry, estimate,
+derivation, validation, quadrature, progress, device, statistics, digits); the theory of each paper,
+:mod:`bnsym.meanfield` (Yang et al.), :mod:`bnsym.dilution` (Philipp et al.), :mod:`bnsym.products` (Bjorck et
+al.), :mod:`bnsym.rank` (Daneshmand et al.) and :mod:`bnsym.nngp` (the BN-NNGP); :mod:`bnsym.sim` (the torch
+Monte Carlo, every network that is built); :mod:`bnsym.train` (the training harness) and :mod:`bnsym.sweep`
+(grids on Dask); :mod:`bnsym.report` and :mod:`bnsym.scale` for the book.
 """
 
 from . import dilution
@@ -19,6 +26,7 @@ from .api import (
                   cross_batch_rate,
                   depth_scale,
                   fixed_point,
+                  forward_depth_scales,
                   forward_eigenvalues,
                   gradient_rate,
                   max_trainable_depth,
@@ -30,5 +38,5 @@ from .meanfield.forward import FixedPoint
 __version__ = "0.1.0"
 __all__ = ["Activation", "Estimate", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel",
            "collapse_eps", "cross_batch_fixed_point", "cross_batch_kernel", "cross_batch_rate",
-           "depth_scale", "dilution", "fixed_point", "forward_eigenvalues", "gradient_rate",
+           "depth_scale", "dilution", "fixed_point", "forward_depth_scales", "forward_eigenvalues", "gradient_rate",
            "max_trainable_depth", "parse_activation"]

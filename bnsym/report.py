@@ -23,6 +23,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .core.estimate import Estimate
+
 
 def _format(value: Any, spec: str | None) -> str:
     if value is None:
@@ -172,14 +174,15 @@ class CheckLog:
             self.path.write_text("")
             self.errata_path.write_text("")
 
-    def check(self, quantity: str, theory: Any, estimate: Any, error: float | None = None, *,
+    def check(self, quantity: str, theory: float | Estimate, estimate: float | Estimate, error: float | None = None, *,
               k: float | None = None, atol: float = 0.0, rule: str | None = None,
               anchor: str | None = None) -> Check:
         r"""Assert :math:`|\hat\theta - \theta| \le k\,\text{error} + \text{atol}`; record and return the
         :class:`Check`.
 
         ``theory`` and ``estimate`` are floats or :class:`~bnsym.core.estimate.Estimate` (an Estimate brings its
-        error; the errors of both sides add in quadrature). ``k`` is the number of standard errors allowed, from
+        error, e.g. ``mean_and_se(samples)``; the errors of both sides add in quadrature, unless ``error`` is
+        given). ``k`` is the number of standard errors allowed, from
         :func:`bnsym.sim.mc_tolerance` for Monte Carlo; ``atol`` an absolute allowance (rounding, a quadrature
         bound). ``anchor`` is the MyST label of the section or figure that shows the comparison.
         Raises AssertionError (after recording) when the comparison fails.
@@ -244,8 +247,8 @@ class CheckLog:
                      {"SE": ".2g", "z": ".2f", "tolerance": ".2g"}, caption)
 
 
-def _value_and_error(x: Any, name: str) -> tuple[float, float]:
-    value, error = (x.value, x.error) if hasattr(x, "error") and hasattr(x, "value") else (x, 0.0)
+def _value_and_error(x: float | Estimate, name: str) -> tuple[float, float]:
+    value, error = (x.value, x.error) if isinstance(x, Estimate) else (x, 0.0)
     value, error = float(value), float(error)
     if not np.isfinite(value):
         raise ValueError(f"the {name} of a check must be finite, got {value}")

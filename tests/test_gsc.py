@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from bnsym.core.device import generator
 from bnsym.dilution import composed_dilution, diluted_rate, normalized_gsc_rate
-from bnsym.sim.device import generator
 from bnsym.sim.philipp import (
     Architecture,
     block_statistics,

@@ -13,6 +13,7 @@ from scipy import integrate
 from scipy.special import digamma
 
 from bnsym import products
+from bnsym.core.symbols import N_width, d
 from bnsym.sim import mc_tolerance, mean_and_se
 
 
@@ -85,7 +86,7 @@ def test_condition_number_matches_explicit_product_and_bounds():
 def test_lyapunov_slope_and_exponents():
     for n in (2, 10, 1000):
         assert products.lyapunov_slope(n) == pytest.approx(0.5 * (digamma(n / 2) - digamma(0.5)), rel=1e-14)
-    mu = products.lyapunov_exponents(10, 0.3)
+    mu = products.ginibre_lyapunov_exponents(10, 0.3)
     np.testing.assert_allclose(mu, 0.5 * (np.log(2 * 0.3) + digamma((10 - np.arange(10)) / 2)), rtol=1e-12)
 
 
@@ -135,3 +136,13 @@ def test_residual_growth_against_particles():
     assert abs(q[-1] - theory[-1]) < mc_tolerance(particles) * se
     mean, _ = mean_and_se(np.diff(products.residual_growth(40, batch_norm=True))[-5:])
     assert 0.8 < mean < 1.0  # linear growth with BN, about 1 per block
+
+
+def test_qr_method_estimates_the_ginibre_spectrum():
+    """The Monte Carlo QR method against the closed form, exponent by exponent, and the same derivation in d."""
+    width, s2 = 6, 0.5
+    estimate = products.qr_lyapunov_exponents(products.ginibre_sampler(width, s2), width, depth=50, n_products=64,
+                                              seed=3)
+    exact = products.ginibre_lyapunov_exponents(width, s2)
+    assert np.all(np.abs(estimate.value - exact) < mc_tolerance(64, width) * estimate.error)
+    assert products.derive_lyapunov(d)["slope"].subs(d, N_width) == products.derive_lyapunov()["slope"]

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bnsym import rank
-from bnsym.rank import networks
+from bnsym import products, rank
 from bnsym.sim import mc_tolerance
 
 
@@ -56,14 +55,14 @@ def test_ginibre_exponents_sum_to_expected_log_determinant():
     w = torch.randn(20_000, width, width, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     logdet = torch.linalg.slogdet(w)[1].numpy()
     se = logdet.std(ddof=1) / math.sqrt(len(logdet))
-    assert abs(rank.ginibre_lyapunov(width).sum() - logdet.mean()) < mc_tolerance(len(logdet)) * se
+    assert abs(products.ginibre_lyapunov_exponents(width, 1.0).sum() - logdet.mean()) < mc_tolerance(len(logdet)) * se
 
 
 def test_residual_top_exponent_tends_to_the_ginibre_one():
     """For large gamma, mu_1(I + gamma W) - ln gamma -> mu_1(W)."""
     big = 1e4
-    value = rank.residual_top_exponent(8, big).value - math.log(big)
-    assert value == pytest.approx(rank.ginibre_lyapunov(8)[0], abs=1e-3)
+    value = products.residual_top_exponent(8, big).value - math.log(big)
+    assert value == pytest.approx(products.ginibre_lyapunov_exponents(8, 1.0)[0], abs=1e-3)
 
 
 def test_m_chain_and_h_chain_agree():
@@ -99,17 +98,23 @@ def test_second_order_drift_matches_finite_differences():
 
 
 def test_asymmetric_correlation_is_three_quarters():
-    assert networks.asymmetric_unit_correlation() == pytest.approx(0.75)
-    assert networks.asymmetric_unit_correlation(lower=-1.0, upper=1.0) == 0.0
+    assert rank.asymmetric_unit_correlation() == pytest.approx(0.75)
+    assert rank.asymmetric_unit_correlation(lower=-1.0, upper=1.0) == 0.0
 
 
 def test_relu_cosine_map_he_fixed_point():
     """He init without bias: J_1(c) grows towards 1; the first post-ReLU cosine for orthogonal inputs is 1/pi."""
-    cos = networks.relu_cosines(5, "he", 100)
+    cos = rank.relu_cosines(5, 2.0, 0.0)
     assert cos[0] == pytest.approx(1 / math.pi)
     assert np.all(np.diff(cos) > 0)
+    with pytest.raises(ValueError, match="s_w2"):
+        rank.relu_cosines(5, 0.0, 0.0)
 
 
-def test_representation_init_is_validated():
-    with pytest.raises(ValueError, match="init"):
-        networks.representations(torch.randn(4, 4), [1], 4, 1, init="xavier")
+def test_differentiable_rank_bound_has_the_finite_difference_gradient():
+    h = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(5), dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(rank.differentiable_rank_bound(h).sum(), h)
+    u, step = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(6), dtype=torch.float64), 1e-6
+    with torch.no_grad():
+        numeric = (rank.differentiable_rank_bound(h + step * u) - rank.differentiable_rank_bound(h - step * u)).sum()
+    assert float((grad * u).sum()) == pytest.approx(float(numeric) / (2 * step), rel=1e-6)

@@ -1,9 +1,11 @@
-"""bnsym.report.table (text and HTML forms) and bnsym.sim.statistics.mc_tolerance (its false-alarm rate)."""
+"""bnsym.report (tables, the check log) and bnsym.core.statistics (mc_tolerance's false-alarm rate, mean_and_se)."""
 
 import numpy as np
 import pytest
 
-from bnsym.report import table
+from bnsym.core.estimate import Estimate
+from bnsym.core.statistics import mean_and_se
+from bnsym.report import CheckLog, table
 from bnsym.sim import mc_tolerance
 
 
@@ -40,9 +42,25 @@ def test_mc_tolerance_rejects_bad_input():
         mc_tolerance(8, false_alarm=0.0)
 
 
+def test_mean_and_se_is_an_estimate_that_a_check_takes_whole():
+    samples = np.array([1.0, 2.0, 4.0, 9.0])
+    n = len(samples)
+    mean = sum(samples) / n
+    se = (sum((s - mean) ** 2 for s in samples) / (n - 1) / n) ** 0.5
+    estimate = mean_and_se(samples)
+    assert isinstance(estimate, Estimate)
+    assert tuple(estimate) == pytest.approx((mean, se), rel=1e-15)
+    columns = mean_and_se(np.stack([samples, 2 * samples], axis=1))
+    np.testing.assert_allclose(columns.value, [mean, 2 * mean], rtol=1e-15)
+    np.testing.assert_allclose(columns.error, [se, 2 * se], rtol=1e-15)
+    check = CheckLog("99_demo").check("mean", mean + se, estimate, k=1.5)
+    assert check.error == estimate.error and check.z == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        mean_and_se(samples[:1])
+
+
 def test_check_log_asserts_records_and_reloads(tmp_path):
-    from bnsym.core.estimate import Estimate
-    from bnsym.report import CheckLog, load_checks
+    from bnsym.report import load_checks
 
     log = CheckLog("99_demo", directory=tmp_path)
     ok = log.check("q*", 1.0, Estimate(1.02, 0.01, "mc"), k=3.0, anchor="fig-99-demo")
@@ -58,8 +76,6 @@ def test_check_log_asserts_records_and_reloads(tmp_path):
 
 
 def test_check_needs_k_for_a_standard_error():
-    from bnsym.report import CheckLog
-
     with pytest.raises(ValueError, match="needs k"):
         CheckLog("99_demo").check("q*", 1.0, 1.0, 0.1)
     with pytest.raises(ValueError, match="must be finite"):

@@ -1,5 +1,4 @@
-"""The training harness: evaluation statistics, the scale-invariance identity, data,
-and the 16 xi line analysis."""
+"""The training harness: evaluation statistics, the scale-invariance identity and the 16 xi line analysis."""
 
 from __future__ import annotations
 
@@ -8,7 +7,8 @@ import pytest
 import torch
 
 from bnsym import parse_activation
-from bnsym.train import best_factor, digits, line_agreement, train
+from bnsym.core.digits import digits
+from bnsym.train import best_factor, line_agreement, train
 from bnsym.train.dynamics import FirstSteps, first_steps
 from bnsym.train.networks import forward, init_weights, predict
 from bnsym.train.trainability import validate
@@ -23,13 +23,6 @@ def test_population_statistics_equal_full_batch_norm_on_the_reference_set():
     logits, _ = forward(weights, data.x_train.T.expand(2, -1, -1), relu, 1e-3)
     population = predict(weights, data.x_train, data.x_train, relu, 1e-3)
     assert torch.allclose(logits, population, rtol=0, atol=1e-10)
-
-
-def test_digits_split():
-    data = digits(torch.float64)
-    assert (len(data.y_train), len(data.y_test), data.n_features) == (1437, 360, 64)
-    assert data.x_train.mean(0).abs().max() < ROUNDING
-    assert data.chance == np.bincount(data.y_test.numpy()).max() / 360
 
 
 def test_training_is_deterministic_and_learns():

@@ -1,8 +1,7 @@
 """Conditioning of products of Gaussian matrices (Bjorck et al. 2018, section 4, Figs. 11-12, App. C).
 
-* Lyapunov exponents: QR accumulation X_i Q_(i-1) = Q_i R_i of X = X_M ... X_1 gives independent stretches
-  r_jj^2 ~ s^2 chi^2_(N-j+1) per factor, so E log r_jj = (1/2)[log(2 s^2) + psi((N-j+1)/2)] and the condition
-  number grows by (1/2)[psi(N/2) - psi(1/2)] nats per factor (:func:`derive_lyapunov`).
+* The per-factor stretches of the QR method (:func:`qr_log_stretches`), whose mean is the Lyapunov slope
+  (1/2)[psi(N/2) - psi(1/2)] of log kappa (:mod:`bnsym.products.lyapunov`).
 * The condition number itself, without float64 saturation: kappa = sigma_max(X) sigma_max(X^-1), both products
   accumulated with rescaling (:func:`log_condition_number`); a plain SVD of X floors sigma_min near 1e-16
   sigma_max.
@@ -19,52 +18,8 @@ import sympy as sp
 import torch
 
 from ..core.derivation import Derivation
-from ..core.symbols import N_width, eta, kappa
-
-
-@cache
-def derive_lyapunov() -> Derivation:
-    """E log chi^2_nu = psi(nu/2) + log 2, hence the Lyapunov exponents and the slope of log kappa."""
-    d = Derivation("Lyapunov exponents of a product of Ginibre matrices")
-    a, nu, s2, j = sp.symbols("a nu s^2 j", positive=True)
-    mellin = 2**a * sp.gamma(nu / 2 + a) / sp.gamma(nu / 2)
-    d.step("Moments of t ~ chi^2_nu (Euler's integral int_0^oo t^(s-1) e^(-t/2) dt = 2^s Gamma(s)):",
-           sp.Eq(sp.Symbol("E[t^a]"), mellin))
-    log_moment = sp.expand_log(sp.diff(mellin, a).subs(a, 0), force=True)
-    d.step("so E log t is its a-derivative at a = 0:", sp.Eq(sp.Symbol("E[log t]"), log_moment), name="log_chi2")
-    d.step("Bartlett: the QR of an N x N Ginibre matrix (entry variance s^2) has independent r_jj^2 ~ s^2 "
-           "chi^2_(N-j+1); X_i Q_(i-1) is Ginibre again, so every factor adds an independent stretch",
-           sp.Eq(sp.Symbol("mu_j"), sp.expand_log(log_moment.subs(nu, N_width - j + 1) + sp.log(s2), force=True) / 2),
-           name="lyapunov")
-    mu = d["lyapunov"]
-    d.step("log kappa grows per factor by mu_1 - mu_N:", sp.Eq(sp.Symbol("mu_1 - mu_N"),
-                                                               sp.simplify(mu.subs(j, 1) - mu.subs(j, N_width))),
-           name="slope")
-    half = (sp.polygamma(0, N_width / 2) - sp.polygamma(0, sp.Rational(1, 2), evaluate=False)) / 2
-    if sp.expand(sp.expand_func(half) - d["slope"]) != 0:
-        raise RuntimeError("the slope is not (1/2)[psi(N/2) - psi(1/2)]")
-    d.step("that is, with psi(1/2) = -gamma - 2 log 2,", sp.Eq(sp.Symbol("mu_1 - mu_N"), half, evaluate=False))
-    d.result = d["slope"]
-    return d
-
-
-def lyapunov_exponents(n: int, s2: float = None) -> np.ndarray:
-    """mu_j, j = 1..N, the mean log stretch per factor of direction j (entry variance s2, default 1/N)."""
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"N (the matrix size) must be a whole number >= 2, got {n!r}")
-    s2 = 1.0 / n if s2 is None else s2
-    if not s2 > 0:
-        raise ValueError(f"the entry variance s2 must be > 0, got {s2}")
-    j, s = sp.Symbol("j", positive=True), sp.Symbol("s^2", positive=True)
-    kernel = sp.lambdify((N_width, j, s), derive_lyapunov()["lyapunov"], "scipy", cse=True)
-    return kernel(n, np.arange(1, n + 1), s2)
-
-
-def lyapunov_slope(n: int) -> float:
-    """(1/2)[psi(N/2) - psi(1/2)], the growth of log kappa per factor (nats) as M -> infinity."""
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"N (the matrix size) must be a whole number >= 2, got {n!r}")
-    return float(derive_lyapunov()["slope"].subs(N_width, int(n)).evalf(17))
+from ..core.symbols import eta, kappa
+from .lyapunov import qr_step
 
 
 def _as_factors(factors) -> torch.Tensor:
@@ -114,12 +69,11 @@ def qr_log_stretches(factors) -> torch.Tensor:
     bound on log kappa (|diagonal| ratios of a triangular matrix bound its condition number from below).
     """
     x = _as_factors(factors)
-    m = x.shape[-3]
-    q = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand_as(x[..., 0, :, :])
+    frame = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand_as(x[..., 0, :, :])
     stretches = []
-    for i in range(m - 1, -1, -1):
-        q, r = torch.linalg.qr(x[..., i, :, :] @ q)
-        stretches.append(r.diagonal(0, -2, -1).abs().log())
+    for i in range(x.shape[-3] - 1, -1, -1):
+        frame, logs = qr_step(frame, x[..., i, :, :])
+        stretches.append(logs)
     return torch.stack(stretches[::-1], dim=-2)
 
 

@@ -2,14 +2,16 @@
 
 H is always d features x N samples, as in the paper, with M(H) = H H^T / N.
 
-* rank notions: :func:`rank_tau` (eq. 3), :func:`rank_lower_bound` (r(H), eq. 4), :func:`numerical_rank`;
-  Lemma 1 in :func:`derive_rank_bounds`;
-* vanilla collapse (Lemma 3): :func:`lyapunov_exponents`, :func:`ginibre_lyapunov`, :func:`residual_top_exponent`,
-  :func:`predicted_numerical_rank`, derived in :func:`derive_log_chi_square`;
+* rank notions: :func:`rank_tau` (eq. 3), :func:`rank_lower_bound` (r(H), eq. 4; :func:`differentiable_rank_bound`
+  for training), :func:`numerical_rank`, :func:`predicted_numerical_rank`; Lemma 1 in :func:`derive_rank_bounds`;
+* vanilla collapse (Lemma 3): the Lyapunov spectra of :mod:`bnsym.products.lyapunov`, shared with Bjorck et al.;
 * the BN chain: :func:`bn_chain` (H-chain and M-chain), :func:`delta_F` (Lemma 7), :func:`delta_F_spectral`
   (Prop. 8), :func:`second_order_drift`, :func:`chain_statistics`, :func:`bn_lyapunov`; derived in
   :func:`derive_delta_F`, :func:`derive_spectral_delta_F`, :func:`derive_rank_bound` (Lemma 13, Theorem 14);
-* networks at init and in training: :mod:`bnsym.rank.networks`, :mod:`bnsym.rank.training`.
+* correlations at initialisation: :func:`relu_cosines` (the mean-field map), :func:`asymmetric_unit_correlation`
+  (Fig. 5), :func:`last_layer_gradient_cosines` (Prop. 19).
+
+The networks, at initialisation and in training, are the simulator's: :mod:`bnsym.sim.daneshmand`.
 """
 
 from .chain import (
@@ -23,37 +25,35 @@ from .chain import (
     derive_spectral_delta_F,
     second_order_drift,
 )
-from .lyapunov import (
-    derive_log_chi_square,
-    ginibre_lyapunov,
-    ginibre_sampler,
-    lyapunov_exponents,
-    lyapunov_samples,
+from .correlations import asymmetric_unit_correlation, last_layer_gradient_cosines, relu_cosines
+from .measures import (
+    derive_rank_bounds,
+    differentiable_rank_bound,
+    numerical_rank,
     predicted_numerical_rank,
-    residual_top_exponent,
+    rank_lower_bound,
+    rank_tau,
+    second_moment,
 )
-from .measures import derive_rank_bounds, numerical_rank, rank_lower_bound, rank_tau, second_moment
 
 __all__ = [
+    "asymmetric_unit_correlation",
     "bn_chain",
     "bn_lyapunov",
     "chain_statistics",
     "delta_F",
     "delta_F_spectral",
     "derive_delta_F",
-    "derive_log_chi_square",
     "derive_rank_bound",
     "derive_rank_bounds",
     "derive_spectral_delta_F",
-    "ginibre_lyapunov",
-    "ginibre_sampler",
-    "lyapunov_exponents",
-    "lyapunov_samples",
+    "differentiable_rank_bound",
+    "last_layer_gradient_cosines",
     "numerical_rank",
     "predicted_numerical_rank",
     "rank_lower_bound",
     "rank_tau",
-    "residual_top_exponent",
+    "relu_cosines",
     "second_moment",
     "second_order_drift",
 ]

@@ -24,16 +24,16 @@ import sympy as sp
 import torch
 
 from ..core.derivation import Derivation
+from ..core.device import generator
 from ..core.estimate import Estimate
+from ..core.statistics import mean_and_se
 from ..core.symbols import alpha_reg as alpha
 from ..core.symbols import d
 from ..core.symbols import diag_m2_sq as D2
 from ..core.symbols import frob2 as F
 from ..core.symbols import trace_m3 as T3
-from ..sim.device import generator
-from ..sim.statistics import mean_and_se
-from .lyapunov import qr_step
-from .measures import as_features, second_moment
+from ..products.lyapunov import qr_step
+from .measures import as_features, differentiable_rank_bound, second_moment
 
 
 def check_second_moment(M: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -125,8 +125,7 @@ def bn_lyapunov(width: int, gamma: float, depth: int, burn: int, n_chains: int =
         frame, logs = qr_step(frame, rescale.unsqueeze(-1) * a)  # the frame burns in with the chain
         if layer >= burn:
             total += logs
-    mean, se = mean_and_se((total / depth).cpu().numpy())
-    return Estimate(mean, se, "QR method on the BN chain")
+    return Estimate(*mean_and_se((total / depth).cpu().numpy()), "QR method on the BN chain")
 
 
 # --- Lemma 7, Prop. 8, Example 9, Lemma 13 / Theorem 14: derivations --------------------------------------------
@@ -332,8 +331,7 @@ def second_order_drift(M: np.ndarray | torch.Tensor, n_draws: int = 4000, seed: 
     v2 = (2 * diag2[..., :, None] * diag0[None, :] + 2 * diag1[..., :, None] * diag1[..., None, :]
           + 2 * diag0[:, None] * diag2[..., None, :])
     second = u2 / v0 - 2 * u1 * v1 / v0**2 - u0 * v2 / v0**2 + 2 * u0 * v1**2 / v0**3
-    mean, se = mean_and_se(second.sum((-2, -1)).numpy() / 2)
-    return Estimate(float(mean), float(se), "Monte Carlo, exact second derivative")
+    return Estimate(*mean_and_se(second.sum((-2, -1)).numpy() / 2), "Monte Carlo, exact second derivative")
 
 
 def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: int = 8, every: int = 4,
@@ -353,7 +351,7 @@ def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: 
         m = second_moment(h)
         lam = torch.linalg.eigvalsh(m)
         m2 = m @ m
-        return torch.stack([lam.sum(-1).square() / lam.square().sum(-1), (lam >= 0.5).sum(-1).to(m.dtype),
+        return torch.stack([differentiable_rank_bound(h), (lam >= 0.5).sum(-1).to(m.dtype),
                             m.square().sum((-2, -1)), (m2 * m).sum((-2, -1)),
                             m2.diagonal(0, -2, -1).square().sum(-1), m[..., 0, 1], m[..., 0, 1] * m[..., 0, 2]], -1)
 
@@ -362,6 +360,6 @@ def chain_statistics(width: int, gamma: float, depth: int, burn: int, n_chains: 
     trace = bn_chain(x, burn + depth, gamma, n_chains, seed, "H", every, stats)[burn // every:]
     per_chain = trace.mean(0).numpy()
     names = ["r", "rank_half", "frobenius", "tr_m3", "tr_diag_m2_sq", "m12", "m12_m13"]
-    out = {name: Estimate(*map(float, mean_and_se(per_chain[:, i])), "ergodic average") for i, name in enumerate(names)}
-    out["alpha"] = Estimate(*map(float, mean_and_se(per_chain[:, 4] / per_chain[:, 3])), "ergodic average")
+    out = {name: Estimate(*mean_and_se(per_chain[:, i]), "ergodic average") for i, name in enumerate(names)}
+    out["alpha"] = Estimate(*mean_and_se(per_chain[:, 4] / per_chain[:, 3]), "ergodic average")
     return out

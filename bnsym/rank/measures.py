@@ -4,9 +4,11 @@ H is d features x N samples, as in the paper (columns are samples), with any lea
 M(H) = H H^T / N is the d x d second-moment matrix of the features, with eigenvalues lambda_i = sigma_i^2 / N.
 
 * soft rank rank_tau(H) = #{i : lambda_i >= tau} (eq. 3; :func:`rank_tau`);
-* rank lower bound r(H) = Tr(M)^2 / ||M||_F^2 = ||lambda||_1^2 / ||lambda||_2^2 (eq. 4; :func:`rank_lower_bound`);
+* rank lower bound r(H) = Tr(M)^2 / ||M||_F^2 = ||lambda||_1^2 / ||lambda||_2^2 (eq. 4; :func:`rank_lower_bound`,
+  and :func:`differentiable_rank_bound` for training);
 * numerical rank: singular values above sigma_max max(d, N) eps of H's float type, torch's default and the
-  paper's footnote 2 (:func:`numerical_rank`).
+  paper's footnote 2 (:func:`numerical_rank`), and its prediction from a Lyapunov spectrum
+  (:func:`predicted_numerical_rank`).
 
 Lemma 1, rank(H) >= r(H) and, when Tr M = d (batch-norm outputs), rank_tau(H) >= (1 - tau)^2 r(H), is derived
 with its equality cases in :func:`derive_rank_bounds`.
@@ -55,13 +57,19 @@ def rank_tau(H: np.ndarray | torch.Tensor, tau: float = 0.5) -> np.ndarray:
     return (_eigenvalues(H) >= tau).sum(-1).numpy()
 
 
+def differentiable_rank_bound(H: torch.Tensor) -> torch.Tensor:
+    """r(H) = Tr(M)^2 / ||M||_F^2 = ||lambda||_1^2 / ||lambda||_2^2 with M = H H^T / N (eq. 4), in H's float type and
+    differentiable in H (Algorithm 1 maximises it). No checks: a diverged H gives NaN (see :func:`rank_lower_bound`)."""
+    m = H @ H.mT / H.shape[-1]
+    return m.diagonal(0, -2, -1).sum(-1).square() / m.square().sum((-2, -1))
+
+
 def rank_lower_bound(H: np.ndarray | torch.Tensor) -> np.ndarray:
-    """r(H) = Tr(M)^2 / ||M||_F^2 with M = H H^T / N, H d features x N samples (eq. 4)."""
-    lam = _eigenvalues(H)
-    squares = lam.square().sum(-1)
-    if (squares == 0).any():
+    """r(H) = Tr(M)^2 / ||M||_F^2 with M = H H^T / N, H d features x N samples (eq. 4), in float64."""
+    h = as_features(H).detach().to(torch.float64)
+    if (h == 0).all(-1).all(-1).any():
         raise ValueError("r(H) is undefined for H = 0 (it divides by ||M||_F^2)")
-    return (lam.sum(-1).square() / squares).numpy()
+    return differentiable_rank_bound(h).numpy()
 
 
 def numerical_rank(H: np.ndarray | torch.Tensor, rtol: float | None = None) -> np.ndarray:
@@ -77,6 +85,16 @@ def numerical_rank(H: np.ndarray | torch.Tensor, rtol: float | None = None) -> n
         raise ValueError(f"rtol must be a finite number >= 0, got {rtol}")
     s = torch.linalg.svdvals(h)
     return (s > rtol * s[..., :1]).sum(-1).numpy()
+
+
+def predicted_numerical_rank(exponents: np.ndarray, depth: np.ndarray | int, rtol: float) -> np.ndarray:
+    """#{i : depth (mu_1 - mu_i) < ln(1 / rtol)}: the directions of a product of ``depth`` random factors with
+    Lyapunov ``exponents`` mu_i whose singular value has not decayed below rtol sigma_max (Lemma 3)."""
+    mu = np.asarray(exponents, dtype=float)
+    if not 0 < rtol < 1:
+        raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
+    depth = np.asarray(depth, dtype=float)[..., None]
+    return (depth * (mu[0] - mu) < np.log(1 / rtol)).sum(-1)
 
 
 def derive_rank_bounds() -> Derivation:

@@ -1,10 +1,20 @@
-"""Torch simulators of wide random batch-normalized networks (CPU or CUDA, float64, TF32 off).
+"""Torch simulators of wide random batch-normalized networks (CPU or CUDA, float64, TF32 off): every network
+that is built, one module per paper.
 
-The simulators import only :mod:`bnsym.core`: they get every theoretical quantity (a fixed point, a direction)
-from the caller, and never import :mod:`bnsym.meanfield`.
+* Yang et al.: :mod:`.networks` (forward passes, the Gram sampler), :mod:`.gradients` (back-propagation),
+  :mod:`.probes` (decays and Rayleigh quotients), :mod:`.batches` (networks on several batches);
+* :mod:`.philipp` (Philipp et al.), :mod:`.bjorck` (Bjorck et al.), :mod:`.daneshmand` (Daneshmand et al.).
+
+The simulators import only :mod:`bnsym.core`: they get every theoretical quantity (a fixed point, a direction, a
+rank statistic) from the caller, and never import a theory (:mod:`bnsym.meanfield`, :mod:`bnsym.dilution`,
+:mod:`bnsym.products`, :mod:`bnsym.rank`, :mod:`bnsym.nngp`). The device and random streams
+(:mod:`bnsym.core.device`), the standard errors (:mod:`bnsym.core.statistics`) and the one batch-norm forward
+that every network here normalises with (:func:`batch_norm`, :mod:`bnsym.core.batchnorm`) live in core; their
+public names are re-exported here.
 """
 
-from .device import Normals, configure_torch, default_device, generator
+from ..core.device import Normals, configure_torch, default_device, generator
+from ..core.statistics import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 from .gradients import GradientRun, per_layer_growth, simulate_gradients
 from .networks import (
     SAMPLERS,
@@ -16,7 +26,6 @@ from .networks import (
     simulate_forward,
 )
 from .probes import backward_rayleigh, simulated_decay
-from .statistics import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
 
 __all__ = [
     "GradientRun",

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..core.activations import Activation, parse_activation
-from .device import configure_torch, default_device, generator
+from ..core.device import configure_torch, default_device, generator
 from .networks import _psd_factor, batch_norm, gram
 
 

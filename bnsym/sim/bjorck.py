@@ -1,7 +1,7 @@
 """Torch Monte Carlo for Bjorck et al. (2018): Gaussian products, minibatch noise, residual nets, digits training.
 
 Everything is batched: many products, draws or networks in one tensor op (float64 for theory checks, float32
-for training), on :func:`~bnsym.sim.device.default_device`. Residual networks are fully connected ResNet-v1
+for training), on :func:`~bnsym.core.device.default_device`. Residual networks are fully connected ResNet-v1
 blocks, x' = ReLU(x + W_2 ReLU(W_1 x)) or, with batch norm, x' = ReLU(x + BN(W_2 ReLU(BN(W_1 x)))), with Xavier
 normal weights and BN without affine parameters (gamma = 1, beta = 0): :func:`~bnsym.core.batchnorm.batch_norm`
 over the batch axis -2 of the rows (..., B, n).
@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from ..core import batchnorm
-from .device import configure_torch, default_device, generator
+from ..core.device import configure_torch, default_device, generator
+from ..core.digits import Digits
 
 DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
 
@@ -88,24 +89,7 @@ def simulate_residual(width: int, batch: int, blocks: int, n_networks: int, batc
     return ResidualRun(q, abs_mean, variance)
 
 
-# --- digits -------------------------------------------------------------------------------------------------
-
-
-def digits(seed: int = 0, test_fraction: float = 0.2, device=None) -> tuple[torch.Tensor, ...]:
-    """scikit-learn's 8 x 8 digits (1797 images), standardised per pixel on the training split, float32."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    order = np.random.default_rng(seed).permutation(len(data.target))
-    n_test = int(round(test_fraction * len(order)))
-    test, train = order[:n_test], order[n_test:]
-    x = data.data.astype(np.float32)
-    mean, std = x[train].mean(0), x[train].std(0) + 1e-6
-    x = (x - mean) / std
-    device = device or default_device()
-    as_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=device)  # noqa: E731
-    return (as_t(x[train], torch.float32), as_t(data.target[train], torch.long),
-            as_t(x[test], torch.float32), as_t(data.target[test], torch.long))
+# --- digits (the split of bnsym.core.digits) ------------------------------------------------------------------
 
 
 def init_resnets(configs: int, blocks: int, width: int, seed: int, device=None) -> list[torch.Tensor]:
@@ -156,10 +140,10 @@ class TrainingGrid:
     test_accuracy: np.ndarray
 
 
-def train_grid(data: tuple[torch.Tensor, ...], blocks: int, width: int, lrs: np.ndarray, seeds: int, steps: int,
-               batch: int = 128, momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> TrainingGrid:
+def train_grid(data: Digits, blocks: int, width: int, lrs: np.ndarray, seeds: int, steps: int, batch: int = 128,
+               momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> TrainingGrid:
     """SGD (the paper's momentum and weight decay) on every (lr, BN or not, seed) at once, as one batched net."""
-    x_train, y_train, x_test, y_test = data
+    x_train, y_train, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
     device = x_train.device
     grid = np.array([(lr, bn, s) for bn in (False, True) for lr in lrs for s in range(seeds)], dtype=object)
     lr_t = torch.as_tensor(grid[:, 0].astype(float), dtype=torch.float32, device=device)
@@ -188,14 +172,14 @@ def train_grid(data: tuple[torch.Tensor, ...], blocks: int, width: int, lrs: np.
                         ~alive.cpu().numpy(), train_acc, test_acc)
 
 
-def loss_along_step(data: tuple[torch.Tensor, ...], blocks: int, width: int, lr: float, batch_norm: bool,
-                    ts: np.ndarray, batch: int = 128, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+def loss_along_step(data: Digits, blocks: int, width: int, lr: float, batch_norm: bool, ts: np.ndarray,
+                    batch: int = 128, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
     """Batch loss l(t) = L(theta - t lr g) and the per-block mean x^2 along the step, at initialisation.
 
     Returns (loss (T,), block moments (T, blocks), |g|^2) for one network; the first-order prediction is
     l(0) - t lr |g|^2.
     """
-    x_train, y_train = data[0], data[1]
+    x_train, y_train = data.x_train, data.y_train
     device = x_train.device
     index = torch.randint(len(y_train), (batch,), generator=generator(seed + 1, device), device=device)
     xb, yb = x_train[index], y_train[index]

@@ -29,8 +29,8 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from ..core.batchnorm import batch_norm_forward
+from ..core.device import Normals, configure_torch, default_device, generator
 from ..core.progress import progress_bar
-from .device import Normals, configure_torch, default_device, generator
 from .networks import (
     _CACHE_BYTES,
     _PROGRESS_FLOPS,

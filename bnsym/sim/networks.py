@@ -23,8 +23,8 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from ..core.batchnorm import batch_norm
+from ..core.device import Normals, configure_torch, default_device, generator
 from ..core.progress import progress_bar
-from .device import Normals, configure_torch, default_device, generator
 
 SAMPLERS = ("weights", "gram")
 _CHUNK_BYTES = 512 * 2**20  # memory a simulator keeps per chunk of networks on the CPU (see chunk_budget)

@@ -24,7 +24,7 @@ import torch
 
 from ..core.activations import parse_activation
 from ..core.batchnorm import batch_norm
-from .device import configure_torch, default_device, generator
+from ..core.device import configure_torch, default_device, generator
 
 NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")

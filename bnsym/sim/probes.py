@@ -17,8 +17,8 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from ..core.batchnorm import batch_norm_forward
+from ..core.device import Normals, configure_torch, default_device
 from ..core.geometry import eigen_directions
-from .device import Normals, configure_torch, default_device
 from .networks import centred_factor, inputs_with_gram, simulate_forward
 
 

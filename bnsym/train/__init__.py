@@ -1,14 +1,12 @@
 """Training batch-normalized MLPs on scikit-learn's digits: the harness of the trainability chapter (Sec. 4).
 
-* :mod:`.data`: the standardised digits split; :mod:`.networks`: BN MLPs with many seeds in one tensor, ghost
-  batch norm, population-statistics evaluation; :mod:`.loop`: SGD / RMSProp training;
+* :mod:`.networks`: BN MLPs with many seeds in one tensor, ghost batch norm, population-statistics evaluation;
+  :mod:`.loop`: SGD / RMSProp training on the digits split of :mod:`bnsym.core.digits`;
 * :mod:`.dynamics`: per-layer norms over the first SGD steps (Fig 4);
 * :mod:`.trainability`: the sweep task of Figs 3 and 5 and the 16 xi analysis; :mod:`.maps`: accuracy maps.
 """
 
-from .data import Digits, digits
 from .loop import Run, train
 from .trainability import LR_PER_EXAMPLE, MARGIN, best_factor, grid, line_agreement, run_cell, trains
 
-__all__ = ["Digits", "LR_PER_EXAMPLE", "MARGIN", "Run", "best_factor", "digits", "grid", "line_agreement",
-           "run_cell", "train", "trains"]
+__all__ = ["LR_PER_EXAMPLE", "MARGIN", "Run", "best_factor", "grid", "line_agreement", "run_cell", "train", "trains"]

@@ -20,8 +20,8 @@ import torch
 
 from ..core.activations import parse_activation
 from ..core.derivation import Derivation
+from ..core.digits import N_CLASSES, digits
 from ..core.validation import check_eps
-from .data import N_CLASSES, digits
 from .loop import OPTIMIZERS, batch_loss, check_training, minibatches
 from .networks import init_weights
 

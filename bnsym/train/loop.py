@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ..core.activations import Activation, parse_activation
+from ..core.digits import N_CLASSES, Digits, digits
 from ..core.validation import check_eps
-from .data import N_CLASSES, Digits, digits
 from .networks import forward, init_weights, predict
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}

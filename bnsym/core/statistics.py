@@ -9,12 +9,19 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import t as student_t
 
+from .estimate import Estimate
 
-def mean_and_se(samples: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Sample mean and its standard error std / sqrt(n) (ddof = 1) along ``axis``."""
+
+def mean_and_se(samples: np.ndarray, axis: int = 0) -> Estimate:
+    """The sample mean along ``axis`` with its standard error std / sqrt(n) (ddof = 1), as an :class:`Estimate`.
+
+    It unpacks as ``mean, se = mean_and_se(samples)``; ``log.check`` takes it whole.
+    """
     samples = np.asarray(samples, dtype=float)
     n = samples.shape[axis]
-    return samples.mean(axis=axis), samples.std(axis=axis, ddof=1) / np.sqrt(n)
+    if n < 2:
+        raise ValueError(f"a standard error needs at least 2 samples along axis {axis}, got {n}")
+    return Estimate(samples.mean(axis=axis), samples.std(axis=axis, ddof=1) / np.sqrt(n), "sample mean")
 
 
 def extrapolate_to_infinite_width(widths: np.ndarray, means: np.ndarray, ses: np.ndarray) -> tuple[float, float, float]:

@@ -1,0 +1,204 @@
+"""Daneshmand et al. 2020's networks: random MLPs at initialisation and small ReLU MLPs trained on digits.
+
+Figs. 1, 2, 4, 5 and 6 of the paper in miniature. H is d features x N samples, as in the paper; n networks run at
+once (one batched matmul per layer, weights (n, d_out, d_in)). Inits (fan_in = layer input size):
+
+* ``"torch"``: nn.Linear's default, weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+* ``"asymmetric"``: weights U(0, 2/sqrt(fan_in)) (same variance, mean 1/sqrt(fan_in); Fig. 5), default biases;
+* ``"he"``: weights N(0, 2/fan_in), no bias; ``"gaussian"``: weights N(0, 1/fan_in), no bias (linear nets).
+
+Batch norm is train-mode with or without centring and no affine parameters (their initial values, gain 1 and
+shift 0, are what the paper's analysis assumes). Training is plain SGD, after Algorithm 1's rank pre-training
+(Adam steps that maximise r(H_L), eq. 4, of the last hidden layer on fresh minibatches) if asked. The theory that
+these networks check (the mean-field cosine map, the rank notions) is :mod:`bnsym.rank`; it reaches a simulator
+through its caller.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..core.device import generator
+from ..core.digits import digits
+
+INITS = ("torch", "asymmetric", "he", "gaussian")
+INIT_VARIANCES = {"torch": (1 / 3, 1 / 3), "he": (2.0, 0.0), "gaussian": (1.0, 0.0)}  # (s_w^2, s_b^2 fan_in)
+RankBound = Callable[[torch.Tensor], torch.Tensor]
+
+
+def init_variances(init: str, fan_in: int) -> tuple[float, float]:
+    """(s_w^2, s_b^2) of a zero-mean init: weights of variance s_w^2 / fan_in, biases of variance s_b^2."""
+    if init not in INIT_VARIANCES:
+        raise ValueError(f"a zero-mean init is one of {tuple(INIT_VARIANCES)}; got {init!r}")
+    return INIT_VARIANCES[init][0], INIT_VARIANCES[init][1] / fan_in
+
+
+def _layer(gen: torch.Generator, n: int, fan_in: int, fan_out: int, init: str, dtype: torch.dtype
+           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weights (n, fan_out, fan_in) and biases (n, fan_out, 1) or None, for the named init."""
+    shape, bound = (n, fan_out, fan_in), 1 / math.sqrt(fan_in)
+    device = gen.device
+    if init in ("torch", "asymmetric"):
+        u = torch.rand(shape, generator=gen, device=device, dtype=dtype)
+        w = (2 * u - 1) * bound if init == "torch" else 2 * u * bound
+        b = (2 * torch.rand(n, fan_out, 1, generator=gen, device=device, dtype=dtype) - 1) * bound
+        return w, b
+    variance = {"he": 2.0, "gaussian": 1.0}[init] / fan_in
+    return math.sqrt(variance) * torch.randn(shape, generator=gen, device=device, dtype=dtype), None
+
+
+def batch_norm_rows(h: torch.Tensor, centre: bool = True, eps: float = 0.0) -> torch.Tensor:
+    """Batch norm of every feature (row) of h (..., d, N) over the N samples, with or without centring."""
+    if centre:
+        h = h - h.mean(-1, keepdim=True)
+    return h / (h.square().mean(-1, keepdim=True) + eps).sqrt()
+
+
+def representations(x: torch.Tensor, depths: list[int], width: int, n_networks: int, init: str = "torch",
+                    bn: bool = False, centre: bool = True, relu: bool = True, seed: int = 0,
+                    dtype: torch.dtype = torch.float32) -> dict[int, torch.Tensor]:
+    """The hidden representations H_l (n_networks, width, N) of random MLPs at the given depths.
+
+    ``x`` is the input batch, d_in features x N samples (shared by all networks). Layer: h = W x + b, batch norm
+    of each feature over the batch if ``bn``, then ReLU if ``relu``. ``dtype`` float32 mimics the paper's runs.
+    Networks without batch norm or biases are rescaled by one number per layer (rank and cosines unchanged).
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if not depths or min(depths) < 1:
+        raise ValueError(f"depths must be a non-empty list of layers >= 1, got {depths}")
+    gen = generator(seed, x.device)
+    h = x.to(dtype).expand(n_networks, *x.shape)
+    out = {}
+    for layer in range(1, max(depths) + 1):
+        w, b = _layer(gen, n_networks, h.shape[-2], width, init, dtype)
+        h = w @ h + (b if b is not None else 0)
+        if bn:
+            h = batch_norm_rows(h, centre)
+        if relu:
+            h = torch.relu(h)
+        if not bn and b is None:  # rank-neutral global rescaling, so deep float32 products neither overflow nor vanish
+            h = h / h.square().mean((-2, -1), keepdim=True).sqrt()
+        if layer in depths:
+            out[layer] = h
+    return out
+
+
+def mean_pair_cosine(H: torch.Tensor) -> np.ndarray:
+    """The mean over sample pairs a < b of cos(h_a, h_b), per network, for H (..., d, N)."""
+    unit = H / H.norm(dim=-2, keepdim=True)
+    cos = unit.mT @ unit
+    n = H.shape[-1]
+    return ((cos.sum((-2, -1)) - cos.diagonal(0, -2, -1).sum(-1)) / (n * (n - 1))).double().cpu().numpy()
+
+
+def gaussian_relu_cosines(depth: int, s_w2: float, s_b2: float, width: int, n_samples: int, n_networks: int,
+                          seed: int = 0) -> np.ndarray:
+    """Simulated mean post-ReLU pair cosine at layers 1..depth, (depth, n_networks): Gaussian weights of variance
+    s_w2 / width, biases of variance s_b2 (:func:`init_variances` gives an init's).
+
+    Orthogonal inputs (cosine 0, unit second moment). Given the layer's input x (width x N), the rows of W x + b are
+    i.i.d. N(0, s_w^2 x^T x / fan_in + s_b^2 11^T): sampling them from that N x N covariance is equal in law to
+    drawing W (Gaussian), at a cost of O(width N^2) instead of O(width^2 N).
+    """
+    gen = generator(seed, "cpu")
+    q, _ = torch.linalg.qr(torch.randn(n_networks, width, n_samples, generator=gen, dtype=torch.float64))
+    x = math.sqrt(width) * q
+    ones = torch.ones(n_samples, n_samples, dtype=torch.float64)
+    eye = torch.eye(n_samples, dtype=torch.float64)
+    out = []
+    for _ in range(depth):
+        cov = s_w2 * x.mT @ x / width + s_b2 * ones
+        root = torch.linalg.cholesky(cov + 1e-12 * cov.diagonal(0, -2, -1).mean(-1)[:, None, None] * eye)
+        z = torch.randn(n_networks, width, n_samples, generator=gen, dtype=torch.float64)
+        x = torch.relu(z @ root.mT)
+        out.append(mean_pair_cosine(x))
+    return np.stack(out)
+
+
+
+# --- training on digits (the training split of bnsym.core.digits) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """Per-network results: ``loss`` (n, epochs + 1) full-batch training loss per epoch (index 0: before SGD; inf
+    once a network has diverged),
+    ``accuracy`` (n,) final training accuracy, ``rank_bound`` (n, epochs + 1) r(H_L) on all the training digits used."""
+
+    loss: np.ndarray
+    accuracy: np.ndarray
+    rank_bound: np.ndarray
+    lrs: np.ndarray
+
+
+def _forward(params: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, bn: bool
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (n, 10, N), last hidden layer (n, d, N)) of every network on inputs x (64, N)."""
+    h = x
+    for w, b in params[:-1]:
+        h = w @ h + b
+        h = torch.relu(batch_norm_rows(h) if bn else h)
+    w, b = params[-1]
+    return w @ h + b, h
+
+
+def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bound: RankBound, width: int = 128,
+                 batch: int = 128, seeds: int = 1, pretrain_steps: int = 0, init: str = "torch",
+                 n_samples: int | None = None, seed: int = 0) -> TrainingRun:
+    """SGD on the first ``n_samples`` training digits (all 1437 by default) for networks with ``depth`` hidden
+    layers, one per (lr, seed) pair.
+
+    ``rank_bound`` is r(H) (eq. 4) of the last hidden layers (n, d, N) -> (n,), differentiable: Algorithm 1
+    maximises it for ``pretrain_steps`` Adam steps, and it is recorded after every epoch.
+    """
+    if depth < 1 or epochs < 0 or not lrs:
+        raise ValueError(f"need depth >= 1, epochs >= 0 and some learning rates; got {depth}, {epochs}, {lrs}")
+    data = digits()
+    if n_samples is not None and not 1 <= n_samples <= len(data.y_train):
+        raise ValueError(f"n_samples must be between 1 and the {len(data.y_train)} training digits, got {n_samples}")
+    x, y = data.x_train[:n_samples].T.contiguous(), data.y_train[:n_samples]  # x: 64 features x N samples
+    gen = generator(seed, "cpu")
+    rates = torch.tensor(np.repeat(lrs, seeds), dtype=torch.float32)
+    n = len(rates)
+    sizes = [x.shape[0]] + [width] * depth + [10]
+    params = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        w, b = _layer(gen, n, fan_in, fan_out, init if fan_out != 10 else "torch", torch.float32)
+        params.append((w.requires_grad_(), (b if b is not None else torch.zeros(n, fan_out, 1)).requires_grad_()))
+    flat = [p for pair in params for p in pair]
+    if pretrain_steps:
+        adam = torch.optim.Adam(flat, lr=1e-3)
+        for _ in range(pretrain_steps):
+            idx = torch.randperm(x.shape[1], generator=gen)[:64]
+            adam.zero_grad()
+            (-rank_bound(_forward(params, x[:, idx], bn)[1]).sum()).backward()
+            adam.step()
+    losses, ranks = [], []
+
+    def record() -> torch.Tensor:
+        with torch.no_grad():
+            logits, h = _forward(params, x, bn)
+            losses.append(torch.nn.functional.cross_entropy(logits, y.expand(n, -1), reduction="none").mean(-1))
+            ranks.append(rank_bound(h.double()))
+            return (logits.argmax(1) == y).float().mean(-1)
+
+    accuracy = record()
+    for _ in range(epochs):
+        order = torch.randperm(x.shape[1], generator=gen)
+        for start in range(0, x.shape[1] - batch + 1, batch):
+            idx = order[start:start + batch]
+            logits, _ = _forward(params, x[:, idx], bn)
+            loss = torch.nn.functional.cross_entropy(logits, y[idx].expand(n, -1), reduction="none").mean(-1)
+            grads = torch.autograd.grad(loss.sum(), flat)
+            with torch.no_grad():
+                for p, g in zip(flat, grads):
+                    p -= rates.view(-1, *[1] * (p.ndim - 1)) * g  # a diverged network only spoils itself
+        accuracy = record()
+    return TrainingRun(torch.stack(losses, 1).nan_to_num(nan=np.inf).numpy(), accuracy.numpy(),
+                       torch.stack(ranks, 1).numpy(), rates.numpy())
