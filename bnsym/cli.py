@@ -10,7 +10,7 @@ import warnings
 
 from . import api
 from .core.activations import parse_activation
-from .dilution import normalized_gsc_rate
+from .dilution import normalised_gsc_rate
 from .sweep.cli import add_sweep_parser, run_sweep_command
 
 
@@ -22,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="bnsym", description="Mean field predictions for batch-normalized networks.")
+    parser = _Parser(prog="bnsym", description="Mean field predictions for batch-normalised networks.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     predict = commands.add_parser("predict", help="theory predictions for one activation and batch size")
     predict.add_argument("--phi", required=True,
@@ -69,7 +69,7 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
         "forward_eigenvalues": {key: lam.value for key, lam in eigenvalues.items()},
         "depth_scales": {key: _finite_or_none(xi) for key, xi in api.forward_depth_scales(eigenvalues).items()},
         # Philipp et al.'s per-layer GSC rate in the mean-field, large-batch limit (bnsym.dilution)
-        "gsc_rate": {norm: normalized_gsc_rate(phi, norm) for norm in ("batch", "layer")},
+        "gsc_rate": {norm: normalised_gsc_rate(phi, norm) for norm in ("batch", "layer")},
     }
     result.update(_gradient_predictions(phi, point.batch_size, point.eps, sigma_w2))
     cross_batch = _cross_batch_predictions(phi, point.batch_size, point.eps)

@@ -10,7 +10,7 @@ Definitions (numpy, any leading axes):
 * qm norm of an m x n matrix ||A||_qm = ||A||_F / sqrt(n) = Q_u ||A u||_2, u uniform on the unit
   sphere of R^n (Definition 1; :func:`qm_norm`, derived in :func:`derive_qm_norm`);
 * gradient scale coefficient GSC(k, l) = ||J_k^l||_qm ||f_k||_2 / ||f_l||_2 (Definition 2, unsquared as
-  in every proof and table; :func:`gsc`);
+  in every proof and table; :func:`datapoint_gsc`);
 * exploding gradients with rate r and intercept c: GSC(k, l) >= c r^(k - l) (Definition 3;
   :func:`fit_explosion` fits log GSC(l, 0) = log c + l log r);
 * k-dilution: f(v) = S v + rho(v) with Q||S v|| / Q||rho(v)|| = k (Definition 4);
@@ -27,7 +27,7 @@ Results, each derived in SymPy from its premises and lambdified (cse=True):
 * Proposition 7: blocks k_b-diluted compose to a ((prod_b (1 + k_b^-2)) - 1)^(-1/2)-diluted block
   (:func:`composed_dilution`);
 * the mean-field per-unit GSC rate of [linear, batch norm, phi], r^2 = E[phi'(z)^2] / Var phi(z)
-  (pi/(pi - 1) for ReLU), and E[phi'^2]/E[phi^2] for layer norm (:func:`normalized_gsc_rate`).
+  (pi/(pi - 1) for ReLU), and E[phi'^2]/E[phi^2] for layer norm (:func:`normalised_gsc_rate`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def qm_norm(a: np.ndarray) -> np.ndarray:
     return _root_mean_square(a.reshape(*a.shape[:-2], -1), -1) * math.sqrt(a.shape[-2])
 
 
-def gsc(jacobian: np.ndarray, f_k: np.ndarray, f_l: np.ndarray) -> np.ndarray:
+def datapoint_gsc(jacobian: np.ndarray, f_k: np.ndarray, f_l: np.ndarray) -> np.ndarray:
     """GSC(k, l) = ||J_k^l||_qm ||f_k||_2 / ||f_l||_2 for one datapoint (Definition 2, unsquared).
 
     ``jacobian`` is J_k^l = d f_l / d f_k, shape (..., d_l, d_k); f_k (..., d_k); f_l (..., d_l).
@@ -356,11 +356,11 @@ def composed_dilution(ks) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# the mean-field per-unit GSC rate with normalization
+# the mean-field per-unit GSC rate with normalisation
 
 
 @cache
-def derive_normalized_gsc_rate() -> Derivation:
+def derive_normalised_gsc_rate() -> Derivation:
     """Squared GSC rate of one unit [linear W, norm, phi] at the mean-field stationary state.
 
     Width N, W_ij ~ N(0, s^2/N); input x = phi(z') of the previous unit; z = norm(W x) ~ N(0, 1)
@@ -368,7 +368,7 @@ def derive_normalized_gsc_rate() -> Derivation:
     layer norm by the per-vector std, sigma^2 = s^2 E phi^2 (a random W leaves no common mean).
     Backward, with g independent of z: ||g_x||^2 = s^2 ||g_h||^2 = s^2 ||g||^2 E[phi'^2] / sigma^2.
     """
-    d = Derivation("Mean-field GSC rate of [linear, normalization, phi]")
+    d = Derivation("Mean-field GSC rate of [linear, normalisation, phi]")
     n, s, g2 = sp.symbols("N s g^2", positive=True)
     sigma2 = sp.Symbol(r"\sigma^2", positive=True)
     x_sq = n * E_phi2  # ||x||^2, x = phi(z') of the previous unit
@@ -412,16 +412,16 @@ def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
 
 
 @cache
-def _normalized_rate_kernels():
-    derivation = derive_normalized_gsc_rate()
+def _normalised_rate_kernels():
+    derivation = derive_normalised_gsc_rate()
     return {name: sp.lambdify((E_phi, E_phi2, E_dphi2), derivation[name], modules="numpy", cse=True)
             for name in ("batch", "layer")}
 
 
-def normalized_gsc_rate(phi: str | Activation, norm: str = "batch") -> float:
+def normalised_gsc_rate(phi: str | Activation, norm: str = "batch") -> float:
     """Mean-field per-unit GSC rate r (not squared) of [linear, ``norm``, phi]: sqrt(E phi'^2 / Var phi) for batch."""
-    kernels = _normalized_rate_kernels()
+    kernels = _normalised_rate_kernels()
     if norm not in kernels:
-        raise ValueError(f"unknown normalization {norm!r}; the mean-field rate is derived for {tuple(kernels)}")
+        raise ValueError(f"unknown normalisation {norm!r}; the mean-field rate is derived for {tuple(kernels)}")
     moments = gaussian_moments(check_activation(parse_activation(phi), slope=True))
     return float(_finite(np.sqrt(kernels[norm](*moments)), f"the GSC rate of activation {phi}"))

@@ -1,4 +1,4 @@
-"""The BN-NNGP: exact Bayesian inference with an infinitely wide batch-normalized network.
+"""The BN-NNGP: exact Bayesian inference with an infinitely wide batch-normalised network.
 
 **Premises.** Inputs x_1, ..., x_n in R^d are cut into batches of B consecutive rows. A network of depth L
 computes, for each batch separately (batch norm in training mode, eps = 0, no affine map),
@@ -280,17 +280,17 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         depth: L, the number of BN-phi layers.
         batch_size: B, the batch size of the network (training and test batching as in the module docstring).
         noise: the observation noise variance added to the diagonal of the prior covariance.
-        normalize_y: centre and scale the targets (the prior's variance is O(1)).
+        normalise_y: centre and scale the targets (the prior's variance is O(1)).
         nodes: Gauss-Jacobi nodes per axis of the Laplace integral, every layer (None: the default rules).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
-                 normalize_y: bool = True, nodes: int | None = None) -> None:
+                 normalise_y: bool = True, nodes: int | None = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
         self.noise = noise
-        self.normalize_y = normalize_y
+        self.normalise_y = normalise_y
         self.nodes = nodes
 
     def __sklearn_tags__(self):
@@ -303,8 +303,8 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
         self._y_shape = y.shape[1:]
         y = y.reshape(len(y), -1)
-        self._y_mean = y.mean(0) if self.normalize_y else np.zeros(y.shape[1])
-        self._y_scale = y.std(0) if self.normalize_y else np.ones(y.shape[1])
+        self._y_mean = y.mean(0) if self.normalise_y else np.zeros(y.shape[1])
+        self._y_scale = y.std(0) if self.normalise_y else np.ones(y.shape[1])
         self._y_scale = np.where(self._y_scale > 0, self._y_scale, 1.0)
         self._fit_targets(X, (y - self._y_mean) / self._y_scale)
         return self
@@ -324,7 +324,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     """Classification by BN-NNGP regression on centred one-hot targets; ``predict`` returns the argmax label.
 
-    Args as :class:`BatchNormNNGPRegressor` (without ``normalize_y``).
+    Args as :class:`BatchNormNNGPRegressor` (without ``normalise_y``).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,

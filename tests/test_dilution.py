@@ -1,4 +1,4 @@
-"""bnsym.dilution: Philipp et al.'s definitions, Theorem 3, Proposition 7 and the normalized GSC rate.
+"""bnsym.dilution: Philipp et al.'s definitions, Theorem 3, Proposition 7 and the normalised GSC rate.
 
 References are independent of the code under test: finite differences, Monte Carlo over unit vectors and
 Gaussian samples, nesting of the two-block law, limits. Tolerance for Monte Carlo: 4.5 standard errors.
@@ -16,11 +16,11 @@ from bnsym import dilution
 from bnsym.core import symbols
 from bnsym.dilution import (
     composed_dilution,
+    datapoint_gsc,
     diluted_rate,
     first_order_diluted_rate,
     fit_explosion,
-    gsc,
-    normalized_gsc_rate,
+    normalised_gsc_rate,
     qm_norm,
     undiluted_rate,
 )
@@ -66,14 +66,14 @@ def test_gsc_is_relative_sensitivity_unsquared():
     ratios = ((f(x + eps * u) - fx).norm(dim=1) / fx.norm()) / (eps / x.norm())
     estimate = ratios.square().mean().sqrt().item()
     se = (ratios.square().std() / ratios.square().mean() / 2 / 20_000**0.5).item()
-    unsquared = gsc(jac, x.numpy(), fx.detach().numpy())
+    unsquared = datapoint_gsc(jac, x.numpy(), fx.detach().numpy())
     assert abs(estimate - unsquared) < K_SE * se * estimate + 1e-5
     assert abs(estimate - unsquared**2) > 50 * se * estimate  # the printed squared form is another number
 
 
 def test_gsc_rejects_zero_output():
     with pytest.raises(ValueError, match="f_l = 0"):
-        gsc(np.eye(2), np.ones(2), np.zeros(2))
+        datapoint_gsc(np.eye(2), np.ones(2), np.zeros(2))
 
 
 def test_fit_explosion_recovers_rate_and_intercept():
@@ -154,28 +154,28 @@ def test_composition_derivation_steps_vanish():
 
 
 def test_batch_relu_rate_is_pi_over_pi_minus_1():
-    d = dilution.derive_normalized_gsc_rate()
+    d = dilution.derive_normalised_gsc_rate()
     assert sp.simplify(d["batch_relu"] - sp.pi / (sp.pi - 1)) == 0
-    assert normalized_gsc_rate("relu") ** 2 == pytest.approx(math.pi / (math.pi - 1), rel=1e-10)
-    assert normalized_gsc_rate("relu", "layer") == pytest.approx(1.0, rel=1e-10)
+    assert normalised_gsc_rate("relu") ** 2 == pytest.approx(math.pi / (math.pi - 1), rel=1e-10)
+    assert normalised_gsc_rate("relu", "layer") == pytest.approx(1.0, rel=1e-10)
 
 
 @pytest.mark.parametrize("phi", ["tanh", "selu", "relu"])
 @pytest.mark.parametrize("norm", ["batch", "layer"])
-def test_normalized_rate_matches_gaussian_sampling(phi, norm):
+def test_normalised_rate_matches_gaussian_sampling(phi, norm):
     act = bnsym.parse_activation(phi)
     zs = np.random.default_rng(3).standard_normal(2_000_000)
     f, df = act.numpy(zs), act.numpy_derivative(zs)
     denominator = f.var() if norm == "batch" else (f**2).mean()
-    assert normalized_gsc_rate(phi, norm) ** 2 == pytest.approx((df**2).mean() / denominator, rel=5e-3)
+    assert normalised_gsc_rate(phi, norm) ** 2 == pytest.approx((df**2).mean() / denominator, rel=5e-3)
 
 
-def test_normalized_rate_rejects_unknown_norm():
-    with pytest.raises(ValueError, match="unknown normalization"):
-        normalized_gsc_rate("relu", "group")
+def test_normalised_rate_rejects_unknown_norm():
+    with pytest.raises(ValueError, match="unknown normalisation"):
+        normalised_gsc_rate("relu", "group")
 
 
-def test_selu_forms_agree_and_self_normalize():
+def test_selu_forms_agree_and_self_normalise():
     act = bnsym.parse_activation("selu")
     xs = np.linspace(-3, 3, 13)
     sym = sp.lambdify(dilution.z, act.expr, "numpy")(xs)

@@ -30,9 +30,9 @@ def test_symbolic_basis_is_orthonormal_and_reproducing():
 
 
 @pytest.mark.parametrize("degree", range(5))
-def test_normalized_gegenbauer_symbolic_matches_scipy(degree):
+def test_normalised_gegenbauer_symbolic_matches_scipy(degree):
     for batch in (5, 8, 21):
-        expr = geg.normalized_gegenbauer_symbolic(degree, rho, batch)
+        expr = geg.normalised_gegenbauer_symbolic(degree, rho, batch)
         lam = (batch - 3) / 2
         for value in (-0.7, 0.1, 0.9):
             reference = eval_gegenbauer(degree, lam, value) / eval_gegenbauer(degree, lam, 1.0)

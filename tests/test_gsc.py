@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bnsym.core.device import generator
-from bnsym.dilution import composed_dilution, diluted_rate, normalized_gsc_rate
+from bnsym.dilution import composed_dilution, diluted_rate, normalised_gsc_rate
 from bnsym.sim.philipp import (
     Architecture,
     block_statistics,
@@ -18,12 +18,12 @@ from bnsym.sim.philipp import (
     compose_identity_blocks,
     dataset_gsc,
     gaussian_noise,
-    gsc,
     haar_orthogonal,
     layer_tanh_residual,
     looks_linear,
+    network_gsc,
+    normalised_unit_gsc,
     normalize,
-    normalized_unit_gsc,
     relu_residual,
     simulate_architecture,
     tanh_residual,
@@ -47,7 +47,7 @@ def test_gsc_matches_formula_with_finite_difference_gradients():
     x = torch.randn(9, 5, generator=gen, dtype=torch.float64)
     y = torch.randn(9, 4, generator=gen, dtype=torch.float64)
     top = lambda h: torch.tanh(h) @ w2.T  # noqa: E731
-    values = gsc([lambda v: v @ w1.T, top], x, y)
+    values = network_gsc([lambda v: v @ w1.T, top], x, y)
     h = x @ w1.T
     grad = torch.zeros_like(h)
     for i in range(h.shape[1]):
@@ -64,18 +64,18 @@ def test_orthogonal_layer_keeps_the_gsc():
     q = haar_orthogonal(20, gen, CPU)
     assert torch.allclose(q @ q.T, torch.eye(20, dtype=torch.float64), atol=1e-12)
     x, y = gaussian_noise(50, gen, CPU, dim=20)
-    values = gsc([lambda v: v @ q.T, lambda v: v @ q.T], x, y)
+    values = network_gsc([lambda v: v @ q.T, lambda v: v @ q.T], x, y)
     assert values[1] == pytest.approx(values[2], rel=1e-12)
 
 
 def test_gsc_rejects_bad_shapes():
     with pytest.raises(ValueError, match="labels"):
-        gsc([lambda v: v], torch.ones(3, 2), torch.ones(3, 4))
+        network_gsc([lambda v: v], torch.ones(3, 2), torch.ones(3, 4))
     with pytest.raises(ValueError, match="one value"):
         dataset_gsc([torch.ones(3, 2)], torch.ones(3, 2))
 
 
-def test_normalizations():
+def test_normalisations():
     x = torch.randn(40, 7, dtype=torch.float64) * 3 + 1
     b, layer, lo = normalize(x, "batch"), normalize(x, "layer"), normalize(x, "lolayer")
     assert torch.allclose(b.mean(0), torch.zeros(7, dtype=torch.float64), atol=1e-12)
@@ -111,7 +111,7 @@ def test_looks_linear_relu_network_is_linear(norm):
 def test_architecture_validation():
     with pytest.raises(ValueError, match="looks-linear"):
         Architecture("tanh", "none", "looks-linear")
-    with pytest.raises(ValueError, match="normalization"):
+    with pytest.raises(ValueError, match="normalisation"):
         Architecture("relu", "group")
     with pytest.raises(ValueError, match="width"):
         Architecture("relu", "none", width="300")
@@ -120,7 +120,7 @@ def test_architecture_validation():
 
 
 def test_scale_invariance_of_batch_relu_gsc():
-    """Proposition 4: a network whose linear layers are each followed by normalization has a scale-free GSC."""
+    """Proposition 4: a network whose linear layers are each followed by normalisation has a scale-free GSC."""
     gen = generator(3, CPU)
     ws = [torch.randn(16, 16, generator=gen, dtype=torch.float64) / 4 for _ in range(5)]
     x, y = gaussian_noise(64, gen, CPU, dim=16)
@@ -128,8 +128,8 @@ def test_scale_invariance_of_batch_relu_gsc():
     def layers(scales):
         return [lambda v, w=w, s=s: torch.relu(normalize(v @ (s * w).T, "batch")) for w, s in zip(ws, scales)]
 
-    base = gsc(layers([1] * 5), x, y)
-    assert np.allclose(gsc(layers([0.1, 7, 3, 0.5, 2]), x, y), base, rtol=1e-10)
+    base = network_gsc(layers([1] * 5), x, y)
+    assert np.allclose(network_gsc(layers([0.1, 7, 3, 0.5, 2]), x, y), base, rtol=1e-10)
 
 
 def test_table1_small_run_shapes_and_lli():
@@ -177,9 +177,9 @@ def test_prop7_holds_for_ssd_blocks_and_needs_in_situ_k_otherwise():
 
 
 def test_batch_relu_unit_rate_matches_mean_field():
-    values = [normalized_unit_gsc("relu", "batch", 384, 384, seed, device=CPU) for seed in range(10)]
+    values = [normalised_unit_gsc("relu", "batch", 384, 384, seed, device=CPU) for seed in range(10)]
     mean, se = _mean_se(values)
-    assert abs(mean - normalized_gsc_rate("relu")) < K_SE * se
+    assert abs(mean - normalised_gsc_rate("relu")) < K_SE * se
 
 
 def test_dynamical_weights_have_their_structure_and_unit_qm_norm():
@@ -196,13 +196,13 @@ def test_dynamical_weights_have_their_structure_and_unit_qm_norm():
     assert torch.allclose(gram, gram.T) and torch.linalg.eigvalsh(gram).max() < 1e-10
     pairs = [dynamical_weights("correlated", 2, 200, generator(s, CPU), CPU) for s in range(3)]
     corr = np.mean([float((a * b).sum() / (a.norm() * b.norm())) for a, b in pairs])
-    assert abs(corr - 0.5) < 0.03  # 0.5 up to O(1/d) fluctuations of the normalization
+    assert abs(corr - 0.5) < 0.03  # 0.5 up to O(1/d) fluctuations of the normalisation
     with pytest.raises(ValueError, match="unknown initialization"):
         dynamical_weights("hamiltonian", 1, 4, gen, CPU)
 
 
 def test_dynamical_resnet_reports_per_block_dilution():
-    """Identity skips around normalized blocks: dilution grows with depth (each block adds squared length)."""
+    """Identity skips around normalised blocks: dilution grows with depth (each block adds squared length)."""
     from bnsym.sim.philipp import simulate_dynamical_resnet
 
     out = simulate_dynamical_resnet("tanh", "layer", "gaussian", 200, 0, n_blocks=6, device=CPU)

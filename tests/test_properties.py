@@ -219,7 +219,7 @@ def test_quadratic_mean(x):
 @FAST
 @given(shape=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)), scale=st.floats(1e-300, 1e300),
        seed=st.integers(0, 100), junk=st.sampled_from([None, "shape", "zero", "nan"]))
-def test_gsc(shape, scale, seed, junk):
+def test_datapoint_gsc(shape, scale, seed, junk):
     rng = np.random.default_rng(seed)
     d_l, d_k, extra = shape
     jacobian, f_k, f_l = (scale * rng.standard_normal(s) for s in ((d_l, d_k), (d_k,), (d_l,)))
@@ -229,7 +229,7 @@ def test_gsc(shape, scale, seed, junk):
         f_l = np.zeros(d_l)
     elif junk == "nan":
         jacobian[0, 0] = np.nan
-    value = _outcome(dilution.gsc, jacobian, f_k, f_l)
+    value = _outcome(dilution.datapoint_gsc, jacobian, f_k, f_l)
     if value is not None:
         _finite(value)
         assert value >= 0 and junk is None
@@ -237,8 +237,8 @@ def test_gsc(shape, scale, seed, junk):
 
 @SLOW
 @given(phi=ACTIVATIONS, norm=st.sampled_from(["batch", "layer", "group"]))
-def test_normalized_gsc_rate(phi, norm):
-    rate = _outcome(dilution.normalized_gsc_rate, phi, norm)
+def test_normalised_gsc_rate(phi, norm):
+    rate = _outcome(dilution.normalised_gsc_rate, phi, norm)
     if rate is not None:
         _finite(rate)
         assert rate > 0

@@ -35,7 +35,7 @@ def _message(call) -> str:
     (lambda: bnsym.gradient_rate("relu(beta=1e308)", 8), "activation relu(beta=1e+308) overflows"),
     (lambda: bnsym.forward_eigenvalues("relu^1e300", 8), "activation relu^1e+300 overflows"),
     (lambda: dilution.diluted_rate(1.5, 1e200), "k must"),
-    (lambda: dilution.normalized_gsc_rate("relu^0.4"), "E[phi'^2] is infinite"),
+    (lambda: dilution.normalised_gsc_rate("relu^0.4"), "E[phi'^2] is infinite"),
     (lambda: dilution.quadratic_mean([]), "x must"),
     # the wrong exception
     (lambda: bnsym.fixed_point("relu", 10**400), "batch size B"),
@@ -56,7 +56,7 @@ def _message(call) -> str:
     (lambda: bnsym.bn_kernel("relu", np.eye(6) * (1 + 1j)), "Sigma must be a real"),
     (lambda: dilution.residual_tail_bound(10.5, 0.5, 2), "depth L must be a whole number"),
     (lambda: dilution.effective_depth(-5, 0.5, 0.1), "depth L must be between 0"),
-    (lambda: dilution.gsc(np.ones((3, 4)), np.ones(5), np.ones(2)), "jacobian"),
+    (lambda: dilution.datapoint_gsc(np.ones((3, 4)), np.ones(5), np.ones(2)), "jacobian"),
     # inconsistency: every function reads B the same way
     (lambda: bnsym.gradient_rate("relu", "8"), "batch size B must be a whole number"),
     (lambda: bnsym.depth_scale("relu", Decimal("8")), "batch size B must be a whole number"),

@@ -48,7 +48,7 @@ def test_gaussian_rows_follow_the_mean_field_cosines():
 def test_training_records_the_rank_bound_and_is_deterministic():
     torch.set_num_threads(1)
     kwargs = dict(depth=2, bn=True, lrs=[0.1], epochs=1, rank_bound=rank.differentiable_rank_bound, width=16,
-                  seeds=2, pretrain_steps=2, n_samples=256)
+                  n_networks=2, pretrain_steps=2, n_samples=256)
     run = daneshmand.train_digits(**kwargs)
     assert run.loss.shape == run.rank_bound.shape == (2, 2) and run.accuracy.shape == (2,)
     assert np.all((run.rank_bound >= 1) & (run.rank_bound <= 16))  # 1 <= r(H) <= d (Lemma 1)

@@ -1,4 +1,4 @@
-"""Gradient propagation through batch-normalized networks (Yang et al. 2019, Sec. 3.2, App. G, App. L).
+"""Gradient propagation through batch-normalised networks (Yang et al. 2019, Sec. 3.2, App. G, App. L).
 
 Back-propagation through layer l maps the gradient covariance Pi^l = E[delta^l delta^l^T] (B x B) by
 the backward operator (eqs 21-23, gradient independence assumed)

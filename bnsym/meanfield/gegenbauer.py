@@ -103,7 +103,7 @@ def expect_pair_polynomial(f: sp.Expr, g: sp.Expr, batch_size: int | None = None
     return sp.expand(sum(coeff * _pair_moment(i, j, batch_size) for (i, j), coeff in product.terms()))
 
 
-def normalized_gegenbauer_symbolic(l: int, var: sp.Expr = rho, batch_size: int | None = None) -> sp.Expr:
+def normalised_gegenbauer_symbolic(l: int, var: sp.Expr = rho, batch_size: int | None = None) -> sp.Expr:
     """C^_l(var) = C_l^(lambda)(var) / C_l^(lambda)(1)."""
     lm = _lam(batch_size)
     return sp.expand_func(sp.gegenbauer(l, lm, var)) / (sp.rf(2 * lm, l) / sp.factorial(l))
@@ -136,7 +136,7 @@ def derive_basis(max_degree: int = 3) -> Derivation:
     d.step("Two coordinates at correlation $\\rho$ (Funk-Hecke): "
            "$E[\\psi_l(u\\cdot v)\\psi_m(w\\cdot v)]$ is diagonal,",
            sp.Eq(sp.Symbol("E[psi_l(u.v) psi_m(w.v)]"), in_batch_size(pair), evaluate=False), name="pair")
-    d.result = sp.Matrix([sp.factor(sp.simplify(normalized_gegenbauer_symbolic(l))) for l in range(size)])
+    d.result = sp.Matrix([sp.factor(sp.simplify(normalised_gegenbauer_symbolic(l))) for l in range(size)])
     d.step("and its diagonal is the normalised Gegenbauer polynomial $\\hat C_l(\\rho) = C_l(\\rho)/C_l(1)$:",
            sp.Eq(sp.Symbol("hat C_l(rho)"), in_batch_size(d.result), evaluate=False))
     return d
@@ -186,7 +186,7 @@ def derive_dirichlet_identity(degree: int = 3) -> Derivation:
     d.step("The left side of Thm E.47, by the exact moments of one and two coordinates, is",
            sp.Eq(sp.Symbol("D(phi)"), in_batch_size(left)))
     a = coefficients_symbolic(phi, z, degree, None)
-    right = sum(k * (k + 2 * lam) * (1 - normalized_gegenbauer_symbolic(k, corr, None)) * a[k] ** 2
+    right = sum(k * (k + 2 * lam) * (1 - normalised_gegenbauer_symbolic(k, corr, None)) * a[k] ** 2
                 for k in range(1, degree + 1))
     d.step("The right side, from the exact Gegenbauer coefficients $a_k$ and $c_k = 1 - \\hat C_k(-1/(B-1))$, is",
            sp.Eq(sp.Symbol("sum_k k(k+B-3) c_k a_k^2"), in_batch_size(sp.factor(sp.simplify(right)))))
@@ -233,7 +233,7 @@ def psi(l_max: int, batch_size: int, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def normalized_gegenbauer(l_max: int, batch_size: int, value: float) -> np.ndarray:
+def normalised_gegenbauer(l_max: int, batch_size: int, value: float) -> np.ndarray:
     """C^_0..C^_{l_max} at one point: C^_{l+1} = [2 (l+lambda) s C^_l - l C^_{l-1}] / (l + 2 lambda)."""
     lam = (batch_size - 3) / 2
     out = np.empty(l_max + 1)
@@ -247,7 +247,7 @@ def normalized_gegenbauer(l_max: int, batch_size: int, value: float) -> np.ndarr
 
 def coefficient_weights(l_max: int, batch_size: int) -> np.ndarray:
     """c_l = 1 - C^_l(-1/(B-1)) for l = 0..l_max (c_0 = 0, c_l > 0 for l >= 1; eq. 27)."""
-    return 1.0 - normalized_gegenbauer(l_max, batch_size, -1.0 / (batch_size - 1))
+    return 1.0 - normalised_gegenbauer(l_max, batch_size, -1.0 / (batch_size - 1))
 
 
 def _half_piece(n: int, lo: float, hi: float, special: float, a: float) -> tuple[np.ndarray, np.ndarray]:
@@ -342,7 +342,7 @@ def gegenbauer_sums(phi: Activation, batch_size: int, terms: int) -> GegenbauerS
     energy = float(w @ phi.numpy(x) ** 2)
     dirichlet = float(w @ ((batch_size - 1 - x**2) * phi.numpy_derivative(x) ** 2))
     laplacian = sphere_laplacian_eigenvalues(terms, batch_size)
-    c_hat = normalized_gegenbauer(4 * terms, batch_size, -1.0 / (batch_size - 1))
+    c_hat = normalised_gegenbauer(4 * terms, batch_size, -1.0 / (batch_size - 1))
     beyond = float(np.abs(c_hat[terms + 1:]).max())  # sup |C^_l(rho)| over l in (L, 4L]: the tail's c_l - 1
     a2 = a**2
     tail_energy = max(energy - a2.sum(), 0.0)
@@ -421,7 +421,7 @@ def pair_moments(a: np.ndarray, batch_size: int) -> tuple[float, float, float]:
     """
     padded = np.concatenate([a, np.zeros(2)])  # x^2 reaches two degrees further
     jac = jacobi_matrix(padded.size, batch_size)
-    c_hat = normalized_gegenbauer(padded.size - 1, batch_size, -1.0 / (batch_size - 1))
+    c_hat = normalised_gegenbauer(padded.size - 1, batch_size, -1.0 / (batch_size - 1))
     ja = jac @ padded
     return float(padded @ (c_hat * padded)), float((jac @ ja) @ (c_hat * padded)), float(ja @ (c_hat * ja))
 
@@ -437,7 +437,7 @@ def forward_quadratic_forms(terms: int, batch_size: int) -> dict[str, np.ndarray
     """
     size = terms + 3  # J^2 reaches two degrees beyond; cut back to terms + 1 at the end
     jac = jacobi_matrix(size, batch_size)
-    d = np.diag(normalized_gegenbauer(size - 1, batch_size, -1.0 / (batch_size - 1)))
+    d = np.diag(normalised_gegenbauer(size - 1, batch_size, -1.0 / (batch_size - 1)))
     j2 = jac @ jac
     forms = (np.eye(size), j2, d, (j2 @ d + d @ j2) / 2, jac @ d @ jac)
     keep = slice(0, terms + 1)

@@ -1,4 +1,4 @@
-"""Torch simulators of wide random batch-normalized networks (CPU or CUDA, float64, TF32 off): every network
+"""Torch simulators of wide random batch-normalised networks (CPU or CUDA, float64, TF32 off): every network
 that is built, one module per paper.
 
 * Yang et al.: :mod:`.networks` (forward passes, the Gram sampler), :mod:`.gradients` (back-propagation),

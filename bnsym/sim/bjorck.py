@@ -21,11 +21,12 @@ from ..core.digits import Digits
 DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
 
 
-def gaussian_factors(runs: int, m: int, n: int, seed: int, device=None) -> torch.Tensor:
-    """(runs, M, N, N) independent factors with i.i.d. N(0, 1/N) entries (float64)."""
+def gaussian_factors(n_networks: int, m: int, n: int, seed: int, device=None) -> torch.Tensor:
+    """(n_networks, M, N, N) independent factors with i.i.d. N(0, 1/N) entries (float64): the layers of
+    ``n_networks`` deep linear networks of depth M."""
     configure_torch()
     device = device or default_device()
-    return torch.randn(runs, m, n, n, generator=generator(seed, device), device=device,
+    return torch.randn(n_networks, m, n, n, generator=generator(seed, device), device=device,
                        dtype=torch.float64) / n**0.5
 
 
@@ -37,14 +38,14 @@ def squared_singular_values(factors: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(product).square()
 
 
-def minibatch_noise(per_example: torch.Tensor, batch: int, draws: int, replacement: bool, seed: int) -> np.ndarray:
-    """||mean of a minibatch - full mean||^2 for ``draws`` random minibatches of per-example gradients (N, d)."""
+def minibatch_noise(per_example: torch.Tensor, batch: int, n_draws: int, replacement: bool, seed: int) -> np.ndarray:
+    """||mean of a minibatch - full mean||^2 for ``n_draws`` random minibatches of per-example gradients (N, d)."""
     gen = generator(seed, per_example.device)
     n = per_example.shape[0]
     if replacement:
-        index = torch.randint(n, (draws, batch), generator=gen, device=per_example.device)
+        index = torch.randint(n, (n_draws, batch), generator=gen, device=per_example.device)
     else:
-        index = torch.rand(draws, n, generator=gen, device=per_example.device).argsort(dim=1)[:, :batch]
+        index = torch.rand(n_draws, n, generator=gen, device=per_example.device).argsort(dim=1)[:, :batch]
     error = per_example[index].mean(1) - per_example.mean(0)
     return error.square().sum(-1).cpu().numpy()
 
@@ -140,12 +141,13 @@ class TrainingGrid:
     test_accuracy: np.ndarray
 
 
-def train_grid(data: Digits, blocks: int, width: int, lrs: np.ndarray, seeds: int, steps: int, batch: int = 128,
-               momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> TrainingGrid:
-    """SGD (the paper's momentum and weight decay) on every (lr, BN or not, seed) at once, as one batched net."""
+def train_grid(data: Digits, blocks: int, width: int, lrs: np.ndarray, n_networks: int, steps: int,
+               batch: int = 128, momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> TrainingGrid:
+    """SGD (the paper's momentum and weight decay) on ``n_networks`` networks per (lr, BN or not), all at once as one
+    batched net."""
     x_train, y_train, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
     device = x_train.device
-    grid = np.array([(lr, bn, s) for bn in (False, True) for lr in lrs for s in range(seeds)], dtype=object)
+    grid = np.array([(lr, bn, s) for bn in (False, True) for lr in lrs for s in range(n_networks)], dtype=object)
     lr_t = torch.as_tensor(grid[:, 0].astype(float), dtype=torch.float32, device=device)
     bn_t = torch.as_tensor(grid[:, 1].astype(bool), device=device)
     params = [p.requires_grad_() for p in init_resnets(len(grid), blocks, width, seed, device)]

@@ -149,10 +149,10 @@ def _forward(params: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, b
 
 
 def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bound: RankBound, width: int = 128,
-                 batch: int = 128, seeds: int = 1, pretrain_steps: int = 0, init: str = "torch",
+                 batch: int = 128, n_networks: int = 1, pretrain_steps: int = 0, init: str = "torch",
                  n_samples: int | None = None, seed: int = 0) -> TrainingRun:
     """SGD on the first ``n_samples`` training digits (all 1437 by default) for networks with ``depth`` hidden
-    layers, one per (lr, seed) pair.
+    layers, ``n_networks`` per learning rate.
 
     ``rank_bound`` is r(H) (eq. 4) of the last hidden layers (n, d, N) -> (n,), differentiable: Algorithm 1
     maximises it for ``pretrain_steps`` Adam steps, and it is recorded after every epoch.
@@ -164,7 +164,7 @@ def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bo
         raise ValueError(f"n_samples must be between 1 and the {len(data.y_train)} training digits, got {n_samples}")
     x, y = data.x_train[:n_samples].T.contiguous(), data.y_train[:n_samples]  # x: 64 features x N samples
     gen = generator(seed, "cpu")
-    rates = torch.tensor(np.repeat(lrs, seeds), dtype=torch.float32)
+    rates = torch.tensor(np.repeat(lrs, n_networks), dtype=torch.float32)
     n = len(rates)
     sizes = [x.shape[0]] + [width] * depth + [10]
     params = []

@@ -1,4 +1,4 @@
-"""Monte Carlo back-propagation through wide random batch-normalized networks.
+"""Monte Carlo back-propagation through wide random batch-normalised networks.
 
 Same networks as :mod:`bnsym.sim.networks` (h^l = W^l x^{l-1}, x^l = phi(BN(h^l)), W ~ N(0, 1/N)),
 with the loss L = <g, x^L>, g_{ab} ~ N(0, 1) i.i.d. per network. Back-propagation computes
@@ -161,7 +161,7 @@ def simulate_gradients(
     chunk: int | None = None,
     progress: bool | None = None,
 ) -> GradientRun:
-    """Forward and backward passes of M random batch-normalized networks (see the module docstring).
+    """Forward and backward passes of M random batch-normalised networks (see the module docstring).
 
     Arguments as :func:`bnsym.sim.simulate_forward`; ``sampler`` is "gram" (exact conditional
     sampling, the default) or "weights" (explicit weights); ``chunk`` networks are simulated at a time

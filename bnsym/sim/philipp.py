@@ -3,7 +3,7 @@
 Layout: activations are row vectors, tensors (B, d): B datapoints, width d (the paper's convention;
 batch norm acts per column over the B rows, layer norm per row). Layers are counted from the
 error layer: f_0 = f_1 . y (dot-product error), f_1 the prediction, f_L the first (lowest) linear
-layer. Normalization layers have no trainable scale or shift, linear layers no bias (paper, I.1).
+layer. Normalisation layers have no trainable scale or shift, linear layers no bias (paper, I.1).
 
 The dataset-level GSC of every experiment in the paper (section I.2, "Expected GSC") is
 
@@ -61,7 +61,7 @@ def gsc_from_gradients(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Te
     return np.array(values)
 
 
-def gsc(layers: Sequence[Layer], inputs: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+def network_gsc(layers: Sequence[Layer], inputs: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
     """GSC_D(l, 0), l = 0..L, of the network f_1 o ... o f_L with the dot-product error f_0 = f_1 . y.
 
     ``layers`` lists f_L, ..., f_1 in the order they are applied (f_L first, to the inputs (B, d));
@@ -143,7 +143,7 @@ def weight(m: int, n: int, matrix: str, after_relu: bool, position: str, gen: to
 
 @dataclass(frozen=True)
 class Architecture:
-    """One row of Table 1: nonlinearity, normalization, matrix type, skip type, width (100, 200 or "100/200")."""
+    """One row of Table 1: nonlinearity, normalisation, matrix type, skip type, width (100, 200 or "100/200")."""
 
     phi: str
     norm: str
@@ -153,7 +153,7 @@ class Architecture:
 
     def __post_init__(self) -> None:
         parse_activation(self.phi)
-        for value, allowed, what in ((self.norm, NORMS, "normalization"), (self.matrix, MATRICES, "matrix type"),
+        for value, allowed, what in ((self.norm, NORMS, "normalisation"), (self.matrix, MATRICES, "matrix type"),
                                      (self.skip, SKIPS, "skip type")):
             if value not in allowed:
                 raise ValueError(f"unknown {what} {value!r}; choose from {allowed}")
@@ -329,7 +329,7 @@ def relu_residual(d: int, gen: torch.Generator, device) -> Layer:
 
 
 def layer_tanh_residual(d: int, gen: torch.Generator, device) -> Layer:
-    """rho(v) = V tanh(LN(v)): starts with a normalization layer, so it discards ||v|| and is not SSD."""
+    """rho(v) = V tanh(LN(v)): starts with a normalisation layer, so it discards ||v|| and is not SSD."""
     v_ = _gaussian_matrix(d, d, gen, device)
     return lambda v: torch.tanh(normalize(v, "layer")) @ v_.T
 
@@ -366,7 +366,7 @@ def compose_identity_blocks(residuals: Sequence[Layer], u: torch.Tensor) -> dict
     return {"composite": composite, "in_situ": np.array(in_situ)}
 
 
-def normalized_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: int, device=None) -> float:
+def normalised_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: int, device=None) -> float:
     """Measured GSC_D rate of one unit [linear, norm, phi] fed with its mean-field stationary input.
 
     Input x = phi(z'), z' a batch-standardized Gaussian (B, N); the unit is followed by the dot-product
@@ -379,7 +379,7 @@ def normalized_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: in
     x = f(normalize(torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64), "batch"))
     w = _gaussian_matrix(width, width, gen, device)
     y = torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64)
-    values = gsc([lambda v: v @ w.T, lambda v: normalize(v, norm), f], x, y)
+    values = network_gsc([lambda v: v @ w.T, lambda v: normalize(v, norm), f], x, y)
     return float(values[3] / values[1])
 
 

@@ -1,4 +1,4 @@
-"""Training batch-normalized MLPs on scikit-learn's digits: the harness of the trainability chapter (Sec. 4).
+"""Training batch-normalised MLPs on scikit-learn's digits: the harness of the trainability chapter (Sec. 4).
 
 * :mod:`.networks`: BN MLPs with many seeds in one tensor, ghost batch norm, population-statistics evaluation;
   :mod:`.loop`: SGD / RMSProp training on the digits split of :mod:`bnsym.core.digits`;
