@@ -9,7 +9,6 @@ import torch
 from bnsym.core.activations import parse_activation
 from bnsym.sim import (
     SAMPLERS,
-    batch_norm,
     configure_torch,
     generator,
     gram,
@@ -39,25 +38,6 @@ def test_device_helpers():
     assert not torch.backends.cudnn.allow_tf32
     a = torch.randn(3, generator=generator(7, "cpu"))
     assert torch.equal(a, torch.randn(3, generator=generator(7, "cpu")))
-
-
-def _pre_activations() -> torch.Tensor:
-    return 3.0 + 2.0 * torch.randn(4, 5, 7, dtype=torch.float64, generator=generator(0, "cpu"))
-
-
-def test_batch_norm_zero_mean_unit_variance():
-    z = batch_norm(_pre_activations())
-    torch.testing.assert_close(z.mean(-1), torch.zeros(4, 5, dtype=torch.float64), rtol=0, atol=1e-14)
-    torch.testing.assert_close(z.var(-1, correction=0), torch.ones(4, 5, dtype=torch.float64))
-
-
-@pytest.mark.parametrize("eps", [1e-5, 1e-2])  # torch refuses eps = 0 in training mode
-def test_batch_norm_matches_torch(eps):
-    h = _pre_activations()
-    # nn.BatchNorm1d normalises each feature over the batch: features = (network, neuron).
-    layer = torch.nn.BatchNorm1d(4 * 5, eps=eps, affine=False, dtype=torch.float64).train()
-    expected = layer(h.reshape(20, 7).T).T.reshape(4, 5, 7)
-    torch.testing.assert_close(batch_norm(h, eps), expected)
 
 
 def test_gram_and_observables():

@@ -1,5 +1,4 @@
-"""The training harness: batch norm variants agree, evaluation statistics, the scale-invariance identity and the
-16 xi line analysis."""
+"""The training harness: evaluation statistics, the scale-invariance identity and the 16 xi line analysis."""
 
 from __future__ import annotations
 
@@ -9,21 +8,12 @@ import torch
 
 from bnsym import parse_activation
 from bnsym.core.digits import digits
-from bnsym.sim import batch_norm
 from bnsym.train import best_factor, line_agreement, train
 from bnsym.train.dynamics import FirstSteps, first_steps
-from bnsym.train.networks import forward, grouped_batch_norm, init_weights, predict
+from bnsym.train.networks import forward, init_weights, predict
 from bnsym.train.trainability import validate
 
 ROUNDING = 1e-12  # float64 comparisons of two orders of the same arithmetic
-
-
-def test_fused_and_ghost_batch_norm_equal_the_definition():
-    h = torch.randn(3, 5, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    assert torch.allclose(grouped_batch_norm(h, 1e-3), batch_norm(h, 1e-3), rtol=0, atol=ROUNDING)
-    ghost = grouped_batch_norm(h, 1e-3, group=8)
-    parts = torch.cat([batch_norm(part, 1e-3) for part in h.split(8, dim=-1)], dim=-1)
-    assert torch.allclose(ghost, parts, rtol=0, atol=ROUNDING)
 
 
 def test_population_statistics_equal_full_batch_norm_on_the_reference_set():

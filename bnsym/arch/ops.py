@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..core.activations import Activation as Phi
-from ..meanfield.qmc import normalise
+from ..core.batchnorm import batch_norm
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,7 @@ class TrainBN:
     eps: float
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = normalise(x - x.mean(-1, keepdims=True), self.eps)
+        out = batch_norm(torch.from_numpy(np.ascontiguousarray(x, dtype=float)), self.eps).numpy()
         return np.where(np.isfinite(out), out, 0.0)
 
     def vjp(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:

@@ -22,11 +22,13 @@ from typing import Mapping
 
 import numpy as np
 import sympy as sp
+import torch
 from scipy.optimize import brentq
 from scipy.special import ndtri
 from scipy.stats import qmc
 
 from ..core.activations import Activation
+from ..core.batchnorm import batch_norm
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.geometry import centring, eigen_directions
@@ -364,7 +366,7 @@ def _crn_quotients(phi: Activation, sigma: np.ndarray, lam: np.ndarray, step: fl
         values = []
         for factor in factors:
             y = z @ factor.T @ g
-            x = phi.numpy(np.sqrt(batch) * y / np.linalg.norm(y, axis=1, keepdims=True))
+            x = phi.numpy(batch_norm(torch.from_numpy(y), centre=False).numpy())  # y = G h is centred
             values.append(np.einsum("na,ab,nb->n", x, lam, x).mean())
         quotients.append((values[0] - values[1]) / (2 * step))
     return np.array(quotients)

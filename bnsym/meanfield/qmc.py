@@ -4,7 +4,9 @@ The general-phi route of :func:`bnsym.bn_kernel` when neither the Laplace method
 phi, eps = 0) nor the spherical integral (BSB1 inputs) applies. With Sigma^G = G Sigma G = A A^T
 (A = U sqrt(diag(lam)) over the r nonzero eigenvalues), y = G h = A g with g ~ N(0, I_r), and
 
-    V_{B_phi}(Sigma) = E[phi(n_eps(A g)) phi(n_eps(A g))^T],   n_eps(y) = y / sqrt(|y|^2 / B + eps).
+    V_{B_phi}(Sigma) = E[phi(n_eps(A g)) phi(n_eps(A g))^T],   n_eps(y) = y / sqrt(|y|^2 / B + eps),
+
+n_eps being batch norm on centred y: the simulators' own forward (:func:`bnsym.core.batchnorm.batch_norm`).
 
 g is drawn as Phi^(-1) of a scrambled Sobol sequence; R independent scramblings give R unbiased
 estimates, whose mean is returned with its standard error (std / sqrt(R)) as the error estimate.
@@ -14,18 +16,15 @@ For smooth phi the error falls roughly like 1/n (plain Monte Carlo: 1/sqrt(n)).
 from __future__ import annotations
 
 import numpy as np
+import torch
 from scipy.linalg import block_diag
 from scipy.special import ndtri
 from scipy.stats import qmc
 
 from ..core.activations import Activation
+from ..core.batchnorm import batch_norm
 from ..core.estimate import Estimate
 from ..core.geometry import centring
-
-
-def normalise(y: np.ndarray, eps: float) -> np.ndarray:
-    """n_eps(y) = y / sqrt(mean(y^2) + eps) along the last (batch) axis; y is already centred."""
-    return y / np.sqrt(np.mean(y * y, axis=-1, keepdims=True) + eps)
 
 
 def bn_kernel_qmc(
@@ -52,8 +51,8 @@ def bn_kernel_qmc(
     for _ in range(n_replicates):
         points = qmc.Sobol(d=factor.shape[1], scramble=True, seed=rng).random(n_points)
         y = ndtri(points) @ factor.T  # (n, B), rows ~ N(0, Sigma^G)
-        x = phi.numpy(np.concatenate([normalise(part, eps) for part in np.split(y, np.cumsum(sizes)[:-1], axis=1)],
-                                     axis=1))
+        # each batch of y is centred already: batch norm reduces to n_eps, no centring pass
+        x = phi.numpy(batch_norm(torch.from_numpy(y), eps, sizes, centre=False).numpy())
         estimates.append(x.T @ x / n_points)
     estimates = np.stack(estimates)
     return Estimate(estimates.mean(axis=0), estimates.std(axis=0, ddof=1) / np.sqrt(n_replicates), "qmc")

@@ -8,8 +8,9 @@ that is built, one module per paper.
 The simulators import only :mod:`bnsym.core`: they get every theoretical quantity (a fixed point, a direction, a
 rank statistic) from the caller, and never import a theory (:mod:`bnsym.meanfield`, :mod:`bnsym.dilution`,
 :mod:`bnsym.products`, :mod:`bnsym.rank`, :mod:`bnsym.nngp`). The device and random streams
-(:mod:`bnsym.core.device`) and the standard errors (:mod:`bnsym.core.statistics`) live in core; their public names
-are re-exported here.
+(:mod:`bnsym.core.device`), the standard errors (:mod:`bnsym.core.statistics`) and the one batch-norm forward
+that every network here normalises with (:func:`batch_norm`, :mod:`bnsym.core.batchnorm`) live in core; their
+public names are re-exported here.
 """
 
 from ..core.device import Normals, configure_torch, default_device, generator

@@ -3,7 +3,8 @@
 Everything is batched: many products, draws or networks in one tensor op (float64 for theory checks, float32
 for training), on :func:`~bnsym.core.device.default_device`. Residual networks are fully connected ResNet-v1
 blocks, x' = ReLU(x + W_2 ReLU(W_1 x)) or, with batch norm, x' = ReLU(x + BN(W_2 ReLU(BN(W_1 x)))), with Xavier
-normal weights and BN without affine parameters (gamma = 1, beta = 0).
+normal weights and BN without affine parameters (gamma = 1, beta = 0): :func:`~bnsym.core.batchnorm.batch_norm`
+over the batch axis -2 of the rows (..., B, n).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..core import batchnorm
 from ..core.device import configure_torch, default_device, generator
 from ..core.digits import Digits
 
@@ -48,19 +50,14 @@ def minibatch_noise(per_example: torch.Tensor, batch: int, n_draws: int, replace
     return error.square().sum(-1).cpu().numpy()
 
 
-def _bn(h: torch.Tensor, eps: float) -> torch.Tensor:
-    """Batch norm over the batch axis -2 of (..., B, n), biased variance."""
-    centred = h - h.mean(-2, keepdim=True)
-    return centred / torch.sqrt(centred.square().mean(-2, keepdim=True) + eps)
-
-
 def residual_block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, batch_norm: bool | torch.Tensor,
                    eps: float = 1e-5) -> torch.Tensor:
     """One block on rows x (..., B, n) with weights (..., n, n); ``batch_norm`` a bool or a mask that
     broadcasts against x (BN in some networks of the batch only)."""
     def norm(h):
-        return torch.where(batch_norm, _bn(h, eps), h) if torch.is_tensor(batch_norm) else _bn(h, eps) if batch_norm \
-            else h
+        if torch.is_tensor(batch_norm):
+            return torch.where(batch_norm, batchnorm.batch_norm(h, eps, dim=-2), h)
+        return batchnorm.batch_norm(h, eps, dim=-2) if batch_norm else h
 
     h = torch.relu(norm(x @ w1.mT)) @ w2.mT
     return torch.relu(x + norm(h))

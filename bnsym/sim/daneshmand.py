@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..core.batchnorm import batch_norm
 from ..core.device import generator
 from ..core.digits import digits
 from ..core.validation import (
@@ -70,13 +71,6 @@ def _layer(gen: torch.Generator, n: int, fan_in: int, fan_out: int, init: str, d
     return math.sqrt(variance) * torch.randn(shape, generator=gen, device=device, dtype=dtype), None
 
 
-def _batch_norm_rows(h: torch.Tensor, centre: bool = True, eps: float = 0.0) -> torch.Tensor:
-    """:func:`batch_norm_rows` without checks, for the networks' own layers (a diverged network gives NaN)."""
-    if centre:
-        h = h - h.mean(-1, keepdim=True)
-    return h / (h.square().mean(-1, keepdim=True) + eps).sqrt()
-
-
 def batch_norm_rows(h: torch.Tensor, centre: bool = True, eps: float = 0.0) -> torch.Tensor:
     """Batch norm of every feature (row) of h (..., d, N) over the N samples, with or without centring."""
     h = check_real_tensor(h, "h (a matrix (..., d, N) of d features x N samples)", min_ndim=2)
@@ -121,7 +115,7 @@ def representations(x: torch.Tensor, depths: list[int], width: int, n_networks: 
         w, b = _layer(gen, n_networks, h.shape[-2], width, init, dtype)
         h = w @ h + (b if b is not None else 0)
         if bn:
-            h = _batch_norm_rows(h, centre)
+            h = batch_norm(h, centre=centre)  # every feature (row) over the N samples; NaN if diverged
         if relu:
             h = torch.relu(h)
         if not bn and b is None:  # rank-neutral global rescaling, so deep float32 products neither overflow nor vanish
@@ -210,7 +204,7 @@ def _forward(params: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, b
     h = x
     for w, b in params[:-1]:
         h = w @ h + b
-        h = torch.relu(_batch_norm_rows(h) if bn else h)
+        h = torch.relu(batch_norm(h) if bn else h)
     w, b = params[-1]
     return w @ h + b, h
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..core.activations import Activation, parse_activation
+from ..core.batchnorm import batch_norm_forward
 from ..core.device import Normals, configure_torch, default_device, generator
 from ..core.progress import progress_bar
 from .networks import (
@@ -36,7 +37,6 @@ from .networks import (
     SAMPLERS,
     _batched_inputs,
     _gram_preactivations,
-    batch_norm_forward,
     centred_factor,
     chunk_budget,
     gram_of_rows,
@@ -68,8 +68,9 @@ class GradientRun:
 
 def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor, dim: int = -1,
                         inplace: bool = False) -> torch.Tensor:
-    """dL/dh from dL/dz for z = BN(h): (grad_z - mean(grad_z) - z mean(grad_z z)) / s, means along the batch
-    axis ``dim`` (per neuron). ``inplace``: overwrite grad_z with the result (no new tensor)."""
+    """dL/dh from dL/dz for (z, s) = :func:`~bnsym.core.batchnorm.batch_norm_forward` (h): (grad_z - mean(grad_z)
+    - z mean(grad_z z)) / s, means along the batch axis ``dim`` (per neuron); what torch autograd computes through
+    that forward, in place. ``inplace``: overwrite grad_z with the result (no new tensor)."""
     correlation = torch.linalg.vecdot(grad_z, z, dim=dim).unsqueeze(dim) / z.shape[dim]
     mean = grad_z.mean(dim, keepdim=True)
     centred = grad_z.sub_(mean) if inplace else grad_z - mean
@@ -121,7 +122,7 @@ def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, 
             exact = exact & factor.exact.all()
             memo = (h, factor.inverse_root)
         # the Gram sampler draws G h, already centred
-        z, s = batch_norm_forward(h, eps, centred=sampler == "gram", dim=-2, out=slot(depth + 1 + layer))
+        z, s = batch_norm_forward(h, eps, -2, centre=sampler != "gram", out=slot(depth + 1 + layer))
         saved.append((z, s, memo))
         x = activation.torch(z) if store is None else slot(layer + 1).copy_(activation.torch(z))
         xs.append(x)

@@ -7,8 +7,9 @@ Conventions of the theory (Yang et al. 2019), sigma_w = 1, no bias. Tensors are 
     x^l = phi(BN(h^l)),  BN(h)_{ab} = (h_{ab} - mean_b h_{ab}) / sqrt(var_b h_{ab} + eps),
 
 batch norm acting per neuron (row a) over the batch (b), in training mode with the biased
-variance and no affine map. The observable is the Gram matrix G^l = (1/N) x^{l T} x^l
-(B x B); in the mean field limit N -> infinity, G^l = V_{B_phi}(G^{l-1}).
+variance and no affine map: :func:`batch_norm` (:mod:`bnsym.core.batchnorm`), the one forward of every simulator.
+The observable is the Gram matrix G^l = (1/N) x^{l T} x^l (B x B); in the mean field limit N -> infinity,
+G^l = V_{B_phi}(G^{l-1}).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from ..core.activations import Activation, parse_activation
+from ..core.batchnorm import batch_norm
 from ..core.device import Normals, configure_torch, default_device, generator
 from ..core.progress import progress_bar
 
@@ -37,31 +39,6 @@ def chunk_budget(device: torch.device | str) -> int:
     if device.type != "cuda":
         return _CHUNK_BYTES
     return max(_CHUNK_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
-
-
-def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, centred: bool = False, dim: int = -1,
-                       out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(BN(h), s): BN(h) = (h - mean h) / s, s = sqrt(var h + eps) along the batch axis ``dim``, var biased (1/B).
-
-    ``centred``: h already has batch mean 0 (the Gram sampler draws G h), so the centring pass is skipped;
-    ``out``: where to write BN(h).
-    """
-    if not centred:
-        h = h - h.mean(dim, keepdim=True)
-    s = torch.sqrt(torch.linalg.vecdot(h, h, dim=dim).unsqueeze(dim) / h.shape[dim] + eps)
-    return torch.div(h, s, out=out), s
-
-
-def batch_norm(h: torch.Tensor, eps: float = 0.0, sizes: tuple[int, ...] | None = None,
-               dim: int = -1) -> torch.Tensor:
-    """BN(h) = (h - mean(h)) / sqrt(var(h) + eps) along the batch axis ``dim`` (default last), var biased (1/B).
-
-    ``sizes`` splits the batch axis into consecutive batches normalised separately (several batches through one
-    network, Yang et al. 2019 App. H); default one batch.
-    """
-    if sizes is not None:
-        return torch.cat([batch_norm_forward(part, eps, dim=dim)[0] for part in h.split(list(sizes), dim)], dim)
-    return batch_norm_forward(h, eps, dim=dim)[0]
 
 
 def gram(x: torch.Tensor) -> torch.Tensor:
@@ -292,10 +269,8 @@ def simulate_forward(
             else:
                 h, factor = _gram_preactivations(out, normals, robust)
                 exact = exact & factor.exact.all()
-            if sizes is None:
-                out = activation.torch(batch_norm_forward(h, eps, centred=sampler == "gram", dim=-2)[0])
-            else:
-                out = activation.torch(batch_norm(h, eps, sizes, dim=-2))
+            # the Gram sampler draws G h, centred over the whole batch: only separate batches need centring
+            out = activation.torch(batch_norm(h, eps, sizes, -2, centre=sampler != "gram" or sizes is not None))
             grams.append(gram_of_rows(out))
         return torch.stack(grams, dim=1), exact
 

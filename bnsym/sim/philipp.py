@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..core.activations import parse_activation
+from ..core.batchnorm import batch_norm
 from ..core.device import configure_torch, default_device, generator
 
 NORMS = ("none", "layer", "batch", "lolayer")
@@ -84,16 +85,16 @@ def network_gsc(layers: Sequence[Layer], inputs: torch.Tensor, labels: torch.Ten
 
 
 def normalize(x: torch.Tensor, norm: str) -> torch.Tensor:
-    """Batch norm (per column over the batch), layer norm (per row), length-only layer norm x / qm(x), or none."""
+    """Batch norm (per column over the batch), layer norm (per row), length-only layer norm x / qm(x), or none.
+
+    All three are :func:`~bnsym.core.batchnorm.batch_norm` with eps = 0: over the batch axis, over the feature
+    axis, and over the feature axis without centring.
+    """
     if norm == "none":
         return x
-    if norm == "lolayer":
-        return x / x.square().mean(-1, keepdim=True).sqrt()
-    if norm not in ("batch", "layer"):
+    if norm not in NORMS:
         raise ValueError(f"unknown normalization {norm!r}; choose from {NORMS}")
-    dim = -2 if norm == "batch" else -1
-    centred = x - x.mean(dim, keepdim=True)
-    return centred / centred.square().mean(dim, keepdim=True).sqrt()
+    return batch_norm(x, dim=-2 if norm == "batch" else -1, centre=norm != "lolayer")
 
 
 def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64) -> torch.Tensor:

@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from ..core.activations import Activation, parse_activation
+from ..core.batchnorm import batch_norm_forward
 from ..core.device import Normals, configure_torch, default_device
 from ..core.geometry import eigen_directions
-from .networks import batch_norm_forward, centred_factor, inputs_with_gram, simulate_forward
+from .networks import centred_factor, inputs_with_gram, simulate_forward
 
 
 def simulated_decay(phi: str | Activation, sigma: np.ndarray, direction: np.ndarray, delta: float, width: int,
@@ -67,7 +68,7 @@ def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, se
     m, b, _ = grams.shape
     root = centred_factor(grams, robust=True).root  # batch norm sees only G h: draw its rows N(0, G Sigma G)
     h = Normals(seed, device)(m, width, root.shape[-1]) @ root.mT
-    z, s = batch_norm_forward(h, 0.0, centred=True)  # z = sqrt(B) v, s = r / sqrt(B)
+    z, s = batch_norm_forward(h, 0.0, centre=False)  # z = sqrt(B) v, s = r / sqrt(B)
     v = z / math.sqrt(b)
     d = activation.torch_derivative(z)
     scale = 1.0 / s.squeeze(-1) ** 2  # B / r^2

@@ -7,9 +7,11 @@ biases. The gain gamma and shift beta of the paper's Fig 5 are part of phi (``ta
 independent networks (seeds) of width N on a batch of B examples, weights (S, fan_out, fan_in), so that one
 batched product serves all seeds.
 
+Batch norm is :func:`bnsym.sim.batch_norm`, the simulators' own forward, differentiated by torch autograd.
 Ghost batch norm (Fig 3b): with ``group = b`` the batch is cut into consecutive sub-batches of b examples and
 each is normalised with its own statistics. For evaluation the statistics of the whole training set are used
-(population statistics), so a test prediction does not depend on the other test examples.
+(population statistics, ``batch_norm(..., reference=...)``), so a test prediction does not depend on the other
+test examples.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import math
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..core.activations import Activation
 from ..sim import batch_norm
@@ -33,28 +34,18 @@ def init_weights(n_seeds: int, depth: int, width: int, n_features: int, n_classe
             .requires_grad_() for out, fan_in in shapes]
 
 
-def grouped_batch_norm(h: torch.Tensor, eps: float, group: int | None = None) -> torch.Tensor:
-    """Batch norm of h (..., N, B) over the batch, or over each consecutive sub-batch of ``group`` examples.
-
-    The same map as :func:`bnsym.sim.batch_norm` (a test holds them equal to rounding), computed by torch's fused
-    batch-norm kernel: one kernel forward and one backward instead of six, 1.6x faster per training step of
-    these small networks. Each (network, neuron, sub-batch) row is one "channel" of that kernel. That kernel
-    refuses eps = 0, which takes :func:`bnsym.sim.batch_norm` itself.
-    """
-    rows = h.reshape(1, -1, group or h.shape[-1])
-    if eps == 0:
-        return batch_norm(rows, 0.0).view_as(h)
-    return F.batch_norm(rows, None, None, training=True, eps=eps).view_as(h)
-
-
 def forward(weights: Sequence[torch.Tensor], x: torch.Tensor, phi: Activation, eps: float,
             group: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Logits (S, classes, B) for inputs x (S, features, B), and the pre-activations h^1..h^L (S, N, B)."""
+    """Logits (S, classes, B) for inputs x (S, features, B), and the pre-activations h^1..h^L (S, N, B).
+
+    ``group``: ghost batch norm over consecutive sub-batches of that many examples (it must divide B).
+    """
+    sizes = None if group is None else (group,) * (x.shape[-1] // group)
     preactivations = []
     for weight in weights[:-1]:
         h = weight @ x
         preactivations.append(h)
-        x = phi.torch(grouped_batch_norm(h, eps, group))
+        x = phi.torch(batch_norm(h, eps, sizes))
     return weights[-1] @ x, preactivations
 
 
@@ -68,7 +59,5 @@ def predict(weights: Sequence[torch.Tensor], x_reference: torch.Tensor, x: torch
     reference, x = x_reference.T.expand(len(weights[0]), -1, -1), x.T.expand(len(weights[0]), -1, -1)
     for weight in weights[:-1]:
         h_reference, h = weight @ reference, weight @ x
-        mean = h_reference.mean(-1, keepdim=True)
-        scale = torch.sqrt(h_reference.var(-1, unbiased=False, keepdim=True) + eps)
-        reference, x = phi.torch((h_reference - mean) / scale), phi.torch((h - mean) / scale)
+        reference, x = phi.torch(batch_norm(h_reference, eps)), phi.torch(batch_norm(h, eps, reference=h_reference))
     return weights[-1] @ x
