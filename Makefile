@@ -51,7 +51,7 @@ lint: $(STAMP)
 XDIST := -n 2
 # One BLAS/OpenMP/torch thread per process wherever chapters and tests run (the book's extension sets the same
 # for its kernels). The second thread mostly spin-waits on a shared 2-core machine: a bn_kernel by QMC (tanh,
-# B = 32) took 5.6 CPU-s with the default threads and 0.55 with one; chapter 5's Table 1 networks 49 and 4.
+# B = 32) took 5.6 CPU-s with the default threads and 0.55 with one; chapter 7's Table 1 networks 49 and 4.
 ONE_THREAD := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 unit-test: $(STAMP)

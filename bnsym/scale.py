@@ -1,7 +1,7 @@
 """Run sizes: ``BNSYM_SCALE=test`` (seconds, CI), ``book`` (default, minutes on a laptop CPU), ``paper`` (GPU).
 
 Notebooks take every simulation size from :func:`current`, so one notebook is a fast test in CI, a
-book page, and a paper-scale run on a GPU. A :class:`Scale` holds the sizes that chapters 1-4 and 6 share, and
+book page, and a paper-scale run on a GPU. A :class:`Scale` holds the sizes that chapters 1-4 and 13 share, and
 one record per later chapter whose fields are that chapter's experiments (``current().epsilon.gradients.widths``).
 Every experiment's sizes are a :class:`Sizes`: its field names are the one vocabulary of run sizes.
 """
@@ -64,7 +64,7 @@ class Sizes:
 
 @dataclass(frozen=True)
 class Dilution:
-    """Chapter 5, gradient scale and dilution (Philipp et al.); the paper's networks have width 100 and depth 50
+    """Chapter 7, gradient scale and dilution (Philipp et al.); the paper's networks have width 100 and depth 50
     at every scale."""
 
     blocks: Sizes  # Theorem 3 and Proposition 7: random residual blocks (n_draws), n_points inputs each
@@ -76,7 +76,7 @@ class Dilution:
 
 @dataclass(frozen=True)
 class Epsilon:
-    """Chapter 7, epsilon, gamma and beta."""
+    """Chapter 5, epsilon, gamma and beta."""
 
     gradients: Sizes  # gradient networks per width, extrapolated in 1/N
     lines: Sizes  # the maximal-trainable-depth lines of Fig. 5 (n_values points each)
@@ -147,7 +147,7 @@ class Products:
 @dataclass(frozen=True)
 class Scale:
     """Sizes of the Monte Carlo runs: network width N, number of independent networks and depth, shared by
-    chapters 1-4 and 6, and one record per later chapter."""
+    chapters 1-4 and 13, and one record per later chapter."""
 
     name: str
     width: int

@@ -15,7 +15,7 @@ import nbclient
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "notebooks" / "05_gradient_scale_dilution.md"  # the quickest at test scale; it draws progress bars
+CHAPTER = ROOT / "notebooks" / "07_gradient_scale_dilution.md"  # the quickest at test scale; it draws progress bars
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ __version__ = "1.0"
 
 
 # One BLAS/OpenMP/torch thread per kernel: on a shared 2-core machine the second thread mostly spin-waits
-# (chapter 5's Table 1 networks: 49 CPU-s with torch's two threads, 4 CPU-s with one).
+# (chapter 7's Table 1 networks: 49 CPU-s with torch's two threads, 4 CPU-s with one).
 _ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
