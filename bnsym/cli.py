@@ -9,6 +9,7 @@ import json
 import math
 import sys
 import warnings
+from importlib import metadata
 
 import numpy as np
 
@@ -29,10 +30,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bnsym", description="Mean field predictions for batch-normalised networks.")
+    parser.add_argument("--version", action="version", version=f"bnsym {metadata.version('bnsym')}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     predict = commands.add_parser("predict", help="theory predictions for one activation and batch size")
     predict.add_argument("--phi", required=True,
-                         help="activation, e.g. relu, tanh, selu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5)")
+                         help="activation, e.g. relu, tanh, gelu, silu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5), "
+                         "or a formula in one variable, e.g. 'x*sigmoid(1.702*x)'")
     predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
     predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
     predict.add_argument("--sigma-w2", default="1", help="weight variance sigma_w^2 (> 0, default 1; with eps > 0 "

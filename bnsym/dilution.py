@@ -400,8 +400,13 @@ def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
     edges = [-np.inf, *sorted(phi.kinks), np.inf]
     weight = lambda t: math.exp(-t * t / 2) / math.sqrt(2 * math.pi)  # noqa: E731
 
+    def integrand(f, t: float) -> float:  # where the weight underflows to 0, phi may overflow (a user's formula)
+        w = weight(t)
+        with np.errstate(all="ignore"):
+            return float(f(t)) * w if w > 0 else 0.0
+
     def expect(f) -> float:
-        return sum(integrate.quad(lambda t: float(f(t)) * weight(t), lo, hi, epsabs=1e-13, epsrel=1e-12)[0]
+        return sum(integrate.quad(lambda t: integrand(f, t), lo, hi, epsabs=1e-13, epsrel=1e-12)[0]
                    for lo, hi in zip(edges, edges[1:]))
 
     return (

@@ -200,10 +200,10 @@ def test_bad_eps(eps, match):
 
 
 def test_bad_activation_and_method(generic_sigma):
-    with pytest.raises(ValueError, match="unknown activation 'swish'"):
-        bnsym.fixed_point("swish", 8)
+    with pytest.raises(ValueError, match="unknown activation 'swosh'"):
+        bnsym.fixed_point("swosh", 8)
     with pytest.raises(ValueError, match="unknown activation"):
-        bnsym.bn_kernel("swish", generic_sigma)
+        bnsym.bn_kernel("swosh", generic_sigma)
     with pytest.raises(ValueError, match="unknown method 'fourier'.*laplace, spherical, gegenbauer"):
         bnsym.fixed_point("relu", 8, method="fourier")
     with pytest.raises(ValueError, match="unknown method 'foo'.*qmc"):

@@ -206,7 +206,7 @@ def test_weight_gradient_ratio_is_mu_star():
         (lambda: bnsym.gradient_rate("relu", np.array([8, 8.5])), "whole numbers"),
         (lambda: bnsym.gradient_rate("tanh", np.array([8, 9])), "one batch size at a time"),
         (lambda: bnsym.backward_eigenvalues("relu", 2), "below 4"),
-        (lambda: bnsym.depth_scale("swish", 8), "unknown activation"),
+        (lambda: bnsym.depth_scale("swosh", 8), "unknown activation"),
     ],
 )
 def test_errors(call, match):

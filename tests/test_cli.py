@@ -19,7 +19,7 @@ BAD_ARGUMENTS = {
     "batch size 8.5": (["--phi", "relu", "--batch-size", "8.5"], "whole number"),
     "batch size -2": (["--phi", "relu", "--batch-size", "-2"], "positive"),
     "batch size abc": (["--phi", "relu", "--batch-size", "abc"], "whole number"),
-    "unknown activation": (["--phi", "swish", "--batch-size", "8"], "unknown activation"),
+    "unknown activation": (["--phi", "swosh", "--batch-size", "8"], "unknown activation"),
     "eps -1": (["--phi", "relu", "--batch-size", "8", "--eps", "-1"], "eps"),
     "eps nan": (["--phi", "relu", "--batch-size", "8", "--eps", "nan"], "eps"),
     "unknown method": (["--phi", "relu", "--batch-size", "8", "--method", "qmc"], "unknown method"),

@@ -90,7 +90,7 @@ def test_default_and_explicit_methods():
 @pytest.mark.parametrize("kwargs, match", [
     ({"phi": "relu", "B": 3}, "below 4"),
     ({"phi": "relu", "B": 8.5}, "whole number"),
-    ({"phi": "swish", "B": 8}, "unknown activation"),
+    ({"phi": "swosh", "B": 8}, "unknown activation"),
     ({"phi": "relu", "B": 8, "eps": -1.0}, "eps"),
     ({"phi": "relu", "B": 8, "eps": 0.1, "method": "closed_form"}, "eps = 0"),
     ({"phi": "relu", "B": 8, "method": "fourier"}, "unknown method"),

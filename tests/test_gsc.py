@@ -116,7 +116,7 @@ def test_architecture_validation():
     with pytest.raises(ValueError, match="width"):
         Architecture("relu", "none", width="300")
     with pytest.raises(ValueError, match="unknown activation"):
-        Architecture("swish", "none")
+        Architecture("swosh", "none")
 
 
 def test_scale_invariance_of_batch_relu_gsc():

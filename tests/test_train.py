@@ -61,7 +61,7 @@ def test_line_agreement_and_best_factor():
     ({"depth": 2, "batch_size": 8, "ghost_batch": 12}, "multiple of batch_size"),
     ({"depth": 0, "batch_size": 8}, "depth"),
     ({"depth": 2, "batch_size": 1}, "batch_size"),
-    ({"depth": 2, "batch_size": 8, "phi": "swish"}, "unknown activation"),
+    ({"depth": 2, "batch_size": 8, "phi": "swosh"}, "unknown activation"),
     ({"depth": 2, "batch_size": 8, "eps": -1}, "eps"),
     ({"depth": 2, "batch_size": 8, "lr_per_example": 0}, "lr"),
 ])

@@ -19,21 +19,27 @@ says why; the input contract of :mod:`bnsym.core.validation` lists every other b
 Strings understood by :func:`parse_activation`::
 
     relu, relu^1.5, relu(beta=2), relu(beta=0.5)^2, leaky_relu(0.2), identity, cubic,
-    tanh, tanh(gamma=0.5), erf, erf(gamma=2), sin, sin(gamma=0.5), selu
+    tanh, tanh(gamma=0.5), erf, erf(gamma=2), sin, sin(gamma=0.5), selu,
+    gelu, gelu_tanh, silu, swish(beta=2), softplus, softplus(beta=2), elu, elu(alpha=0.5), mish, hardtanh
+
+with torch's defaults where a parameter is left out. Anything else a user brings, a formula such as
+``"x*sigmoid(1.702*x)"``, a SymPy expression in any one symbol, a torch function or elementwise module, or a numpy
+callable, is read by :mod:`bnsym.core.user_activations`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from typing import Callable
+from functools import lru_cache
 
 import numpy as np
 import sympy as sp
 import torch
+from scipy.special import expit
 
+from . import user_activations
+from .activation_type import Activation
 from .symbols import z
 
 KNOWN_ACTIVATIONS = (
@@ -47,6 +53,14 @@ KNOWN_ACTIVATIONS = (
     "erf(gamma=...)",
     "sin(gamma=...)",
     "selu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "swish(beta=...)",
+    "softplus(beta=...)",
+    "elu(alpha=...)",
+    "mish",
+    "hardtanh",
 )
 
 MAX_GAMMA = 3.0
@@ -57,64 +71,6 @@ WHY_MAX_GAMMA = (
 )
 SELU_SCALE = 1.0507  # c_pos of Philipp et al. (section I.1), after Klambauer et al. (2017)
 SELU_ALPHA = 1.6733  # c_neg = SELU_SCALE * SELU_ALPHA
-
-
-@dataclass(frozen=True)
-class Activation:
-    """A coordinatewise nonlinearity phi with its symbolic and numeric forms."""
-
-    name: str
-    expr: sp.Expr
-    numpy: Callable[[np.ndarray], np.ndarray] = field(repr=False)
-    torch: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
-    numpy_derivative: Callable[[np.ndarray], np.ndarray] = field(repr=False)
-    torch_derivative: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
-    degree: float | None = None
-    kinks: tuple[float, ...] = ()
-    kink_power: float = 1.0
-
-    @classmethod
-    def from_expr(cls, name: str, expr: sp.Expr, degree: float | None = None,
-                  kinks: tuple[float, ...] = ()) -> Activation:
-        """An activation whose four numeric callables are lambdified from ``expr`` and its derivative."""
-        value_np, value_t = _lambdified(expr)
-        slope_np, slope_t = _lambdified(sp.diff(expr, z))
-        return cls(name, expr, value_np, value_t, slope_np, slope_t, degree=degree, kinks=kinks)
-
-    @cached_property
-    def ab(self) -> tuple[float, float] | None:
-        """(a, b) = (phi(1), -phi(-1)) for positive-homogeneous phi = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17)."""
-        if self.degree is None:
-            return None
-        return float(self.expr.subs(z, 1)), -float(self.expr.subs(z, -1))
-
-    @property
-    def derivative(self) -> sp.Expr:
-        """phi'(z) as a SymPy expression."""
-        return sp.diff(self.expr, z)
-
-    @property
-    def is_homogeneous(self) -> bool:
-        return self.degree is not None
-
-    def __str__(self) -> str:
-        return self.name
-
-
-def _lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[torch.Tensor], torch.Tensor]]:
-    """numpy and torch callables of ``expr`` by ``sympy.lambdify``.
-
-    Numeric constants are evaluated first: the torch printer spells 2/sqrt(pi) as torch.sqrt of a Python
-    float, which torch rejects. A constant (the slope of the identity) lambdifies to a bare number, so it
-    is broadcast to the argument's shape and dtype.
-    """
-    numeric = expr.evalf(17)
-    if not numeric.free_symbols:
-        constant = float(numeric)
-        return (lambda x: np.full(np.shape(x), constant)), (lambda x: torch.full_like(x, constant))
-    f_np = sp.lambdify(z, numeric, modules=["scipy", "numpy"])
-    f_t = sp.lambdify(z, numeric, modules="torch")
-    return (lambda x: f_np(np.asarray(x, dtype=float))), f_t
 
 
 def _num(value: float) -> str:
@@ -204,29 +160,154 @@ def _scaled_smooth(name: str, gamma: float) -> Activation:
     return Activation.from_expr(name if gamma == 1 else f"{name}(gamma={_num(gamma)})", f(sp.nsimplify(gamma) * z))
 
 
-def selu() -> Activation:
-    """SeLU of the paper (I.1): c_pos a for a >= 0, c_pos c_neg' (e^a - 1) for a < 0."""
-    lam, alp = sp.Float(SELU_SCALE), sp.Float(SELU_ALPHA)
-    expr = sp.Piecewise((lam * z, z >= 0), (lam * alp * (sp.exp(z) - 1), True))
+def _exponential_linear(name: str, expr: sp.Expr, scale: float, alpha: float) -> Activation:
+    """phi(z) = scale z for z >= 0, scale alpha (e^z - 1) for z < 0 (ELU and SeLU)."""
 
     # Hand-written, not lambdified: expm1 keeps e^z - 1 accurate for z just below 0, and clamping z <= 0
     # inside the exponential stops e^z overflowing on the discarded branch (an inf there makes the autograd
     # gradient of torch.where nan, and numpy warn).
     def value_t(x: torch.Tensor) -> torch.Tensor:
-        return SELU_SCALE * torch.where(x >= 0, x, SELU_ALPHA * torch.expm1(torch.clamp(x, max=0.0)))
+        return scale * torch.where(x >= 0, x, alpha * torch.expm1(torch.clamp(x, max=0.0)))
 
     def deriv_t(x: torch.Tensor) -> torch.Tensor:
-        return SELU_SCALE * torch.where(x >= 0, torch.ones_like(x), SELU_ALPHA * torch.exp(torch.clamp(x, max=0.0)))
+        return scale * torch.where(x >= 0, torch.ones_like(x), alpha * torch.exp(torch.clamp(x, max=0.0)))
 
     def value_np(x):
         x = np.asarray(x, dtype=float)
-        return SELU_SCALE * np.where(x >= 0, x, SELU_ALPHA * np.expm1(np.minimum(x, 0.0)))
+        return scale * np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0.0)))
 
     def deriv_np(x):
         x = np.asarray(x, dtype=float)
-        return SELU_SCALE * np.where(x >= 0, 1.0, SELU_ALPHA * np.exp(np.minimum(x, 0.0)))
+        return scale * np.where(x >= 0, 1.0, alpha * np.exp(np.minimum(x, 0.0)))
 
-    return Activation("selu", expr, value_np, value_t, deriv_np, deriv_t, kinks=(0.0,))
+    return Activation(name, expr, value_np, value_t, deriv_np, deriv_t, kinks=(0.0,))
+
+
+def selu() -> Activation:
+    """SeLU of the paper (I.1): c_pos a for a >= 0, c_pos c_neg' (e^a - 1) for a < 0."""
+    lam, alp = sp.Float(SELU_SCALE), sp.Float(SELU_ALPHA)
+    expr = sp.Piecewise((lam * z, z >= 0), (lam * alp * (sp.exp(z) - 1), True))
+    return _exponential_linear("selu", expr, SELU_SCALE, SELU_ALPHA)
+
+
+def elu(alpha: float = 1.0) -> Activation:
+    """ELU (Clevert et al. 2016): z for z >= 0, alpha (e^z - 1) for z < 0; torch's default alpha = 1."""
+    expr = sp.Piecewise((z, z >= 0), (sp.nsimplify(alpha) * (sp.exp(z) - 1), True))
+    return _exponential_linear("elu" if alpha == 1 else f"elu(alpha={_num(alpha)})", expr, 1.0, alpha)
+
+
+def gelu() -> Activation:
+    """GELU (Hendrycks & Gimpel 2016): z Phi(z) = z (1 + erf(z / sqrt 2)) / 2, torch's exact form."""
+    return Activation.from_expr("gelu", z * (1 + sp.erf(z / sp.sqrt(2))) / 2)
+
+
+def gelu_tanh() -> Activation:
+    """GELU's tanh approximation, torch's ``approximate="tanh"``: z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) / 2."""
+    c, a = math.sqrt(2 / math.pi), 0.044715
+    inner = sp.sqrt(2 / sp.pi) * (z + sp.Rational(44715, 10**6) * z**3)
+
+    # Hand-written, not lambdified: (1 + tanh u) / 2 = sigmoid(2 u) keeps the digits that 1 + tanh u loses for
+    # u << 0 (z below -3, where phi ~ 1e-9); the slope is sigmoid(2u) + 2 z u' sigmoid(2u) sigmoid(-2u).
+    def value_np(x):
+        x = np.asarray(x, dtype=float)
+        return x * expit(2 * c * (x + a * x**3))
+
+    def deriv_np(x):
+        x = np.asarray(x, dtype=float)
+        u = c * (x + a * x**3)
+        return expit(2 * u) * (1 + 2 * x * c * (1 + 3 * a * x**2) * expit(-2 * u))
+
+    def deriv_t(x):
+        u = c * (x + a * x**3)
+        return torch.sigmoid(2 * u) * (1 + 2 * x * c * (1 + 3 * a * x**2) * torch.sigmoid(-2 * u))
+
+    return Activation("gelu_tanh", z * (1 + sp.tanh(inner)) / 2, value_np,
+                      lambda x: x * torch.sigmoid(2 * c * (x + a * x**3)), deriv_np, deriv_t)
+
+
+def swish(beta: float = 1.0) -> Activation:
+    """Swish (Ramachandran et al. 2017): z sigmoid(beta z); beta = 1 is SiLU (Elfwing et al. 2018)."""
+    b_s = sp.nsimplify(beta)
+
+    # Hand-written, not lambdified: the lambdified z / (1 + e^(-beta z)) overflows e^(-beta z) for beta z below
+    # -709 (numpy warns, torch's slope becomes inf / inf = nan), and its slope loses digits where sigmoid -> 1;
+    # expit / torch.sigmoid and s (1 - s) = sigmoid(u) sigmoid(-u) do not.
+    def deriv_np(x):
+        u = beta * np.asarray(x, dtype=float)
+        return expit(u) * (1 + u * expit(-u))
+
+    def deriv_t(x):
+        u = beta * x
+        return torch.sigmoid(u) * (1 + u * torch.sigmoid(-u))
+
+    return Activation(
+        name="silu" if beta == 1 else f"swish(beta={_num(beta)})",
+        expr=z / (1 + sp.exp(-b_s * z)),
+        numpy=lambda x: np.asarray(x, dtype=float) * expit(beta * np.asarray(x, dtype=float)),
+        torch=lambda x: x * torch.sigmoid(beta * x),
+        numpy_derivative=deriv_np,
+        torch_derivative=deriv_t,
+    )
+
+
+def softplus(beta: float = 1.0) -> Activation:
+    """Softplus: log(1 + e^(beta z)) / beta, beta > 0; torch's default beta = 1."""
+    if not beta > 0:
+        raise ValueError(f"softplus needs beta > 0, got {beta} (log(1 + e^(beta z)) / beta is not softplus otherwise)")
+
+    # Hand-written, not lambdified: log(1 + e^u) overflows for u above 709; logaddexp(0, u) does not. torch's own
+    # softplus is not used, since it switches to the identity above u = 20, 2e-9 away.
+    return Activation(
+        name="softplus" if beta == 1 else f"softplus(beta={_num(beta)})",
+        expr=sp.log(1 + sp.exp(sp.nsimplify(beta) * z)) / sp.nsimplify(beta),
+        numpy=lambda x: np.logaddexp(0.0, beta * np.asarray(x, dtype=float)) / beta,
+        torch=lambda x: torch.logaddexp(torch.zeros_like(x), beta * x) / beta,
+        numpy_derivative=lambda x: expit(beta * np.asarray(x, dtype=float)),
+        torch_derivative=lambda x: torch.sigmoid(beta * x),
+    )
+
+
+def mish() -> Activation:
+    """Mish (Misra 2019): z tanh(softplus(z))."""
+
+    # Hand-written, not lambdified, for softplus's reason; the slope is tanh(s) + z sech(s)^2 sigmoid(z),
+    # s = softplus(z).
+    def value_np(x):
+        x = np.asarray(x, dtype=float)
+        return x * np.tanh(np.logaddexp(0.0, x))
+
+    def deriv_np(x):
+        x = np.asarray(x, dtype=float)
+        s = np.logaddexp(0.0, x)
+        with np.errstate(over="ignore"):  # cosh(s) = inf for s > 710: sech^2 = 0, as it should
+            return np.tanh(s) + x * expit(x) / np.cosh(s) ** 2
+
+    def deriv_t(x):
+        s = torch.logaddexp(torch.zeros_like(x), x)
+        return torch.tanh(s) + x * torch.sigmoid(x) / torch.cosh(s) ** 2
+
+    return Activation(
+        name="mish",
+        expr=z * sp.tanh(sp.log(1 + sp.exp(z))),
+        numpy=value_np,
+        torch=lambda x: x * torch.tanh(torch.logaddexp(torch.zeros_like(x), x)),
+        numpy_derivative=deriv_np,
+        torch_derivative=deriv_t,
+    )
+
+
+def hardtanh() -> Activation:
+    """Hardtanh: z clipped to [-1, 1] (torch's defaults)."""
+    # Hand-written, not lambdified, for leaky_relu's reasons (numpy.select, and a torch slope of the wrong dtype).
+    return Activation(
+        name="hardtanh",
+        expr=sp.Piecewise((-1, z < -1), (z, z <= 1), (1, True)),
+        numpy=lambda x: np.clip(np.asarray(x, dtype=float), -1.0, 1.0),
+        torch=lambda x: torch.clamp(x, -1.0, 1.0),
+        numpy_derivative=lambda x: np.where(np.abs(np.asarray(x, dtype=float)) < 1, 1.0, 0.0),
+        torch_derivative=lambda x: torch.where(x.abs() < 1, torch.ones_like(x), torch.zeros_like(x)),
+        kinks=(-1.0, 1.0),
+    )
 
 
 _SPEC = re.compile(r"^\s*(?P<base>[a-z_]+)\s*(?:\((?P<args>[^()]*)\))?\s*(?:\^\s*(?P<power>[^\s]+))?\s*$")
@@ -261,24 +342,34 @@ def _one_parameter(spec: str, positional: list[float], keywords: dict[str, float
     return positional[0] if positional else keywords.get(key, default)
 
 
-def parse_activation(spec: str | Activation) -> Activation:
-    """Turn a string such as ``"relu^1.5"`` or ``"tanh(gamma=0.5)"`` into an :class:`Activation`.
+def parse_activation(spec: object) -> Activation:
+    """Turn what a user names as phi into an :class:`Activation`: a string such as ``"relu^1.5"``,
+    ``"tanh(gamma=0.5)"`` or a formula ``"x*sigmoid(1.702*x)"``; a SymPy expression in one symbol; a torch function
+    or elementwise ``nn.Module``; or a numpy callable (see :mod:`bnsym.core.user_activations`).
 
     Activations are immutable, so each string is parsed (and its SymPy forms built) once per process.
     """
     if isinstance(spec, Activation):
         return spec
-    if not isinstance(spec, str):
-        raise ValueError(f"activation must be a string or an Activation, got {type(spec).__name__}")
-    return _parse_string(spec)
+    if isinstance(spec, str):
+        return _parse_string(spec)
+    if isinstance(spec, sp.Expr):
+        return user_activations.from_sympy(spec)
+    if callable(spec):
+        return user_activations.from_callable(spec)
+    raise ValueError(f"activation must be a string, an Activation, a SymPy expression or a callable, "
+                     f"got {type(spec).__name__}")
 
 
 @lru_cache(maxsize=256)
 def _parse_string(spec: str) -> Activation:
     match = _SPEC.match(spec.lower())
     known = "; known: " + ", ".join(KNOWN_ACTIVATIONS)
-    if not match:
-        raise ValueError(f"cannot parse activation {spec!r}{known}")
+    if not (match and match["base"] in _BUILT_IN) or _is_call(match, user_activations.FUNCTIONS):
+        if re.fullmatch(r"\s*[A-Za-z_]\w*\s*", spec):
+            raise ValueError(f"unknown activation {spec!r}{known}; or a formula in one variable, "
+                             "e.g. 'x*sigmoid(1.702*x)'")
+        return user_activations.from_formula(spec)  # "x*sigmoid(1.702*x)", "x^2", "tanh(x) + x/10"
     base, power = match["base"], match["power"]
     positional, keywords = _parse_args(match["args"], spec)
     if power is not None and base != "relu":
@@ -305,12 +396,35 @@ def _parse_string(spec: str) -> Activation:
         if positional or keywords:
             raise ValueError(f"activation {spec!r}: selu takes no parameters (its constants are Klambauer et al.'s)")
         return selu()
-    if base in ("tanh", "erf", "sin"):
-        gamma = _one_parameter(spec, positional, keywords, "gamma", 1.0)
-        if gamma == 0:
-            raise ValueError(f"activation {spec!r}: gamma = 0 makes phi constant, "
-                             "and batch norm of a constant is undefined")
-        if abs(gamma) > MAX_GAMMA:
-            raise ValueError(f"activation {spec!r}: |gamma| must be at most {MAX_GAMMA:g}: {WHY_MAX_GAMMA}")
-        return _scaled_smooth(base, gamma)
-    raise ValueError(f"unknown activation {spec!r}{known}")
+    if base in _NO_PARAMETERS:
+        if positional or keywords:
+            raise ValueError(f"activation {spec!r}: {base} takes no parameters")
+        return _NO_PARAMETERS[base]()
+    if base in ("swish", "softplus", "elu"):
+        key = "alpha" if base == "elu" else "beta"
+        return {"swish": swish, "softplus": softplus, "elu": elu}[base](
+            _one_parameter(spec, positional, keywords, key, 1.0))
+    gamma = _one_parameter(spec, positional, keywords, "gamma", 1.0)  # the rest of _BUILT_IN: tanh, erf, sin
+    if gamma == 0:
+        raise ValueError(f"activation {spec!r}: gamma = 0 makes phi constant, "
+                         "and batch norm of a constant is undefined")
+    if abs(gamma) > MAX_GAMMA:
+        raise ValueError(f"activation {spec!r}: |gamma| must be at most {MAX_GAMMA:g}: {WHY_MAX_GAMMA}")
+    return _scaled_smooth(base, gamma)
+
+
+_NO_PARAMETERS = {"gelu": gelu, "gelu_tanh": gelu_tanh, "silu": swish, "mish": mish, "hardtanh": hardtanh}
+_BUILT_IN = {"relu", "leaky_relu", "leakyrelu", "identity", "id", "linear", "cubic", "selu", "swish", "softplus",
+             "elu", "tanh", "erf", "sin", *_NO_PARAMETERS}
+
+
+def _is_call(match: re.Match, functions: dict) -> bool:
+    """``tanh(x)`` or ``erf(x / 2)``: a whitelisted function of a formula, not a built-in's parameters."""
+    args = match["args"] or ""
+    if match["base"] not in functions or not args.strip() or "=" in args:
+        return False
+    try:
+        [float(part) for part in args.split(",")]
+    except ValueError:
+        return True
+    return False

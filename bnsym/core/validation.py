@@ -24,16 +24,16 @@ exception type for bad input.
   **a choice** is one of its names (:func:`check_choice`) and **a flag** a bool (:func:`check_flag`).
 * **Sigma** is a real, finite, symmetric, positive semi-definite B x B matrix with B a batch size and
   G Sigma G != 0 (:func:`check_covariance`).
-* **An activation** is an :class:`~bnsym.core.activations.Activation` or a string that
-  :func:`~bnsym.core.activations.parse_activation` understands, each parameter finite and given once, and
+* **An activation** is an :class:`~bnsym.core.activations.Activation`, or a string, SymPy expression or callable
+  that :func:`~bnsym.core.activations.parse_activation` understands, each parameter finite and given once, and
   0 < abs(gamma) <= ``MAX_GAMMA`` of :mod:`~bnsym.core.activations` (3; it says why) for tanh, erf and sin. At a
   batch size B it must be *usable on the BN sphere* (:func:`check_activation`), where each coordinate x of the
   batch-norm output lies in [-sqrt(B-1), sqrt(B-1)]:
 
   - *not constant*: a phi constant there (``relu(beta=-50)`` at B = 8 is identically 0) makes every next-layer
     pre-activation equal across the batch, and batch norm divides by their variance, 0;
-  - *not overflowing*: phi(x)^2 and phi'(x)^2, times B (the largest factor the moments multiply them by), are
-    finite float64 numbers (``leaky_relu(1e308)``, ``relu^1e300`` fail);
+  - *not overflowing*: phi(x)^2 (and phi'(x)^2 for gradient quantities), times B (the largest factor the moments
+    multiply them by), are finite float64 numbers (``leaky_relu(1e308)``, ``relu^1e300`` fail);
   - *not underflowing*: the variance of phi(x) is a normal float64 number with full precision (>=
     ``MIN_VARIANCE``); ``tanh(gamma=1e-300)`` fails, phi^2 ~ 1e-600 being 0 in float64;
   - *not nearly constant*: its variance is at least ``MIN_RELATIVE_VARIANCE`` of its mean square, since
@@ -481,10 +481,12 @@ def _check_usable(phi: Activation, batch_size: int | None, slope: bool) -> None:
     w = np.concatenate([w, np.zeros(x.size - w.size)])
     with np.errstate(all="ignore"):
         f = np.asarray(phi.numpy(x), dtype=float)
-        big = factor * np.maximum(f**2, np.asarray(phi.numpy_derivative(x), dtype=float) ** 2)
+        big = factor * f**2
+        if slope:  # phi' matters only to gradient quantities (and a numpy callable's may be unknown)
+            big = np.maximum(big, factor * np.asarray(phi.numpy_derivative(x), dtype=float) ** 2)
         if not np.all(np.isfinite(big)):
-            raise ValueError(f"activation {phi} overflows float64 {where}: phi(x)^2 or phi'(x)^2"
-                             + (" times B" if batch_size else "") + " is not finite there")
+            squares = "phi(x)^2" + (" or phi'(x)^2" if slope else "") + (" times B" if batch_size else "")
+            raise ValueError(f"activation {phi} overflows float64 {where}: {squares} is not finite there")
         if np.ptp(f) == 0:
             raise ValueError(f"activation {phi} is constant (= {f[0]:g}) {where}: the next layer's pre-activations "
                              "are then equal across the batch, and batch norm divides by their variance, 0")

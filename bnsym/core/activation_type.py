@@ -1,0 +1,75 @@
+"""The :class:`Activation` type: a coordinatewise phi as one SymPy expression with numpy and torch callables.
+
+The built-in activations and the name parser live in :mod:`bnsym.core.activations`, what a user brings (formulas,
+SymPy expressions, callables) in :mod:`bnsym.core.user_activations`; both build this type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+import torch
+
+from .symbols import z
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A coordinatewise nonlinearity phi with its symbolic and numeric forms."""
+
+    name: str
+    expr: sp.Expr
+    numpy: Callable[[np.ndarray], np.ndarray] = field(repr=False)
+    torch: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
+    numpy_derivative: Callable[[np.ndarray], np.ndarray] = field(repr=False)
+    torch_derivative: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
+    degree: float | None = None
+    kinks: tuple[float, ...] = ()
+    kink_power: float = 1.0
+
+    @classmethod
+    def from_expr(cls, name: str, expr: sp.Expr, degree: float | None = None,
+                  kinks: tuple[float, ...] = ()) -> Activation:
+        """An activation whose four numeric callables are lambdified from ``expr`` and its derivative."""
+        value_np, value_t = _lambdified(expr)
+        slope_np, slope_t = _lambdified(sp.diff(expr, z))
+        return cls(name, expr, value_np, value_t, slope_np, slope_t, degree=degree, kinks=kinks)
+
+    @cached_property
+    def ab(self) -> tuple[float, float] | None:
+        """(a, b) = (phi(1), -phi(-1)) for positive-homogeneous phi = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17)."""
+        if self.degree is None:
+            return None
+        return float(self.expr.subs(z, 1)), -float(self.expr.subs(z, -1))
+
+    @property
+    def derivative(self) -> sp.Expr:
+        """phi'(z) as a SymPy expression."""
+        return sp.diff(self.expr, z)
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return self.degree is not None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[torch.Tensor], torch.Tensor]]:
+    """numpy and torch callables of ``expr`` by ``sympy.lambdify``.
+
+    Numeric constants are evaluated first, inside products too (``sp.nfloat``; ``evalf`` leaves sqrt(2) z / 2):
+    the torch printer spells sqrt(2) as torch.sqrt of a Python int, which torch rejects. A constant (the slope of
+    the identity) lambdifies to a bare number, so it is broadcast to the argument's shape and dtype.
+    """
+    numeric = sp.nfloat(expr, 17)
+    if not numeric.free_symbols:
+        constant = float(numeric)
+        return (lambda x: np.full(np.shape(x), constant)), (lambda x: torch.full_like(x, constant))
+    f_np = sp.lambdify(z, numeric, modules=["scipy", "numpy"])
+    f_t = sp.lambdify(z, numeric, modules="torch")
+    return (lambda x: f_np(np.asarray(x, dtype=float))), f_t

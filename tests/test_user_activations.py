@@ -1,0 +1,116 @@
+"""Activations a user brings (bnsym.core.user_activations) and the built-ins GELU, SiLU/swish, softplus, ELU, mish,
+hardtanh: their theory against independent quadrature and mean-field Monte Carlo, and the readers' contracts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from conftest import sphere_fixed_point
+from test_backward import _mean_field_rayleigh
+
+import bnsym
+from bnsym.core.activations import parse_activation
+from bnsym.sim import mc_tolerance
+
+NEW = ["gelu", "gelu_tanh", "silu", "swish(beta=2)", "softplus", "softplus(beta=2)", "elu", "elu(alpha=0.5)", "mish",
+       "hardtanh"]
+TORCH_TWINS = {  # torch's own module for each built-in: the same function, torch's defaults
+    "gelu": torch.nn.GELU(), "gelu_tanh": torch.nn.GELU(approximate="tanh"), "silu": torch.nn.SiLU(),
+    "softplus": torch.nn.Softplus(threshold=1e9), "elu": torch.nn.ELU(), "mish": torch.nn.Mish(),
+    "hardtanh": torch.nn.Hardtanh(),
+}
+BATCH = 8
+DRAWS = 200_000
+
+
+@pytest.mark.parametrize("spec", sorted(TORCH_TWINS))
+def test_built_ins_are_torchs_functions(spec):
+    x = torch.linspace(-6, 6, 241, dtype=torch.float64)
+    torch.testing.assert_close(parse_activation(spec).torch(x), TORCH_TWINS[spec](x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("spec", NEW)
+def test_fixed_point_and_gradient_rate_against_independent_methods(spec):
+    """q*, c* against the 1-D sphere quadrature of conftest (an independent route, to 1e-6); lambda_G against a
+    mean-field Monte Carlo of the backward map at Sigma* (h ~ N(0, Sigma*), J by hand), |z| <= k from mc_tolerance
+    over the three eigen-directions of every activation here."""
+    phi = parse_activation(spec)
+    point = bnsym.fixed_point(phi, BATCH)
+    q, c = sphere_fixed_point(phi.numpy, BATCH, phi.kinks)
+    assert point.q == pytest.approx(q, rel=1e-6) and point.c == pytest.approx(c, rel=1e-6, abs=1e-8)
+    sigma = q * ((1 - c) * np.eye(BATCH) + c * np.ones((BATCH, BATCH)))
+    mean, se = _mean_field_rayleigh(phi.numpy, phi.numpy_derivative, BATCH, sigma, n=DRAWS, seed=3)["G"]
+    rate = bnsym.gradient_rate(phi, BATCH, with_error=True)
+    assert abs(rate.value - mean) <= mc_tolerance(DRAWS, len(NEW)) * np.hypot(se, rate.error)
+
+
+def test_formula_sympy_torch_and_numpy_forms_agree():
+    """GELU written five ways gives one gradient rate (the numeric routes' errors apart)."""
+    t = sp.Symbol("t")
+    forms = ["gelu", "x*(1 + erf(x/sqrt(2)))/2", t * (1 + sp.erf(t / sp.sqrt(2))) / 2, torch.nn.functional.gelu,
+             torch.nn.GELU()]
+    rates = [bnsym.gradient_rate(form, 16, with_error=True) for form in forms]
+    for rate in rates[1:]:
+        assert abs(rate.value - rates[0].value) <= 3 * (rate.error + rates[0].error) + 1e-12
+    assert bnsym.gradient_rate("x*sigmoid(1.702*x)", 16) != rates[0].value  # the sigmoid approximation differs
+
+
+def test_numpy_callable_slope_by_complex_step_or_refused():
+    analytic = parse_activation(lambda x: np.tanh(x) + 0.1 * x)
+    x = np.linspace(-3, 3, 31)
+    np.testing.assert_allclose(analytic.numpy_derivative(x), 1 / np.cosh(x) ** 2 + 0.1, rtol=1e-12)
+    kinked = parse_activation(lambda x: np.maximum(x, 0.0))  # np.maximum refuses complex numbers
+    assert bnsym.fixed_point(kinked, 8).q > 0  # forward quantities need no slope
+    with pytest.raises(ValueError, match="phi' is unknown"):
+        bnsym.gradient_rate(kinked, 8)
+
+
+def test_simulators_take_a_torch_module():
+    sigma = bnsym.fixed_point("silu", BATCH).matrix
+    x0 = bnsym.sim.inputs_with_gram(sigma, 64, 4, seed=0, device="cpu")
+    runs = [bnsym.sim.simulate_gradients(phi, x0, 2, sampler="gram", seed=1, device="cpu")
+            for phi in ("silu", torch.nn.SiLU())]
+    torch.testing.assert_close(runs[0].gradients, runs[1].gradients, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("rellu", "unknown activation"),
+        ("x*y", "exactly one variable"),
+        ("3", "exactly one variable"),
+        ("__import__('os').system('true')", "is not allowed|unknown function"),
+        ("x**1000", "exponent"),
+        ("foo(x)", "unknown function 'foo'"),
+        ("exp", "unknown activation"),
+        ("x +", "cannot parse activation"),
+        ("x+" * 300 + "x", "at most 500"),
+        (lambda x: x[:2], "shape"),
+        (lambda x: np.cumsum(x), "not elementwise"),
+        (sp.Symbol("a") * sp.Symbol("b"), "exactly one variable"),
+        (3.0, "must be a string"),
+        ("softplus(beta=-1)", "beta > 0"),
+    ],
+)
+def test_what_cannot_be_an_activation_says_why(spec, match):
+    with pytest.raises(ValueError, match=match):
+        parse_activation(spec)
+
+
+def test_the_cli_takes_a_formula(capsys):
+    from bnsym.cli import main
+
+    assert main(["predict", "--phi", "x*sigmoid(1.702*x)", "--batch-size", "16"]) in (0, None)
+    assert "x*sigmoid(1.702*x)" in capsys.readouterr().out
+
+
+def test_the_cli_says_its_version(capsys):
+    from importlib import metadata
+
+    from bnsym.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"bnsym {metadata.version('bnsym')}"
