@@ -191,6 +191,21 @@ def _plot(result: dict, path: str) -> None:
     plt.close(figure)
 
 
+def _as_text(result: dict) -> str:
+    """The ``--json`` answer as lines ``name = value`` (a dict: ``name: key = value, ...``), under the same names,
+    so that each quantity is named once, in text and JSON alike (null: infinite or undefined)."""
+
+    def shown(value: object) -> str:
+        if value is None:
+            return "null"
+        if isinstance(value, bool):
+            return str(value).lower()
+        return f"{value:.10g}" if isinstance(value, float) else str(value)
+
+    return "\n".join(f"{name}: " + ", ".join(f"{key} = {shown(v)}" for key, v in value.items())
+                     if isinstance(value, dict) else f"{name} = {shown(value)}" for name, value in result.items())
+
+
 def _print_arch(result: dict) -> None:
     print(f"{result['spec']}: B = {result['batch_size']}, input correlation {result['input_correlation']:g}")
     print(f"{'layer':>5}  {'':24}  {'diag':>10}  {'corr':>8}  {'ch.mean^2':>10}  {'ch.var':>10}  {'S':>12}")
@@ -239,20 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "arch":
         _print_arch(result)
     else:
-        fp = result["fixed_point"]
-        print(f"phi = {result['phi']}, B = {result['batch_size']}, eps = {result['eps']}, "
-              f"sigma_w^2 = {result['sigma_w2']}")
-        print(f"BSB1 fixed point ({fp['method']}): q* = {fp['q']:.10g}, c* = {fp['c']:.10g}, mu* = {fp['mu']:.10g}")
-        if result["forward_eigenvalues"] is not None:
-            lam, xi = result["forward_eigenvalues"], result["depth_scales"]
-            print("forward eigenvalues: " + ", ".join(f"lambda_{k} = {lam[k]:.10g} (depth scale {xi[k]})" for k in lam))
-        if result["gradient_rate"] is not None:
-            eig = result["backward_eigenvalues"]
-            print(f"gradient explosion rate lambda_G = {result['gradient_rate']:.10g} per layer, "
-                  f"depth scale xi = {result['depth_scale']}, max trainable depth 16 xi = "
-                  f"{result['max_trainable_depth']}")
-            if "L" in eig:
-                print(f"backward eigenvalues L = {eig['L']:.6g}, M = {eig['M']:.6g}")
+        print(_as_text(result))
     return 0
 
 
