@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +88,51 @@ def test_predict_text_names_every_json_quantity_once(capsys, spec):
     assert f"q = {point.q:.10g}, c = {point.c:.10g}" in text
     lam = bnsym.forward_eigenvalues(spec, 8)
     assert f"forward_eigenvalues: G = {lam['G']:.10g}, L = {lam['L']:.10g}, M = {lam['M']:.10g}" in lines
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_bad_input_is_one_line_on_stderr(capsys, case):
+    arguments, match = BAD_ARGUMENTS[case]
+    status, out, err = _run(capsys, ["predict", *arguments, "--json"])
+    assert status != 0 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bnsym: error:"), err
+    assert match in lines[0] and "Traceback" not in err
+
+
+def test_no_command(capsys):
+    status, out, err = _run(capsys, [])
+    assert status != 0 and len(err.splitlines()) == 1 and err.startswith("bnsym: error:")
+
+
+def _console_script() -> Path:
+    script = Path(sys.executable).parent / "bnsym"
+    return script if script.exists() else ROOT / ".venv" / "bin" / "bnsym"
+
+
+def test_console_script():
+    """The installed entry point, run as a user runs it (one case: importing torch makes each run ~2.5 s)."""
+    bad = subprocess.run([str(_console_script()), "predict", "--phi", "relu", "--batch-size", "3", "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode != 0 and bad.stdout == ""
+    lines = bad.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bnsym: error:") and "below 4" in lines[0], bad.stderr
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_infinite_power_is_an_error(capsys):
+    status, out, err = _run(capsys, ["predict", "--phi", "relu^inf", "--batch-size", "8", "--json"])
+    assert status != 0 and err.startswith("bnsym: error:")
+
+
+@pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("identity", 6)])
+def test_predict_json_gradient_keys_equal_the_api(capsys, spec, batch):
+    status, out, _ = _run(capsys, ["predict", "--phi", spec, "--batch-size", str(batch), "--json"])
+    assert status == 0
+    result = json.loads(out)
+    assert result["gradient_rate"] == bnsym.gradient_rate(spec, batch)
+    assert result["backward_eigenvalues"] == bnsym.backward_eigenvalues(spec, batch)
+    assert result["depth_scale"] == bnsym.depth_scale(spec, batch)
 
 
 @pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("relu^2", 8), ("identity", 16)])
