@@ -13,29 +13,19 @@ derivation, validation, quadrature, progress, device, statistics, digits); the t
 al.), :mod:`bnsym.rank` (Daneshmand et al.) and :mod:`bnsym.nngp` (the BN-NNGP); :mod:`bnsym.sim` (the torch
 Monte Carlo, every network that is built); :mod:`bnsym.train` (the training harness) and :mod:`bnsym.sweep`
 (grids on Dask); :mod:`bnsym.arch` (any architecture at infinite width, imported on its own);
-:mod:`bnsym.report` and :mod:`bnsym.scale` for the book.
+:mod:`bnsym.report` and :mod:`bnsym.scale` for the book. Names and submodules are imported on first use
+(:mod:`bnsym.core.lazy`), so ``import bnsym`` is quick.
 """
 
-from . import dilution
-from .api import (
-                  alpha_transition,
-                  backward_eigenvalues,
-                  bn_kernel,
-                  collapse_eps,
-                  cross_batch_fixed_point,
-                  cross_batch_kernel,
-                  cross_batch_rate,
-                  depth_scale,
-                  fixed_point,
-                  forward_depth_scales,
-                  forward_eigenvalues,
-                  gradient_rate,
-                  max_trainable_depth,
-)
-from .core.activations import Activation, parse_activation
-from .core.estimate import Estimate
-from .meanfield.forward import FixedPoint
+from .core.lazy import lazy_attributes
 
+__getattr__, __dir__ = lazy_attributes(__name__, {
+    **dict.fromkeys(["alpha_transition", "backward_eigenvalues", "bn_kernel", "collapse_eps", "cross_batch_fixed_point",
+                     "cross_batch_kernel", "cross_batch_rate", "depth_scale", "fixed_point", "forward_depth_scales",
+                     "forward_eigenvalues", "gradient_rate", "max_trainable_depth"], "api"),
+    "Activation": "core.activations", "parse_activation": "core.activations", "Estimate": "core.estimate",
+    "FixedPoint": "meanfield.forward",
+})
 __version__ = "0.1.0"
 __all__ = ["Activation", "Estimate", "FixedPoint", "alpha_transition", "backward_eigenvalues", "bn_kernel",
            "collapse_eps", "cross_batch_fixed_point", "cross_batch_kernel", "cross_batch_rate",

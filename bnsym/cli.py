@@ -13,12 +13,10 @@ from importlib import metadata
 
 import numpy as np
 
-from . import api
-from .core.activations import parse_activation
-from .core.layers import SPEC_GRAMMAR
-from .core.validation import check_number, check_whole_number
-from .dilution import normalised_gsc_rate
+from .core.grammar import SPEC_GRAMMAR
 from .sweep.cli import add_sweep_parser, run_sweep_command
+
+# The theory (torch, SymPy, SciPy: about 3 s of CPU) is imported by the commands that use it, not by --help.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,6 +70,10 @@ def _number(text: object, name: str, kind: type = float) -> object:
 def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None = None,
             sigma_w2: object = 1.0) -> dict:
     """All predictions for (phi, B, eps, sigma_w^2) as a JSON-ready dict."""
+    from . import api
+    from .core.activations import parse_activation
+    from .dilution import normalised_gsc_rate
+
     batch_size, eps = _number(batch_size, "batch size B", int), _number(eps, "eps")
     sigma_w2 = _number(sigma_w2, "sigma_w2")
     point = api.fixed_point(phi, batch_size, eps=eps, sigma_w2=sigma_w2, method=method)
@@ -100,6 +102,8 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
 def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | None:
     """Two batches through one network (App. H): c*_cross, lambda_x^2 and the gradient-correlation factor
     (None for eps > 0, where no route exists)."""
+    from . import api
+
     if eps != 0:
         return None
     rate = api.cross_batch_rate(phi, batch_size)
@@ -114,6 +118,8 @@ def _finite_or_none(value: float) -> float | None:
 
 def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float) -> dict:
     """lambda_G, the backward eigenvalues, xi and the predicted maximum trainable depth 16 xi (R19)."""
+    from . import api
+
     rate = api.gradient_rate(phi, batch_size, eps, sigma_w2)
     if eps == 0:
         backward = {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size).items()}
@@ -144,6 +150,7 @@ def _period(layers: list[str]) -> tuple[int, int]:
 def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, points: object = 2**12) -> dict:
     """Signal propagation of the network ``spec`` on B inputs with Gram (1 - c) I + c 11^T, as a JSON-ready dict."""
     from . import arch  # imported here: `bnsym predict` does not pay for it
+    from .core.validation import check_number, check_whole_number
 
     batch_size, correlation = _number(batch_size, "batch size B", int), _number(correlation, "correlation")
     points = _number(points, "points", int)

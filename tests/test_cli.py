@@ -187,3 +187,15 @@ def test_sweep_show_prints_the_table_and_writes_the_png(capsys, tmp_path):
     assert lines[0].split() == ["depth", "batch_size", "test", "accuracy", "trains"]
     assert [line.split()[-1] for line in lines[2:4]] == ["True", "False"]
     assert (tmp_path / "heatmap.png").stat().st_size > 0
+
+
+def test_import_and_help_need_no_theory():
+    """`import bnsym` and `bnsym --help` import neither torch, SymPy nor SciPy (about 3 s of CPU): the public names
+    are imported on first use, and the commands import the theory they run."""
+    probe = ("import sys, bnsym, bnsym.cli, bnsym.sweep; bnsym.cli._parser().format_help(); "
+             "print(sorted(m for m in ('torch', 'sympy', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+    import bnsym.sweep
+
+    assert bnsym.gradient_rate("relu", 8) > 1 and callable(bnsym.sweep.run) and "fixed_point" in dir(bnsym)

@@ -23,6 +23,7 @@ from typing import Iterable, Iterator, Union
 
 from .activations import Activation as Phi
 from .activations import parse_activation
+from .grammar import SPEC_GRAMMAR  # noqa: F401 (public here too)
 from .validation import check_eps, check_number, check_variance, check_whole_number, shown
 
 MODES = ("train", "eval")
@@ -161,21 +162,6 @@ def describe(layer: Layer) -> str:
 
 
 #: The grammar of a network spec (:func:`parse_architecture`), shown by ``bnsym arch --help``.
-SPEC_GRAMMAR = """\
-A network spec is a comma-separated list of layers, read left to right:
-
-  dense | dense(weight_var[,bias_var])   Dense (defaults 1, 0; keywords weight_var=, bias_var= too)
-  bn | bn(eps=E[,mode=train|eval])       BatchNorm (default eps 0, mode train)
-  ln | ln(eps=E)                         LayerNorm
-  res([alpha=A,]LAYERS)                  residual block x + A * branch(x), the branch a spec itself (A = 1)
-  (LAYERS)                               a group
-  relu, tanh(gamma=0.5), relu^1.5, ...   an activation, spelled as for `bnsym predict --phi`
-
-*N after a closing parenthesis repeats that unit (a group or a residual block); after a plain layer it repeats
-every layer before it in its group. So "dense,bn,relu*20" is 20 blocks of (dense, bn, relu), "dense,res(bn,relu,
-dense)*50" is a dense and 50 residual blocks, and "dense,(bn,relu,dense)*3,bn" repeats only the group.
-The first layer must be a dense: it acts on the inputs, whose Gram matrix is the given Sigma0."""
-
 _NAME = re.compile(r"\s*([a-z_][a-z_0-9]*)\s*", re.IGNORECASE)
 
 

@@ -26,9 +26,12 @@ Command line: ``bnsym sweep trainability --depths 5:60:5 --batch-sizes 4,8,16,32
 [--out DIR]`` and ``bnsym sweep show DIR``.
 """
 
-from .experiments import EXPERIMENTS, Experiment, resolve
-from .runner import SCHEDULER_ENV, SweepResult, connect, execute, run
-from .store import Store, config_key, seed_of
+from ..core.lazy import lazy_attributes
 
+__getattr__, __dir__ = lazy_attributes(__name__, {
+    "EXPERIMENTS": "experiments", "Experiment": "experiments", "resolve": "experiments", "SCHEDULER_ENV": "runner",
+    "SweepResult": "runner", "connect": "runner", "execute": "runner", "run": "runner", "Store": "store",
+    "config_key": "store", "seed_of": "store",
+})
 __all__ = ["EXPERIMENTS", "SCHEDULER_ENV", "Experiment", "Store", "SweepResult", "config_key", "connect", "execute",
            "resolve", "run", "seed_of"]

@@ -1,0 +1,17 @@
+"""The spec grammar of ``bnsym arch`` (read by :func:`bnsym.core.layers.parse_architecture`), apart so that
+the command line's help needs no theory."""
+
+SPEC_GRAMMAR = """\
+A network spec is a comma-separated list of layers, read left to right:
+
+  dense | dense(weight_var[,bias_var])   Dense (defaults 1, 0; keywords weight_var=, bias_var= too)
+  bn | bn(eps=E[,mode=train|eval])       BatchNorm (default eps 0, mode train)
+  ln | ln(eps=E)                         LayerNorm
+  res([alpha=A,]LAYERS)                  residual block x + A * branch(x), the branch a spec itself (A = 1)
+  (LAYERS)                               a group
+  relu, tanh(gamma=0.5), relu^1.5, ...   an activation, spelled as for `bnsym predict --phi`
+
+*N after a closing parenthesis repeats that unit (a group or a residual block); after a plain layer it repeats
+every layer before it in its group. So "dense,bn,relu*20" is 20 blocks of (dense, bn, relu), "dense,res(bn,relu,
+dense)*50" is a dense and 50 residual blocks, and "dense,(bn,relu,dense)*3,bn" repeats only the group.
+The first layer must be a dense: it acts on the inputs, whose Gram matrix is the given Sigma0."""
