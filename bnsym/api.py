@@ -212,6 +212,24 @@ def _values_and_errors(result: object) -> tuple[np.ndarray, np.ndarray]:
             np.concatenate([np.ravel(part.error) for part in parts]))
 
 
+def _stacked(results: list, shape: tuple[int, ...]):
+    """One answer for an array of B from the answers at each B: Estimates, dicts of them, or FixedPoints (whose
+    ``error``, one bound for q* and q* c*, becomes the largest), with arrays of ``shape``."""
+    first = results[0]
+    if isinstance(first, dict):
+        return {key: _stacked([result[key] for result in results], shape) for key in first}
+    if isinstance(first, Estimate):
+        notes = sorted({result.note for result in results if result.note})
+        return Estimate(np.reshape([r.value for r in results], shape), np.reshape([r.error for r in results], shape),
+                        first.method, "; ".join(notes))
+    if len({result.collapsed for result in results}) > 1:
+        raise ValueError("these batch sizes lie on both sides of the collapse eps (collapse_eps), where the fixed "
+                         "point changes kind; ask for them apart")
+    return replace(first, q=np.reshape([r.q for r in results], shape), c=np.reshape([r.c for r in results], shape),
+                   batch_size=np.reshape([r.batch_size for r in results], shape),
+                   error=max(r.error for r in results))
+
+
 def _resolved(name: str, route: Route, phi: Activation, x: object, eps: float, tol: float | None):
     """The route's result, if finite and resolved (:func:`~bnsym.core.validation.check_resolved`)."""
     result = route.compute(phi, x, eps, tol)
@@ -241,14 +259,8 @@ def _compute(table: Mapping[str, Route], method: str | None, phi: Activation, ba
         table = table if method is not None else takers
     if method is not None or batched:
         name, route = _choose(table, method, phi, batch, eps, tol, aliases)
-        if batched and not route.vectorised:
-            takers = []
-            for other, candidate in table.items():
-                if candidate.vectorised:
-                    reason = _why_not(table, other, phi, batch, eps, tol)
-                    takers.append(f"{other!r}" + (f" ({reason})" if reason else ""))
-            raise ValueError(f"method {name!r} takes one batch size at a time; arrays of B need method "
-                             + " or ".join(takers))
+        if batched and not route.vectorised:  # looped, one B at a time, into the vectorised routes' answer shape
+            return _stacked([_resolved(name, route, phi, int(b), eps, tol) for b in np.ravel(batch)], np.shape(batch))
         return _resolved(name, route, phi, batch, eps, tol)
     failures = []
     for name, route in table.items():
@@ -360,14 +372,15 @@ def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False
     """Eigenvalues {"G", "L", "M"} of the backward operator at the BSB1 fixed point (eps = 0), any phi.
 
     "G" is :func:`gradient_rate`; "L" and "M" come from the operator's 11 ultrasymmetric entries, each an
-    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`). One B at a time.
+    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`); an array of B is looped.
     With ``with_error=True`` the values are Estimates.
     """
     batch_size = check_batch_size(B, array_ok=True)
-    if np.ndim(batch_size):
-        raise ValueError("backward_eigenvalues takes one batch size at a time; for an array of B, "
-                         "gradient_rate(method='closed_form') gives lambda_G")
     phi = check_activation(parse_activation(phi), batch_size, slope=True)
+    if np.ndim(batch_size):  # the operator's entries take one B at a time
+        eigenvalues = _stacked([backward_eigenvalues(phi, int(b), with_error=True) for b in np.ravel(batch_size)],
+                               np.shape(batch_size))
+        return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
     operator = operator_eigenvalues(phi, batch_size)
     check_resolved(*_values_and_errors(operator), f"the backward operator of activation {phi} at B = {batch_size}")
     eigenvalues = {**operator, "G": _compute(GRADIENT_RATE_ROUTES, None, phi, batch_size, 0.0, DEFAULT_TOL)}
