@@ -321,8 +321,8 @@ def collapse_eps(phi: str | Activation, B: int, sigma_w2: float = 1.0) -> float:
     return _collapse_eps(phi, batch, check_variance(sigma_w2, "sigma_w2", positive=True))
 
 
-def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method: str | None = None,
-              with_error: bool = False) -> np.ndarray | Estimate:
+def bn_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, eps: float = 0.0, method: str | None = None,
+              with_error: bool = False) -> np.ndarray | torch.Tensor | Estimate:
     """V_{B_phi}(Sigma) = E[B_phi(h) B_phi(h)^T], h ~ N(0, Sigma): the next layer's B x B covariance.
 
     This is the infinite-width (NNGP) kernel of one batch-normed layer, for any PSD Sigma. Methods:
@@ -334,7 +334,9 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
       error over independent scramblings (about 1e-5 for smooth phi).
 
     Default: "laplace" where it applies, else "spherical" where it applies, else "qmc".
-    With ``with_error=True`` returns the Estimate (V and its elementwise error; it unpacks as ``V, error``).
+    With ``with_error=True`` returns the Estimate (V and its elementwise error; it unpacks as ``V, error``). A torch
+    tensor Sigma gives V as a tensor of its dtype and device (computed in float64 numpy; an Estimate holds numpy
+    arrays, as cross_batch_kernel's does).
     """
     sigma = check_covariance(Sigma)
     phi = check_activation(parse_activation(phi), sigma.shape[0])
@@ -343,7 +345,11 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray, eps: float = 0.0, method
     # and keeps the routes' intermediate numbers away from overflow and underflow
     scale = math.ldexp(1.0, math.frexp(np.abs(sigma).max())[1] - 1)
     estimate = _compute(BN_KERNEL_ROUTES, method, phi, sigma / scale, eps / scale, None, batched=False)
-    return estimate if with_error else estimate.value
+    if with_error:
+        return estimate
+    if isinstance(Sigma, torch.Tensor):  # a tensor in, a tensor out, on its device, as cross_batch_kernel does
+        return torch.as_tensor(estimate.value, dtype=Sigma.dtype, device=Sigma.device)
+    return estimate.value
 
 
 def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0, sigma_w2: float = 1.0,
@@ -519,5 +525,6 @@ def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, 
         nodes = check_whole_number(nodes, "nodes (Gauss-Jacobi nodes per axis)", 2, MAX_FIXED_NODES,
                                    "the tensor rule has nodes^2 points per entry of the cross block")
     _, route = _choose(CROSS_BATCH_KERNEL_ROUTES, method, phi, matrix, eps, None)
-    return route.compute(phi, matrix, eps, None, original=Sigma, batch1=batch1, nodes=nodes, blocks=blocks,
-                         with_error=with_error)
+    result = route.compute(phi, matrix, eps, None, original=Sigma, batch1=batch1, nodes=nodes, blocks=blocks,
+                           with_error=with_error)
+    return result.to(Sigma.dtype) if isinstance(result, torch.Tensor) else result  # computed in float64

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from conftest import bn_monte_carlo, bsb1, random_psd
 
 import bnsym
@@ -234,3 +235,14 @@ def test_bad_sigma(sigma, match):
     for spec in ("relu", "tanh"):
         with pytest.raises(ValueError, match=match):
             bnsym.bn_kernel(spec, sigma)
+
+
+@pytest.mark.parametrize("kernel", [lambda s: bnsym.bn_kernel("relu", s), lambda s: bnsym.bn_kernel("tanh", s),
+                                    lambda s: bnsym.cross_batch_kernel("relu", s, 4)])
+def test_a_tensor_in_is_a_tensor_out(kernel):
+    """The kernels answer a torch tensor with a tensor of its dtype and device, equal to the numpy answer."""
+    sigma = 0.7 * np.eye(8) + 0.3
+    for dtype in (torch.float64, torch.float32):
+        out = kernel(torch.as_tensor(sigma, dtype=dtype))
+        assert isinstance(out, torch.Tensor) and out.dtype == dtype and out.device.type == "cpu"
+        np.testing.assert_allclose(out.numpy(), kernel(sigma), rtol=1e-6 if dtype == torch.float32 else 1e-12)
