@@ -2,9 +2,13 @@
 
 Each quantity has one table of routes, method name -> :class:`Route`: the function, the check that says why it
 does not apply, and whether it takes an array of B (or of eps). The table is the dispatch: a name it lacks is a
-ValueError "unknown method", and ``method=None`` picks the first route of the table that applies. Functions
-return floats (arrays for an array of B), dicts or a FixedPoint; with ``with_error=True`` they return the route's
-:class:`~bnsym.core.estimate.Estimate` (or a dict of them) instead. A function that builds on another quantity
+ValueError "unknown method", and ``method=None`` picks the first route of the table that applies.
+
+One answer shape: a quantity is a float for one B and an array of B's shape for an array of B (every route takes
+one: those that take one B at a time are looped), and with ``with_error=True`` the route's
+:class:`~bnsym.core.estimate.Estimate` instead. A quantity with parts (the eigenvalues "G", "L", "M") is a dict of
+such answers; the fixed point is a :class:`~bnsym.meanfield.forward.FixedPoint` whose q* and c* follow the rule
+(its ``estimates()`` gives them as Estimates). A kernel answers a torch tensor with a tensor on its device. A function that builds on another quantity
 validates its arguments once and calls that quantity's routes, not its public function.
 """
 
