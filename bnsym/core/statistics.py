@@ -7,6 +7,8 @@ networks (never across layers of one network, which are correlated).
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import ndtr
+from scipy.stats import kstwo
 from scipy.stats import t as student_t
 
 from .estimate import Estimate
@@ -57,3 +59,21 @@ def mc_tolerance(n_draws: int, n_comparisons: int = 1, false_alarm: float = 1e-3
     if not 0 < false_alarm < 1:
         raise ValueError(f"false_alarm is a probability in (0, 1), got {false_alarm}")
     return float(student_t.ppf(1 - false_alarm / (2 * n_comparisons), n_draws - 1))
+
+
+def ks_normal(z: np.ndarray) -> tuple[float, float]:
+    r"""The Kolmogorov-Smirnov statistic of ``z`` against the standard normal, with its p-value.
+
+    :math:`D = \sup_x |F_n(x) - \Phi(x)|`, attained at a sample point: for the sorted :math:`z_{(i)}`,
+    :math:`D = \max_i \max(i/n - \Phi(z_{(i)}), \Phi(z_{(i)}) - (i-1)/n)`; the p-value is the exact
+    one-sample law of :math:`D` for ``n`` draws (scipy's ``kstwo``). A calibrated set of checks has
+    z-scores that look standard normal; a set much narrower than that has overstated standard errors.
+    """
+    z = np.sort(np.asarray(z, dtype=float).ravel())
+    n = z.size
+    if n < 1 or not np.all(np.isfinite(z)):
+        raise ValueError(f"the KS statistic needs at least one finite z-score, got {n} values")
+    cdf = ndtr(z)
+    ranks = np.arange(1, n + 1)
+    statistic = float(max(np.max(ranks / n - cdf), np.max(cdf - (ranks - 1) / n)))
+    return statistic, float(kstwo.sf(statistic, n))
