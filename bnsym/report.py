@@ -96,8 +96,9 @@ class Check:
     r"""One asserted comparison, :math:`|\hat\theta - \theta| \le \text{tolerance}` for the estimate
     :math:`\hat\theta` and the theory :math:`\theta`, with :math:`z = (\hat\theta - \theta) / \text{error}`.
 
-    ``error`` is the standard error (or error bound) of the difference; ``tolerance`` is what the assertion
-    allowed and ``rule`` says where it came from (e.g. ``"4.1 SE (t, n=64, m=12)"``, ``"1e-10 abs"``).
+    ``error`` is the standard error of the difference, or, with ``bound``, an error bound of a deterministic
+    route (quadrature, series, finite differences); ``tolerance`` is what the assertion allowed, ``atol`` its
+    absolute part, and ``rule`` says where it came from (e.g. ``"4.1 SE (t, n=64, m=12)"``, ``"1e-10 abs"``).
     """
 
     chapter: str
@@ -110,6 +111,7 @@ class Check:
     passed: bool
     anchor: str | None = None
     atol: float = 0.0
+    bound: bool = False
 
     @property
     def z(self) -> float | None:
@@ -118,10 +120,10 @@ class Check:
 
     @property
     def calibrates(self) -> bool:
-        """Whether z is a standard-error z-score: the check has a standard error and at least half its
-        tolerance is k standard errors (``atol <= k * error``). Exact comparisons, and checks whose allowance
-        is mostly absolute (rounding, a quadrature bound), measure no Monte Carlo noise and are left out."""
-        return self.error > 0 and self.atol <= self.tolerance - self.atol
+        """Whether z is a Monte Carlo z-score: the error is a standard error (not a ``bound``) and sets at least
+        half the tolerance (``atol <= k * error``). Exact comparisons, error bounds of deterministic routes and
+        mostly absolute allowances (rounding) measure no Monte Carlo noise: their z is left out."""
+        return self.error > 0 and not self.bound and self.atol <= self.tolerance - self.atol
 
 
 ERRATA_SUFFIX = ".errata.jsonl"
@@ -205,7 +207,7 @@ class CheckLog:
 
     def check(self, quantity: str, theory: float | Estimate, estimate: float | Estimate, error: float | None = None, *,
               k: float | None = None, atol: float = 0.0, rule: str | None = None,
-              anchor: str | None = None) -> Check:
+              anchor: str | None = None, bound: bool = False) -> Check:
         r"""Assert :math:`|\hat\theta - \theta| \le k\,\text{error} + \text{atol}`; record and return the
         :class:`Check`.
 
@@ -213,7 +215,10 @@ class CheckLog:
         error, e.g. ``mean_and_se(samples)``; the errors of both sides add in quadrature, unless ``error`` is
         given). ``k`` is the number of standard errors allowed, from
         :func:`bnsym.sim.mc_tolerance` for Monte Carlo; ``atol`` an absolute allowance (rounding, a quadrature
-        bound). ``anchor`` is the MyST label of the section or figure that shows the comparison.
+        bound). ``bound=True`` says that ``error`` is an error bound of a deterministic route (quadrature,
+        series, finite differences), not a standard error: ``k`` is then a plain factor, and the dashboard
+        leaves the check's z out of its calibration. ``anchor`` is the MyST label of the section or figure that
+        shows the comparison.
         Raises AssertionError (after recording) when the comparison fails.
         """
         theory_value, theory_error = _value_and_error(theory, "theory")
@@ -229,11 +234,12 @@ class CheckLog:
         k = 0.0 if k is None else float(k)
         tolerance = k * error + atol
         if rule is None:
-            rule = " + ".join(part for part in (f"{k:.2f} SE" if error > 0 else "", f"{atol:.1e} abs" if atol else "")
-                              if part) or "exact"
+            parts = (f"{k:.2f} {'error bound' if bound else 'SE'}" if error > 0 else "",
+                     f"{atol:.1e} abs" if atol else "")
+            rule = " + ".join(part for part in parts if part) or "exact"
         difference = abs(estimate_value - theory_value)
         record = Check(self.chapter, quantity, theory_value, estimate_value, float(error), float(tolerance), rule,
-                       bool(difference <= tolerance), anchor, float(atol))
+                       bool(difference <= tolerance), anchor, float(atol), bool(bound))
         self.records.append(record)
         if self.path is not None:
             with self.path.open("a") as file:

@@ -146,6 +146,8 @@ def test_only_standard_error_checks_calibrate():
     assert log.check("mc", 1.0, Estimate(1.01, 0.01, "mc"), k=3.0, atol=0.02).calibrates  # atol <= k SE
     assert not log.check("rounding", 1.0, Estimate(1.0, 1e-9, "mc"), k=3.0, atol=1e-6).calibrates
     assert not log.check("exact", 1.0, 1.0, atol=1e-12).calibrates
+    quadrature = log.check("quadrature", 1.0, Estimate(1.0 + 1e-9, 1e-9, "spherical"), k=3.0, bound=True)
+    assert quadrature.rule == "3.00 error bound" and quadrature.z == pytest.approx(1.0) and not quadrature.calibrates
 
 
 def test_item_records_and_reloads(tmp_path):

@@ -42,6 +42,11 @@ def _link(anchor: str | None, docname: str) -> str:
     return f"{{eq}}`{anchor}`" if anchor.startswith("eq-") else f"{{ref}}`cell <{anchor}>`"
 
 
+def _evidence(label: str) -> str:
+    """A link to a MyST label, named by the label (an equation's by its number)."""
+    return f"{{eq}}`{label}`" if label.startswith("eq-") else f"{{ref}}`{label} <{label}>`"
+
+
 def _chapter_docs(env: BuildEnvironment, chapters: set[str]) -> dict[str, str]:
     """Chapter name (a notebook's file name) -> docname, for the chapters that are in the book."""
     docs = {doc.rsplit("/", 1)[-1]: doc for doc in env.found_docs}
@@ -85,11 +90,13 @@ def load_registry(path: Path = REGISTRY) -> dict[str, list[dict]]:
     return yaml.safe_load(path.read_text())
 
 
-def item_status(records: Sequence[Item], entry: dict) -> str:
-    """The status an item shows: the strongest a chapter recorded (in :data:`ITEM_STATUSES` order), else missing."""
-    if not records:
-        return "missing"
-    return min((r.status for r in records), key=ITEM_STATUSES.index)
+#: The statuses from the strongest evidence to none: an item recorded by several chapters shows the strongest.
+STRENGTH = ("checked against simulation", "derived", "substituted", "not reproducible", "missing")
+
+
+def item_status(records: Sequence[Item]) -> str:
+    """The status an item shows: the strongest any chapter recorded (:data:`STRENGTH`), else missing."""
+    return min((r.status for r in records), key=STRENGTH.index) if records else "missing"
 
 
 def status(env: BuildEnvironment, items: list[Item], registry: dict[str, list[dict]]) -> str:
@@ -108,10 +115,10 @@ def status(env: BuildEnvironment, items: list[Item], registry: dict[str, list[di
             if not records and "missing" not in entry:
                 logger.warning(f"bnsym: no chapter records {paper} {entry['item']!r} and the registry does not mark "
                                "it missing")
-            shown = item_status(records, entry)
+            shown = item_status(records)
             tally[shown] += 1
-            evidence = "; ".join(f"{_link(r.evidence, docs[r.chapter])} in {{doc}}`{r.chapter} </{docs[r.chapter]}>`"
-                                 f" ({r.status})" for r in records)
+            evidence = "; ".join(f"{_evidence(r.evidence)} in {{doc}}`{r.chapter} </{docs[r.chapter]}>` ({r.status})"
+                                 for r in records)
             why = "; ".join(r.why for r in records if r.why) if records else entry.get("missing", "")
             rows.append([f"{{cite:t}}`{paper}`", entry["item"], entry["title"], shown, evidence, why])
         counts.append([f"{{cite:t}}`{paper}`", str(len(entries)), *(str(tally[s]) for s in ITEM_STATUSES)])
