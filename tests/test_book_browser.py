@@ -168,12 +168,13 @@ def test_search_finds_a_chapter(browser, site):
 REGISTRY = yaml.safe_load((ROOT / "book" / "registry.yml").read_text())
 STATUSES = ("derived", "checked against simulation", "substituted", "not reproducible", "missing")
 
-# The rows of a generated table (by its class) as lists of cell texts, and the links of each row.
+# The rows of a generated table (by its class) as lists of cell texts (Sphinx's curly apostrophes made
+# straight again), and the links of each row.
 TABLE_ROWS = r"""
 const table = document.querySelector(`table.${arguments[0]}`);
 if (!table) return null;
 return Array.from(table.tBodies[0].rows).map((row) => ({
-  cells: Array.from(row.cells).map((cell) => cell.textContent.trim()),
+  cells: Array.from(row.cells).map((cell) => cell.textContent.trim().replace(/\u2019/g, "'")),  // smartquotes
   links: Array.from(row.querySelectorAll("a[href]")).map((a) => a.href),
 }));
 """

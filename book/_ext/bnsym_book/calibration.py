@@ -40,10 +40,10 @@ def figure_png(z: np.ndarray) -> bytes:
     hist.legend(fontsize=8)
     n = z.size
     expected = ndtri((np.arange(1, n + 1) - 0.5) / n)
-    qq.plot(expected, np.sort(z), ".", color="C0", markersize=3)
+    qq.plot(expected, np.sort(clipped), ".", color="C0", markersize=3)
     limit = max(4.0, float(np.max(np.abs(expected))))
     qq.plot([-limit, limit], [-limit, limit], "k--", linewidth=1, label="z = normal quantile")
-    qq.set(xlabel="standard normal quantile", ylabel="observed z (sorted)", title="QQ plot",
+    qq.set(xlabel="standard normal quantile", ylabel="observed z, sorted (clipped)", title="QQ plot",
            ylim=(-max(6.0, limit), max(6.0, limit)))
     qq.legend(fontsize=8)
     figure.tight_layout()
@@ -59,8 +59,10 @@ def section(checks: Sequence[Check]) -> str:
         return "No check with a Monte Carlo standard error was recorded in this build.\n\n"
     statistic, p_value = ks_normal(z)
     inside = float(np.mean(np.abs(z) <= 1))
-    text = (f"Of {len(checks)} checks, {z.size} compare against a standard error (the others are exact comparisons "
-            f"or have a mostly absolute tolerance). Their z-scores: mean {np.mean(z):.2f}, standard deviation "
+    bounds = sum(c.bound for c in checks)
+    text = (f"Of {len(checks)} checks, {z.size} compare against a Monte Carlo standard error; the others are exact "
+            f"comparisons, comparisons with the error bound of a deterministic route ({bounds}), or have a mostly "
+            f"absolute tolerance. Their z-scores: mean {np.mean(z):.2f}, standard deviation "
             f"{np.std(z):.2f} (1 for a standard normal), {inside:.0%} within one standard error (68% for a standard "
             f"normal); Kolmogorov-Smirnov distance to the standard normal D = {statistic:.3f} (p = {p_value:.2g}, "
             f"n = {z.size}).\n\n")
