@@ -168,3 +168,25 @@ def test_item_rejects_bad_input(change, message):
     fields = dict(paper="yang2019meanfield", item="Thm 7", status="derived", evidence="sec-x")
     with pytest.raises(ValueError, match=message):
         CheckLog("99_demo").item(**{**fields, **change})
+
+
+def test_squared_bias_is_unbiased_with_an_honest_error():
+    """Draws with a known mean offset: S is unbiased over replications and its jackknife error matches its spread,
+    where the plain squared distance of the mean is biased up by the noise."""
+    from bnsym.core.statistics import squared_bias
+
+    rng = np.random.default_rng(7)
+    offset = np.full((4, 5), 0.02)
+    truth = float(np.sum(offset**2))
+    # correlated entries: a common factor in every draw, so subtracting summed squared SEs would not be exact
+    draws = rng.standard_normal((250, 200, 1, 1)) + 0.5 * rng.standard_normal((250, 200, 4, 5)) + offset
+    estimates = [squared_bias(d, np.zeros((4, 5))) for d in draws]
+    values = np.array([e.value for e in estimates])
+    assert abs(values.mean() - truth) < 4 * values.std(ddof=1) / np.sqrt(len(values))
+    assert np.mean([e.error for e in estimates]) == pytest.approx(values.std(ddof=1), rel=0.25)
+    naive = np.mean([np.sum(d.mean(0) ** 2) for d in draws])
+    assert naive > truth + 10 * values.std(ddof=1) / np.sqrt(len(values))
+    with pytest.raises(ValueError, match="n_groups"):
+        squared_bias(draws[0], np.zeros((4, 5)), n_groups=2)
+    with pytest.raises(ValueError, match="shape of one draw"):
+        squared_bias(draws[0], np.zeros(5))

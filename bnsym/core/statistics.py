@@ -12,6 +12,7 @@ from scipy.stats import kstwo
 from scipy.stats import t as student_t
 
 from .estimate import Estimate
+from .validation import check_whole_number
 
 
 def mean_and_se(samples: np.ndarray, axis: int = 0) -> Estimate:
@@ -41,6 +42,36 @@ def extrapolate_to_infinite_width(widths: np.ndarray, means: np.ndarray, ses: np
     covariance = np.linalg.inv(design.T @ (weights[:, None] * design))
     intercept, slope = covariance @ design.T @ (weights * means)
     return float(intercept), float(np.sqrt(covariance[0, 0])), float(slope)
+
+
+def squared_bias(samples: np.ndarray, target: np.ndarray, n_groups: int = 10) -> Estimate:
+    r"""The squared distance :math:`\|\mathbb E[s] - t\|^2` of the mean of ``samples`` (draws along axis 0) from
+    ``target``, unbiased, with its jackknife standard error.
+
+    The draws are split into ``n_groups`` groups of equal size (a remainder is dropped); with :math:`d_g` the
+    mean of group g minus the target, :math:`S = \sum_{g \ne h} d_g \cdot d_h / (G(G-1))` has expectation exactly
+    the squared distance, since different groups are independent (the plain :math:`\|\bar s - t\|^2` is biased
+    up by the noise of the mean, and subtracting the summed squared standard errors ignores correlations
+    between the entries). The error is the jackknife standard error over the groups. Near zero distance S can be
+    negative: the distance is not resolved there.
+    """
+    samples = np.asarray(samples, dtype=float)
+    groups = check_whole_number(n_groups, "n_groups", 3, max(3, samples.shape[0]),
+                                "the jackknife leaves out one of at least 3 groups, each of at least one draw")
+    if np.shape(target) != samples.shape[1:]:
+        raise ValueError(f"target must have the shape of one draw, {samples.shape[1:]}, got {np.shape(target)}")
+    size = samples.shape[0] // groups
+    d = (samples[: groups * size].reshape(groups, size, -1).mean(1) - np.ravel(target))
+    total = d.sum(0)
+    squares = np.einsum("gi,gi->g", d, d)
+
+    def cross(tot: np.ndarray, sq: float, m: int) -> float:
+        return float((tot @ tot - sq) / (m * (m - 1)))
+
+    value = cross(total, squares.sum(), groups)
+    left_out = np.array([cross(total - d[j], squares.sum() - squares[j], groups - 1) for j in range(groups)])
+    error = np.sqrt((groups - 1) / groups * np.sum((left_out - left_out.mean()) ** 2))
+    return Estimate(value, float(error), "cross-group products, jackknife")
 
 
 def mc_tolerance(n_draws: int, n_comparisons: int = 1, false_alarm: float = 1e-3) -> float:
