@@ -9,6 +9,8 @@ are formatted per column with a format spec (``{"z": ".2f", "error": ".1e"}``); 
 Checks: a chapter makes one :class:`CheckLog` and asserts each theory-vs-simulation comparison with
 ``log.check(...)``, the call that also records it for the book's results dashboard. ``log.erratum(...)``
 states an erratum (or ambiguity) of a paper on the page and records it for the book's errata page.
+``log.item(...)`` records how a numbered item of a paper (a theorem, a figure panel, a table) is reproduced,
+for the book's reproduction-status page (the items are listed in ``book/registry.yml``).
 """
 
 from __future__ import annotations
@@ -94,8 +96,9 @@ class Check:
     r"""One asserted comparison, :math:`|\hat\theta - \theta| \le \text{tolerance}` for the estimate
     :math:`\hat\theta` and the theory :math:`\theta`, with :math:`z = (\hat\theta - \theta) / \text{error}`.
 
-    ``error`` is the standard error (or error bound) of the difference; ``tolerance`` is what the assertion
-    allowed and ``rule`` says where it came from (e.g. ``"4.1 SE (t, n=64, m=12)"``, ``"1e-10 abs"``).
+    ``error`` is the standard error of the difference, or, with ``bound``, an error bound of a deterministic
+    route (quadrature, series, finite differences); ``tolerance`` is what the assertion allowed, ``atol`` its
+    absolute part, and ``rule`` says where it came from (e.g. ``"4.1 SE (t, n=64, m=12)"``, ``"1e-10 abs"``).
     """
 
     chapter: str
@@ -107,17 +110,29 @@ class Check:
     rule: str
     passed: bool
     anchor: str | None = None
+    atol: float = 0.0
+    bound: bool = False
 
     @property
     def z(self) -> float | None:
         """The difference in standard errors; None where the error is 0 (an exact comparison)."""
         return (self.estimate - self.theory) / self.error if self.error > 0 else None
 
+    @property
+    def calibrates(self) -> bool:
+        """Whether z is a Monte Carlo z-score: the error is a standard error (not a ``bound``) and sets at least
+        half the tolerance (``atol <= k * error``). Exact comparisons, error bounds of deterministic routes and
+        mostly absolute allowances (rounding) measure no Monte Carlo noise: their z is left out."""
+        return self.error > 0 and not self.bound and self.atol <= self.tolerance - self.atol
+
 
 ERRATA_SUFFIX = ".errata.jsonl"
 #: How strong an erratum's evidence is: a SymPy identity, or a numerical comparison.
 STRENGTHS = ("proven symbolically", "shown numerically")
 ERRATUM_KINDS = ("erratum", "ambiguity")
+ITEMS_SUFFIX = ".items.jsonl"
+#: How a numbered item of a paper is reproduced (``log.item``'s ``status``; the registry's ``missing``).
+ITEM_STATUSES = ("derived", "checked against simulation", "substituted", "not reproducible", "missing")
 
 
 @dataclass(frozen=True)
@@ -151,12 +166,26 @@ class Erratum:
                 f"{html.escape(self.location)}</b></p>{body}</div>")
 
 
+@dataclass(frozen=True)
+class Item:
+    """How a chapter reproduces a numbered item of a paper: ``status`` (one of :data:`ITEM_STATUSES`), the
+    evidence (a MyST label of the chapter) and, for ``substituted``, ``not reproducible`` or ``missing``, why."""
+
+    chapter: str
+    paper: str
+    item: str
+    status: str
+    evidence: str
+    why: str | None = None
+
+
 class CheckLog:
     """The checks of one chapter. ``log.check(...)`` asserts a comparison and records it.
 
     Records go to ``$BNSYM_CHECKS_DIR/<chapter>.jsonl`` (errata to ``<chapter>.errata.jsonl``) when that
     variable is set (the book build sets it; the results dashboard and the errata page are built from these
-    files), and always to ``log.records`` and ``log.errata``. Creating the log starts the chapter's files
+    files; items to ``<chapter>.items.jsonl``, for the reproduction-status page), and always to ``log.records``,
+    ``log.errata`` and ``log.items``. Creating the log starts the chapter's files
     afresh, so re-running a notebook replaces its records.
     """
 
@@ -166,17 +195,19 @@ class CheckLog:
         self.chapter = chapter
         self.records: list[Check] = []
         self.errata: list[Erratum] = []
+        self.items: list[Item] = []
         directory = directory if directory is not None else os.environ.get(CHECKS_DIR_ENV)
         self.path = Path(directory) / f"{chapter}.jsonl" if directory else None
         self.errata_path = Path(directory) / f"{chapter}{ERRATA_SUFFIX}" if directory else None
+        self.items_path = Path(directory) / f"{chapter}{ITEMS_SUFFIX}" if directory else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("")
-            self.errata_path.write_text("")
+            for path in (self.path, self.errata_path, self.items_path):
+                path.write_text("")
 
     def check(self, quantity: str, theory: float | Estimate, estimate: float | Estimate, error: float | None = None, *,
               k: float | None = None, atol: float = 0.0, rule: str | None = None,
-              anchor: str | None = None) -> Check:
+              anchor: str | None = None, bound: bool = False) -> Check:
         r"""Assert :math:`|\hat\theta - \theta| \le k\,\text{error} + \text{atol}`; record and return the
         :class:`Check`.
 
@@ -184,7 +215,10 @@ class CheckLog:
         error, e.g. ``mean_and_se(samples)``; the errors of both sides add in quadrature, unless ``error`` is
         given). ``k`` is the number of standard errors allowed, from
         :func:`bnsym.sim.mc_tolerance` for Monte Carlo; ``atol`` an absolute allowance (rounding, a quadrature
-        bound). ``anchor`` is the MyST label of the section or figure that shows the comparison.
+        bound). ``bound=True`` says that ``error`` is an error bound of a deterministic route (quadrature,
+        series, finite differences), not a standard error: ``k`` is then a plain factor, and the dashboard
+        leaves the check's z out of its calibration. ``anchor`` is the MyST label of the section or figure that
+        shows the comparison.
         Raises AssertionError (after recording) when the comparison fails.
         """
         theory_value, theory_error = _value_and_error(theory, "theory")
@@ -200,11 +234,12 @@ class CheckLog:
         k = 0.0 if k is None else float(k)
         tolerance = k * error + atol
         if rule is None:
-            rule = " + ".join(part for part in (f"{k:.2f} SE" if error > 0 else "", f"{atol:.1e} abs" if atol else "")
-                              if part) or "exact"
+            parts = (f"{k:.2f} {'error bound' if bound else 'SE'}" if error > 0 else "",
+                     f"{atol:.1e} abs" if atol else "")
+            rule = " + ".join(part for part in parts if part) or "exact"
         difference = abs(estimate_value - theory_value)
         record = Check(self.chapter, quantity, theory_value, estimate_value, float(error), float(tolerance), rule,
-                       bool(difference <= tolerance), anchor)
+                       bool(difference <= tolerance), anchor, float(atol), bool(bound))
         self.records.append(record)
         if self.path is not None:
             with self.path.open("a") as file:
@@ -239,6 +274,29 @@ class CheckLog:
                 file.write(json.dumps(asdict(record)) + "\n")
         return record
 
+    def item(self, paper: str, item: str, *, status: str, evidence: str, why: str | None = None) -> Item:
+        """Record how this chapter reproduces ``item`` (``"Thm 7"``, ``"Fig. 5b"``) of ``paper`` (its key in
+        ``book/references.bib``); the item must be listed in ``book/registry.yml``.
+
+        ``status`` is one of :data:`ITEM_STATUSES`: ``derived`` (a derivation in the chapter), ``checked against
+        simulation`` (a ``log.check`` compares it with a simulation), ``substituted`` (reproduced on other data
+        or a smaller model, e.g. digits for MNIST; ``why`` says what), ``not reproducible`` (``why`` says why)
+        or ``missing``. ``evidence`` is the MyST label of the section, figure or equation that shows it.
+        """
+        for name, value in (("paper", paper), ("item", item), ("evidence", evidence)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"an item needs a non-empty {name}, got {value!r}")
+        if status not in ITEM_STATUSES:
+            raise ValueError(f"status must be one of {ITEM_STATUSES}, got {status!r}")
+        if status in ("substituted", "not reproducible", "missing") and not (isinstance(why, str) and why.strip()):
+            raise ValueError(f"an item that is {status!r} needs why")
+        record = Item(self.chapter, paper, item, status, evidence, why)
+        self.items.append(record)
+        if self.items_path is not None:
+            with self.items_path.open("a") as file:
+                file.write(json.dumps(asdict(record)) + "\n")
+        return record
+
     def table(self, caption: str | None = None) -> Table:
         """The recorded checks as a :class:`Table`."""
         rows = [{"quantity": c.quantity, "theory": c.theory, "estimate": c.estimate, "SE": c.error, "z": c.z,
@@ -259,7 +317,7 @@ def load_checks(directory: str | os.PathLike) -> list[Check]:
     """Every check recorded under ``directory`` (one ``<chapter>.jsonl`` per chapter), chapter by chapter."""
     checks = []
     for path in sorted(Path(directory).glob("*.jsonl")):
-        if path.name.endswith(ERRATA_SUFFIX):
+        if path.name.endswith((ERRATA_SUFFIX, ITEMS_SUFFIX)):
             continue
         for line in path.read_text().splitlines():
             fields = json.loads(line)
@@ -271,4 +329,10 @@ def load_checks(directory: str | os.PathLike) -> list[Check]:
 def load_errata(directory: str | os.PathLike) -> list[Erratum]:
     """Every erratum recorded under ``directory`` (one ``<chapter>.errata.jsonl`` per chapter), chapter by chapter."""
     return [Erratum(**json.loads(line)) for path in sorted(Path(directory).glob(f"*{ERRATA_SUFFIX}"))
+            for line in path.read_text().splitlines()]
+
+
+def load_items(directory: str | os.PathLike) -> list[Item]:
+    """Every item recorded under ``directory`` (one ``<chapter>.items.jsonl`` per chapter), chapter by chapter."""
+    return [Item(**json.loads(line)) for path in sorted(Path(directory).glob(f"*{ITEMS_SUFFIX}"))
             for line in path.read_text().splitlines()]

@@ -163,3 +163,62 @@ def test_search_finds_a_chapter(browser, site):
           if (hits.length || Date.now() - start > 30000) done(hits); else setTimeout(poll, 200);
         })();""")
     assert any(hit.split("#")[0].split("?")[0].endswith(SEARCH_PAGE) for hit in found), found
+
+
+REGISTRY = yaml.safe_load((ROOT / "book" / "registry.yml").read_text())
+STATUSES = ("derived", "checked against simulation", "substituted", "not reproducible", "missing")
+
+# The rows of a generated table (by its class) as lists of cell texts (Sphinx's curly apostrophes made
+# straight again), and the links of each row.
+TABLE_ROWS = r"""
+const table = document.querySelector(`table.${arguments[0]}`);
+if (!table) return null;
+return Array.from(table.tBodies[0].rows).map((row) => ({
+  cells: Array.from(row.cells).map((cell) => cell.textContent.trim().replace(/\u2019/g, "'")),  // smartquotes
+  links: Array.from(row.querySelectorAll("a[href]")).map((a) => a.href),
+}));
+"""
+
+
+def test_status_page_counts_match_the_registry(browser, site):
+    """Every registry item is a row, in order; the counts per paper are those of the rows; evidence links resolve."""
+    browser.get(site + "book/status.html")
+    counts = browser.execute_script(TABLE_ROWS, "bnsym-status-counts")
+    rows = browser.execute_script(TABLE_ROWS, "bnsym-status")
+    assert counts is not None and rows is not None, "the status page has no counts or no item table"
+    entries = [(paper, entry) for paper, items in REGISTRY.items() for entry in items]
+    assert len(rows) == len(entries), f"{len(rows)} rows for {len(entries)} registry items"
+    for row, (paper, entry) in zip(rows, entries):
+        _, item, title, status, evidence, why = row["cells"]
+        assert (item, title) == (entry["item"], entry["title"]), (paper, entry["item"], item)
+        assert status in STATUSES
+        if "missing" in entry:
+            assert status == "missing" and why == entry["missing"], (paper, item)
+        else:
+            assert status != "missing" and row["links"], f"{paper} {item}: recorded, but no evidence link"
+        assert not _broken(row["links"], site), f"{paper} {item}: broken evidence {_broken(row['links'], site)}"
+    assert len(counts) == len(REGISTRY)
+    start = 0
+    for count, (paper, items) in zip(counts, REGISTRY.items()):
+        shown = [rows[start + i]["cells"][3] for i in range(len(items))]
+        start += len(items)
+        assert int(count["cells"][1]) == len(items), paper
+        assert [int(n) for n in count["cells"][2:]] == [shown.count(s) for s in STATUSES], paper
+
+
+def test_dashboard_shows_the_calibration(browser, site):
+    """The per-chapter summary is on top, and the calibration figure (an inline PNG) has loaded."""
+    browser.get(site + "book/dashboard.html")
+    summary = browser.execute_script(TABLE_ROWS, "bnsym-chapter-summary")
+    checks = browser.execute_script(TABLE_ROWS, "bnsym-dashboard")
+    assert summary and checks, "no per-chapter summary or no checks"
+    assert sum(int(row["cells"][1]) for row in summary) == len(checks)
+    assert sum(int(row["cells"][2]) for row in summary) == sum(row["cells"][7] == "pass" for row in checks)
+    figure = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const img = document.querySelector("figure.bnsym-calibration img");
+        if (!img) { done(null); return; }
+        img.decode().catch(() => null).then(() => done({width: img.naturalWidth,
+            caption: document.querySelector("figure.bnsym-calibration figcaption").textContent}));""")
+    assert figure and figure["width"] > 0, "the calibration figure did not load"
+    assert "Kolmogorov-Smirnov D =" in figure["caption"]

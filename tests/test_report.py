@@ -115,3 +115,78 @@ def test_erratum_rejects_bad_input(change, message):
                   strength="shown numerically")
     with pytest.raises(ValueError, match=message):
         CheckLog("99_demo").erratum(**{**fields, **change})
+
+
+@pytest.mark.parametrize("scale, shift, n", [(1.0, 0.0, 400), (0.5, 0.0, 400), (1.0, 0.3, 50), (2.0, 0.0, 7)])
+def test_ks_normal_agrees_with_scipy(scale, shift, n):
+    """The KS statistic of synthetic z-scores, well calibrated, too narrow, biased and too wide, against scipy."""
+    from scipy.stats import kstest
+
+    from bnsym.core.statistics import ks_normal
+
+    z = shift + scale * np.random.default_rng(n).standard_normal(n)
+    statistic, p_value = ks_normal(z)
+    reference = kstest(z, "norm", method="exact")
+    assert statistic == pytest.approx(reference.statistic, rel=1e-12)
+    assert p_value == pytest.approx(reference.pvalue, rel=1e-8)
+    with pytest.raises(ValueError, match="finite z-score"):
+        ks_normal(np.array([0.0, np.nan]))
+
+
+def test_ks_normal_flags_a_narrow_family():
+    """Overstated standard errors (z shrunk by 3) are detected at the size of a chapter's family."""
+    from bnsym.core.statistics import ks_normal
+
+    z = np.random.default_rng(3).standard_normal(100)
+    assert ks_normal(z)[1] > 1e-3 and ks_normal(z / 3)[1] < 1e-3
+
+
+def test_only_standard_error_checks_calibrate():
+    log = CheckLog("99_demo")
+    assert log.check("mc", 1.0, Estimate(1.01, 0.01, "mc"), k=3.0, atol=0.02).calibrates  # atol <= k SE
+    assert not log.check("rounding", 1.0, Estimate(1.0, 1e-9, "mc"), k=3.0, atol=1e-6).calibrates
+    assert not log.check("exact", 1.0, 1.0, atol=1e-12).calibrates
+    quadrature = log.check("quadrature", 1.0, Estimate(1.0 + 1e-9, 1e-9, "spherical"), k=3.0, bound=True)
+    assert quadrature.rule == "3.00 error bound" and quadrature.z == pytest.approx(1.0) and not quadrature.calibrates
+
+
+def test_item_records_and_reloads(tmp_path):
+    from bnsym.report import load_checks, load_items
+
+    log = CheckLog("99_demo", directory=tmp_path)
+    log.check("q*", 1.0, Estimate(1.0, 0.1, "mc"), k=3.0)
+    item = log.item("yang2019meanfield", "Thm 7", status="checked against simulation", evidence="sec-99-demo")
+    log.item("yang2019meanfield", "Fig. 3a", status="substituted", evidence="fig-99-demo", why="digits for MNIST")
+    assert load_items(tmp_path) == log.items and log.items[0] == item and len(load_checks(tmp_path)) == 1
+    CheckLog("99_demo", directory=tmp_path)
+    assert load_items(tmp_path) == []
+
+
+@pytest.mark.parametrize("change, message", [({"status": "derived and checked"}, "status must be"),
+                                             ({"status": "substituted"}, "needs why"), ({"item": ""}, "non-empty")])
+def test_item_rejects_bad_input(change, message):
+    fields = dict(paper="yang2019meanfield", item="Thm 7", status="derived", evidence="sec-x")
+    with pytest.raises(ValueError, match=message):
+        CheckLog("99_demo").item(**{**fields, **change})
+
+
+def test_squared_bias_is_unbiased_with_an_honest_error():
+    """Draws with a known mean offset: S is unbiased over replications and its jackknife error matches its spread,
+    where the plain squared distance of the mean is biased up by the noise."""
+    from bnsym.core.statistics import squared_bias
+
+    rng = np.random.default_rng(7)
+    offset = np.full((4, 5), 0.02)
+    truth = float(np.sum(offset**2))
+    # correlated entries: a common factor in every draw, so subtracting summed squared SEs would not be exact
+    draws = rng.standard_normal((250, 200, 1, 1)) + 0.5 * rng.standard_normal((250, 200, 4, 5)) + offset
+    estimates = [squared_bias(d, np.zeros((4, 5))) for d in draws]
+    values = np.array([e.value for e in estimates])
+    assert abs(values.mean() - truth) < 4 * values.std(ddof=1) / np.sqrt(len(values))
+    assert np.mean([e.error for e in estimates]) == pytest.approx(values.std(ddof=1), rel=0.25)
+    naive = np.mean([np.sum(d.mean(0) ** 2) for d in draws])
+    assert naive > truth + 10 * values.std(ddof=1) / np.sqrt(len(values))
+    with pytest.raises(ValueError, match="n_groups"):
+        squared_bias(draws[0], np.zeros((4, 5)), n_groups=2)
+    with pytest.raises(ValueError, match="shape of one draw"):
+        squared_bias(draws[0], np.zeros(5))

@@ -7,9 +7,12 @@ networks (never across layers of one network, which are correlated).
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import ndtr
+from scipy.stats import kstwo
 from scipy.stats import t as student_t
 
 from .estimate import Estimate
+from .validation import check_whole_number
 
 
 def mean_and_se(samples: np.ndarray, axis: int = 0) -> Estimate:
@@ -41,6 +44,36 @@ def extrapolate_to_infinite_width(widths: np.ndarray, means: np.ndarray, ses: np
     return float(intercept), float(np.sqrt(covariance[0, 0])), float(slope)
 
 
+def squared_bias(samples: np.ndarray, target: np.ndarray, n_groups: int = 10) -> Estimate:
+    r"""The squared distance :math:`\|\mathbb E[s] - t\|^2` of the mean of ``samples`` (draws along axis 0) from
+    ``target``, unbiased, with its jackknife standard error.
+
+    The draws are split into ``n_groups`` groups of equal size (a remainder is dropped); with :math:`d_g` the
+    mean of group g minus the target, :math:`S = \sum_{g \ne h} d_g \cdot d_h / (G(G-1))` has expectation exactly
+    the squared distance, since different groups are independent (the plain :math:`\|\bar s - t\|^2` is biased
+    up by the noise of the mean, and subtracting the summed squared standard errors ignores correlations
+    between the entries). The error is the jackknife standard error over the groups. Near zero distance S can be
+    negative: the distance is not resolved there.
+    """
+    samples = np.asarray(samples, dtype=float)
+    groups = check_whole_number(n_groups, "n_groups", 3, max(3, samples.shape[0]),
+                                "the jackknife leaves out one of at least 3 groups, each of at least one draw")
+    if np.shape(target) != samples.shape[1:]:
+        raise ValueError(f"target must have the shape of one draw, {samples.shape[1:]}, got {np.shape(target)}")
+    size = samples.shape[0] // groups
+    d = (samples[: groups * size].reshape(groups, size, -1).mean(1) - np.ravel(target))
+    total = d.sum(0)
+    squares = np.einsum("gi,gi->g", d, d)
+
+    def cross(tot: np.ndarray, sq: float, m: int) -> float:
+        return float((tot @ tot - sq) / (m * (m - 1)))
+
+    value = cross(total, squares.sum(), groups)
+    left_out = np.array([cross(total - d[j], squares.sum() - squares[j], groups - 1) for j in range(groups)])
+    error = np.sqrt((groups - 1) / groups * np.sum((left_out - left_out.mean()) ** 2))
+    return Estimate(value, float(error), "cross-group products, jackknife")
+
+
 def mc_tolerance(n_draws: int, n_comparisons: int = 1, false_alarm: float = 1e-3) -> float:
     """k such that ``|mean - truth| < k SE`` holds for all of a family with probability at least 1 - false_alarm.
 
@@ -57,3 +90,21 @@ def mc_tolerance(n_draws: int, n_comparisons: int = 1, false_alarm: float = 1e-3
     if not 0 < false_alarm < 1:
         raise ValueError(f"false_alarm is a probability in (0, 1), got {false_alarm}")
     return float(student_t.ppf(1 - false_alarm / (2 * n_comparisons), n_draws - 1))
+
+
+def ks_normal(z: np.ndarray) -> tuple[float, float]:
+    r"""The Kolmogorov-Smirnov statistic of ``z`` against the standard normal, with its p-value.
+
+    :math:`D = \sup_x |F_n(x) - \Phi(x)|`, attained at a sample point: for the sorted :math:`z_{(i)}`,
+    :math:`D = \max_i \max(i/n - \Phi(z_{(i)}), \Phi(z_{(i)}) - (i-1)/n)`; the p-value is the exact
+    one-sample law of :math:`D` for ``n`` draws (scipy's ``kstwo``). A calibrated set of checks has
+    z-scores that look standard normal; a set much narrower than that has overstated standard errors.
+    """
+    z = np.sort(np.asarray(z, dtype=float).ravel())
+    n = z.size
+    if n < 1 or not np.all(np.isfinite(z)):
+        raise ValueError(f"the KS statistic needs at least one finite z-score, got {n} values")
+    cdf = ndtr(z)
+    ranks = np.arange(1, n + 1)
+    statistic = float(max(np.max(ranks / n - cdf), np.max(cdf - (ranks - 1) / n)))
+    return statistic, float(kstwo.sf(statistic, n))

@@ -1,4 +1,4 @@
-"""The generated pages: results dashboard, errata and CLI reference, rebuilt on every build.
+"""The generated pages: results dashboard, reproduction status, errata and CLI reference, rebuilt on every build.
 
 Each page's source (``book/dashboard.md`` ...) holds its title and introduction; ``source-read`` appends the
 generated MyST. These pages are read after every chapter (whose execution writes the records) and re-read on
@@ -10,15 +10,23 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import numpy as np
+import yaml
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 
 from bnsym import cli
-from bnsym.report import CHECKS_DIR_ENV, Check, Erratum, load_checks, load_errata
+from bnsym.report import CHECKS_DIR_ENV, ITEM_STATUSES, Check, Erratum, Item, load_checks, load_errata, load_items
+
+from . import calibration
 
 logger = logging.getLogger(__name__)
+
+#: The registry of the papers' numbered items (see its header), next to the book's pages.
+REGISTRY = Path(__file__).resolve().parents[2] / "registry.yml"
 
 
 def _list_table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str) -> str:
@@ -34,6 +42,11 @@ def _link(anchor: str | None, docname: str) -> str:
     return f"{{eq}}`{anchor}`" if anchor.startswith("eq-") else f"{{ref}}`cell <{anchor}>`"
 
 
+def _evidence(label: str) -> str:
+    """A link to a MyST label, named by the label (an equation's by its number)."""
+    return f"{{eq}}`{label}`" if label.startswith("eq-") else f"{{ref}}`{label} <{label}>`"
+
+
 def _chapter_docs(env: BuildEnvironment, chapters: set[str]) -> dict[str, str]:
     """Chapter name (a notebook's file name) -> docname, for the chapters that are in the book."""
     docs = {doc.rsplit("/", 1)[-1]: doc for doc in env.found_docs}
@@ -43,8 +56,21 @@ def _chapter_docs(env: BuildEnvironment, chapters: set[str]) -> dict[str, str]:
     return {chapter: docs[chapter] for chapter in chapters if chapter in docs}
 
 
+def _chapter_summary(checks: list[Check], docs: dict[str, str]) -> str:
+    """Per chapter: checks, passed, those with a standard error, their largest abs(z) and KS distance."""
+    rows = []
+    for chapter in sorted(docs):
+        mine = [c for c in checks if c.chapter == chapter]
+        n_se, ks = calibration.family(mine)
+        z = calibration.z_scores(mine)
+        rows.append([f"{{doc}}`{chapter} </{docs[chapter]}>`", str(len(mine)), str(sum(c.passed for c in mine)),
+                     str(n_se), f"{np.max(np.abs(z)):.2f}" if z.size else "", ks])
+    return _list_table(["chapter", "checks", "passed", "SE checks", "largest abs(z)", "KS D (p)"], rows,
+                       "bnsym-sortable bnsym-chapter-summary")
+
+
 def dashboard(env: BuildEnvironment, checks: list[Check]) -> str:
-    """The results dashboard: one row per recorded check."""
+    """The results dashboard: per chapter a summary, the calibration figure, then one row per recorded check."""
     docs = _chapter_docs(env, {c.chapter for c in checks})
     checks = [c for c in checks if c.chapter in docs]
     failed = sum(not c.passed for c in checks)
@@ -53,8 +79,54 @@ def dashboard(env: BuildEnvironment, checks: list[Check]) -> str:
              "pass" if c.passed else "**FAIL**", _link(c.anchor, docs[c.chapter])] for c in checks]
     summary = (f"Checks: {len(checks)} from {len(docs)} chapters; passed: {len(checks) - failed}; failed: {failed}. "
                "Click a column's header to sort by it.\n\n")
-    return summary + _list_table(["chapter", "quantity", "theory", "estimate", "SE", "z", "tolerance", "status",
-                                  "evidence"], rows, "bnsym-sortable bnsym-dashboard")
+    return ("## Per chapter\n\n" + summary + _chapter_summary(checks, docs) + "\n## Calibration\n\n"
+            + calibration.section(checks) + "## Every check\n\n"
+            + _list_table(["chapter", "quantity", "theory", "estimate", "SE", "z", "tolerance", "status",
+                           "evidence"], rows, "bnsym-sortable bnsym-dashboard"))
+
+
+def load_registry(path: Path = REGISTRY) -> dict[str, list[dict]]:
+    """The registry: paper key -> its items (``item``, ``title`` and, where no chapter records it, ``missing``)."""
+    return yaml.safe_load(path.read_text())
+
+
+#: The statuses from the strongest evidence to none: an item recorded by several chapters shows the strongest.
+STRENGTH = ("checked against simulation", "derived", "substituted", "not reproducible", "missing")
+
+
+def item_status(records: Sequence[Item]) -> str:
+    """The status an item shows: the strongest any chapter recorded (:data:`STRENGTH`), else missing."""
+    return min((r.status for r in records), key=STRENGTH.index) if records else "missing"
+
+
+def status(env: BuildEnvironment, items: list[Item], registry: dict[str, list[dict]]) -> str:
+    """The reproduction-status page: per paper the counts per status, then every item with its evidence."""
+    docs = _chapter_docs(env, {i.chapter for i in items})
+    known = {(paper, entry["item"]) for paper, entries in registry.items() for entry in entries}
+    for record in items:
+        if (record.paper, record.item) not in known:
+            logger.warning(f"bnsym: {record.chapter} records {record.paper} {record.item!r}, "
+                           "which book/registry.yml does not list")
+    counts, rows = [], []
+    for paper, entries in registry.items():
+        tally = dict.fromkeys(ITEM_STATUSES, 0)
+        for entry in entries:
+            records = [r for r in items if (r.paper, r.item) == (paper, entry["item"]) and r.chapter in docs]
+            if not records and "missing" not in entry:
+                logger.warning(f"bnsym: no chapter records {paper} {entry['item']!r} and the registry does not mark "
+                               "it missing")
+            shown = item_status(records)
+            tally[shown] += 1
+            evidence = "; ".join(f"{_evidence(r.evidence)} in {{doc}}`{r.chapter} </{docs[r.chapter]}>` ({r.status})"
+                                 for r in records)
+            why = "; ".join(r.why for r in records if r.why) if records else entry.get("missing", "")
+            rows.append([f"{{cite:t}}`{paper}`", entry["item"], entry["title"], shown, evidence, why])
+        counts.append([f"{{cite:t}}`{paper}`", str(len(entries)), *(str(tally[s]) for s in ITEM_STATUSES)])
+    return ("## Counts per paper\n\n"
+            + _list_table(["paper", "items", *ITEM_STATUSES], counts, "bnsym-status-counts")
+            + "\n## Every item\n\nClick a column's header to sort by it.\n\n"
+            + _list_table(["paper", "item", "title", "status", "evidence", "why"], rows,
+                          "bnsym-sortable bnsym-status"))
 
 
 def errata(env: BuildEnvironment, records: list[Erratum]) -> str:
@@ -87,6 +159,7 @@ def _records_dir() -> str:
 
 GENERATORS: dict[str, Callable[[BuildEnvironment], str]] = {
     "book/dashboard": lambda env: dashboard(env, load_checks(_records_dir())),
+    "book/status": lambda env: status(env, load_items(_records_dir()), load_registry()),
     "book/errata": lambda env: errata(env, load_errata(_records_dir())),
     "book/cli": cli_reference,
 }

@@ -1,0 +1,66 @@
+"""The registry of the papers' numbered items (book/registry.yml) against the chapters that record them.
+
+Read statically from the chapters' sources: every ``log.item(paper, item, status=..., evidence=...)`` call. The
+reproduction-status page cannot drift: an item the registry lists is recorded by a chapter or marked missing
+(with a reason), a recorded item is in the registry, and its evidence is a label of the recording chapter.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bnsym.report import ITEM_STATUSES
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = yaml.safe_load((ROOT / "book" / "registry.yml").read_text())
+BIB_KEYS = set(re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(), re.MULTILINE))
+CALL = re.compile(r'log\.item\(\s*"(?P<paper>[^"]+)",\s*"(?P<item>[^"]+)",\s*status="(?P<status>[^"]+)",\s*'
+                  r'evidence="(?P<evidence>[^"]+)"(?P<rest>[^\n]*)\)')
+
+
+def _records() -> list[dict]:
+    records = []
+    for path in sorted((ROOT / "notebooks").glob("*.md")):
+        text = path.read_text()
+        assert text.count("log.item(") == len(CALL.findall(text)), f"{path.name}: a log.item call this test cannot read"
+        records += [{**m.groupdict(), "chapter": path.stem, "text": text} for m in CALL.finditer(text)]
+    return records
+
+
+RECORDS = _records()
+ENTRIES = {(paper, entry["item"]): entry for paper, entries in REGISTRY.items() for entry in entries}
+
+
+def test_registry_is_well_formed():
+    assert set(REGISTRY) <= BIB_KEYS, f"papers not in references.bib: {set(REGISTRY) - BIB_KEYS}"
+    assert len(REGISTRY) == 4
+    for paper, entries in REGISTRY.items():
+        names = [entry["item"] for entry in entries]
+        assert len(names) == len(set(names)), f"{paper}: an item listed twice"
+        for entry in entries:
+            assert set(entry) <= {"item", "title", "missing"}, entry
+            assert entry["title"].strip(), entry
+            assert "missing" not in entry or entry["missing"].strip(), entry
+
+
+def test_every_item_is_recorded_or_marked_missing():
+    recorded = {(r["paper"], r["item"]) for r in RECORDS}
+    silent = [key for key, entry in ENTRIES.items() if key not in recorded and "missing" not in entry]
+    assert not silent, f"items no chapter records and the registry does not mark missing: {silent}"
+    both = [key for key, entry in ENTRIES.items() if key in recorded and "missing" in entry]
+    assert not both, f"items a chapter records that the registry still marks missing: {both}"
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: f"{r['chapter']}:{r['paper']}:{r['item']}")
+def test_a_recorded_item_is_in_the_registry_with_its_evidence(record):
+    assert (record["paper"], record["item"]) in ENTRIES, "not in book/registry.yml"
+    assert record["status"] in ITEM_STATUSES
+    needs_why = record["status"] in ("substituted", "not reproducible", "missing")
+    assert ("why=" in record["rest"]) == needs_why, "why= goes with substituted, not reproducible and missing only"
+    label = re.escape(record["evidence"])
+    assert re.search(rf"^\({label}\)=$|:label: {label}$|name: {label}$", record["text"], re.MULTILINE), \
+        f"the chapter has no label {record['evidence']}"
