@@ -49,6 +49,7 @@ from .derivations import (
     derive_residual_sum,
 )
 from .network import SignalPropagation, kernel, signal_propagation
+from .ntk import ntk
 
 __all__ = [
     "SPEC_GRAMMAR",
@@ -67,6 +68,7 @@ __all__ = [
     "derive_residual_sum",
     "describe",
     "kernel",
+    "ntk",
     "parse_architecture",
     "repeat",
     "serial",

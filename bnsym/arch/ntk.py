@@ -1,0 +1,196 @@
+"""The neural tangent kernel of an architecture (Jacot et al. 2018; Yang 2020, Tensor Programs II), batch norm's
+batch coupling included, by forward propagation of one B x B tangent block per layer.
+
+f = v . x_out / sqrt(n) with v standard normal and trained, every Dense in the NTK parametrisation
+(:mod:`bnsym.arch`), train-mode BN over the batch. The tangent kernel of a node x of the per-neuron graph
+(:mod:`bnsym.arch.graph`) is Theta^x_ab = lim (1/n) sum_i sum_theta dx_i(a)/dtheta dx_i(b)/dtheta over the
+parameters theta upstream of x, and
+
+* input: Theta = 0;
+* Dense h = sqrt(w) W x / sqrt(n) + sqrt(b) beta: Theta^h = w Theta^x + w K^x + b = w Theta^x + K^h (its own W and
+  beta, plus the earlier parameters through a fresh W, whose quadratic form concentrates);
+* a per-neuron map y = F(x) with B x B Jacobian J (phi, BN, BN -> phi, affine): Theta^y = T(Theta^x) =
+  E[J Theta^x J^T] over the forward law, the tangent independent of J in the limit;
+* Gaussian sums and rescalings: the sources' tangents are uncorrelated (fresh weights), so they add with the squared
+  coefficients; a sum of dependent non-Gaussian parts (a residual stream) carries the cross term E[J_x Theta J_y^T]
+  through shared tangent injections (:func:`_columns`);
+* the readout: Theta_f = K^out + Theta^out (v trained, and the earlier parameters through v).
+
+T is the adjoint of the backward map Pi -> E[J^T Pi J] of :mod:`bnsym.arch.backward` (tr(Pi T(Theta)) =
+tr(T*(Pi) Theta) sample by sample, :func:`~bnsym.arch.derivations.derive_ntk_adjoint`), so this one forward pass
+equals the B(B+1)/2 per-entry backward recursions of Yang's reference computation.
+
+Routes, per node: closed forms for Dense, sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for
+phi of a Gaussian (arc-cosine closed form for positive-homogeneous phi, Gauss-Hermite for smooth phi); a chain with
+one train-mode BN on one Gaussian leaf summed in closed form over the graph's quasi-Monte Carlo samples
+(:func:`~bnsym.arch.backward._sandwich` with the Jacobian transposed); any other segment by per-sample tangent
+columns. A train-mode BN with eps = 0 after an activation that is constant over the batch with positive
+probability has an infinite tangent kernel (its Jacobian grows like 1/r, as for the gradient).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.estimate import Estimate
+from ..core.validation import check_resolved
+from .backward import _factor, _product, _sandwich, _slope_kernel
+from .graph import Graph, Moment, Node
+from .network import _estimate, _float64_range, build, check_inputs, check_sampling
+from .ops import Affine, Elementwise, TrainBN
+
+INFINITE_NTK = ("the tangent kernel is infinite: a train-mode BatchNorm with eps = 0 follows an activation that is "
+                "constant over the batch with positive probability (a relu of a Gaussian), where its Jacobian grows "
+                "like 1/r; any eps > 0 bounds it")
+
+
+def tangent_kernels(graph: Graph) -> dict[Node, Moment]:
+    """Theta at every node of ``graph`` (per replicate, with a deterministic bound), in the graph's order."""
+    return _Forward(graph).run()
+
+
+class _Forward:
+    def __init__(self, graph: Graph):
+        self.graph, self.batch = graph, graph.batch
+        self.theta: dict[Node, Moment] = {}
+        self.rng = np.random.default_rng([graph.sampling.seed, 0x7A6])
+
+    def run(self) -> dict[Node, Moment]:
+        for node in self.graph.nodes:
+            if node not in self.theta:
+                self.theta[node] = self._node(node)
+        return self.theta
+
+    def _node(self, node: Node) -> Moment:
+        if node.kind == "gaussian":
+            return self._gaussian(node)
+        if node.kind == "sum":
+            x, y = node.parents
+            if x.sources & y.sources:
+                return self._columns(node)
+            tx, ty = self.theta[x], self.theta[y]
+            return Moment(tx.value + node.alpha**2 * ty.value, tx.bound + node.alpha**2 * ty.bound)
+        parent = node.parents[0]
+        if isinstance(node.op, TrainBN) and node.op.eps == 0 and parent.flat is not None:
+            raise ValueError(INFINITE_NTK)
+        if isinstance(node.op, Affine):  # a constant Jacobian diag(1 / scale)
+            theta, scale = self.theta[parent], node.op.scale
+            value = theta.value / (scale[:, :, None] * scale[:, None, :])
+            return Moment(np.where(np.isfinite(value), value, 0.0), theta.relative * np.abs(value).max(0))
+        if isinstance(node.op, Elementwise) and parent.kind == "gaussian":
+            slope = _slope_kernel(node.op.phi, parent.kernel().value)
+            if slope is not None:
+                theta = self.theta[parent]
+                value = slope[0] * theta.value
+                relative = theta.relative + parent.kernel().relative + float(slope[1].max()) / max(
+                    float(np.abs(slope[0]).max()), 1e-300)
+                return Moment(value, relative * np.abs(value).max(0))
+        chain = self._chain(node)
+        return self._sampled_chain(chain) if chain is not None else self._columns(node)
+
+    def _gaussian(self, node: Node) -> Moment:
+        kind = node.link[0]
+        if kind == "input":
+            return Moment(np.zeros((1, self.batch, self.batch)), np.zeros((self.batch, self.batch)))
+        if kind == "dense":  # w Theta^x + (w K^x + b), the latter the node's own kernel
+            theta, kernel = self.theta[node.link[1]], node.kernel()
+            return Moment(node.link[2] * theta.value + kernel.value, node.link[2] * theta.bound + kernel.bound)
+        if kind == "scale":
+            theta, scale = self.theta[node.link[1]], node.link[2]
+            value = theta.value / (scale[:, :, None] * scale[:, None, :])
+            return Moment(value, theta.relative * np.abs(value).max(0))
+        parts = [(self.theta[part], coefficient**2) for part, coefficient in node.link[1]]
+        return Moment(sum(c * t.value for t, c in parts), sum(c * t.bound for t, c in parts))
+
+    # ----------------------------------------------------------------------------------- sampled routes
+
+    def _chain(self, node: Node) -> list[Node] | None:
+        """The map nodes from ``node``'s Gaussian leaf to it, first to last, if that path is a chain of per-neuron
+        maps with at most one train-mode BN (whose input is never constant, or eps > 0); else None."""
+        chain = [node]
+        while chain[0].parents[0].kind != "gaussian":
+            parent = chain[0].parents[0]
+            if parent.kind != "map":
+                return None
+            chain.insert(0, parent)
+        norms = [m for m in chain if isinstance(m.op, TrainBN)]
+        return chain if len(norms) <= 1 else None
+
+    def _diagonal(self, member: Node) -> np.ndarray:
+        """The per-sample diagonal of a non-BN op's Jacobian (R, P, B)."""
+        member.samples()
+        if isinstance(member.op, Affine):
+            return np.broadcast_to(1.0 / member.op.scale[:, None, :], member._input.shape)
+        return member.op.phi.numpy_derivative(member._input)
+
+    def _sampled_chain(self, chain: list[Node]) -> Moment:
+        """E[J Theta J^T] over the forward samples, J = D_after J_BN D_before the chain's Jacobian: J^T has the form
+        :func:`_sandwich` takes, with the diagonals swapped (J_BN is symmetric)."""
+        leaf = chain[0].parents[0]
+        theta = self.theta[leaf]
+        position = next((i for i, m in enumerate(chain) if isinstance(m.op, TrainBN)), None)
+        diagonals = [None if isinstance(m.op, TrainBN) else self._diagonal(m) for m in chain]
+        norm = None
+        if position is not None:
+            member = chain[position]
+            output, source = member.samples(), member._input
+            centred = source - source.mean(-1, keepdims=True)
+            spread = np.mean(centred * centred, -1) + member.op.eps
+            norm = (output / np.sqrt(self.batch), np.where(spread > 0, 1.0 / np.where(spread > 0, spread, 1.0), 0.0))
+            before, after = _product(diagonals[:position]), _product(diagonals[position + 1:])
+        else:
+            before, after = _product(diagonals), None
+        value = _sandwich(theta.value, after, norm, before)
+        relative = theta.relative + self.graph._inherited(chain[-1])
+        return Moment(value, relative * np.abs(value).max(0))
+
+    def _columns(self, node: Node) -> Moment:
+        """Any segment: per-sample tangent columns t (R, P, B, B) pushed forward through the ops (each Jacobian is
+        symmetric, so an op's vector-Jacobian product is its Jacobian-vector product), each Gaussian leaf injecting
+        C E (C C^T its Theta, E a fresh diagonal of random signs, so E E^T = I and leaves do not correlate), shared by
+        every member of the segment it feeds; Theta = E[t t^T]. Fills every member of ``node``'s segment."""
+        members, leaves = self.graph.segment(node)
+        node.samples()
+        shape = (self.graph.sampling.replicates, self.graph.sampling.points, self.batch)
+        columns: dict[Node, np.ndarray] = {}
+        for leaf in leaves:
+            factor = np.broadcast_to(_factor(self.theta[leaf].value), (shape[0], self.batch, self.batch))
+            signs = self.rng.choice([-1.0, 1.0], size=shape)
+            columns[leaf] = factor[:, None, :, :] * signs[..., None, :]
+        for member in members:
+            if member.kind == "sum":
+                x, y = (columns[p] for p in member.parents)
+                columns[member] = x + member.alpha * y
+            else:
+                parent = member.parents[0]
+                if isinstance(member.op, TrainBN) and member.op.eps == 0 and parent.flat is not None:
+                    raise ValueError(INFINITE_NTK)
+                member.samples()
+                columns[member] = member.op.vjp(member._input, member._samples, columns[parent])
+            value = np.einsum("rpak,rpbk->rab", columns[member], columns[member]) / shape[1]
+            relative = max((self.theta[leaf].relative for leaf in leaves), default=0.0) + self.graph._inherited(member)
+            self.theta[member] = Moment(value, relative * np.abs(value).max(0))
+        return self.theta[node]
+
+
+def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**12, replicates: int = 16,
+        seed: int = 0) -> np.ndarray | Estimate:
+    """The B x B neural tangent kernel Theta_ab = lim sum_theta df(x_a)/dtheta df(x_b)/dtheta of ``net`` for one
+    batch with input Gram Sigma0, f = v . x_out / sqrt(n) with v trained (conventions in :mod:`bnsym.arch`).
+
+    Theta_f = K^out + Theta^out, Theta propagated forward one B x B block per layer (Theta' = Sigma' + T(Theta),
+    module docstring). Routes and arguments as for :func:`~bnsym.arch.kernel`; returns the matrix, or with
+    ``with_error=True`` its :class:`~bnsym.core.estimate.Estimate`. ValueError as for ``kernel``, for an
+    activation whose slope has an infinite second moment, and where the tangent kernel is infinite (eps = 0 BN
+    after an activation constant over the batch with positive probability).
+    """
+    network, sigma = check_inputs(net, Sigma0, gradient=True)
+    sampling = check_sampling(points, replicates, seed)
+    with _float64_range(sigma):
+        graph, outputs, _ = build(network, sigma, sampling)
+        output = outputs[-1]
+        theta, kernel = tangent_kernels(graph)[output], output.kernel()
+        result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
+    check_resolved(result.value, result.error, f"the tangent kernel for this Sigma0 with {sampling.points} points "
+                   "(raise points)")
+    return result if with_error else result.value
