@@ -45,6 +45,7 @@ from .derivations import (
     derive_eval_batch_norm,
     derive_gaussian_mean,
     derive_layer_norm,
+    derive_ntk_adjoint,
     derive_phi_batch_norm_exchangeable,
     derive_residual_sum,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "derive_eval_batch_norm",
     "derive_gaussian_mean",
     "derive_layer_norm",
+    "derive_ntk_adjoint",
     "derive_phi_batch_norm_exchangeable",
     "derive_residual_sum",
     "describe",
