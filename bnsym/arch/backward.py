@@ -150,7 +150,7 @@ def radial_weight(kernel: np.ndarray, direction: np.ndarray, weight: np.ndarray)
     if np.any(ranks <= 2) or np.any(ranks != ranks[0]):
         return weight
     inverse = np.einsum("rak,rk,rbk->rab", vecs, np.where(keep, 1 / np.where(keep, lam, 1.0), 0.0), vecs)
-    q = np.einsum("rpa,rab,rpb->rp", direction, inverse, direction)
+    q = np.sum(np.matmul(direction, inverse) * direction, -1)
     return np.where(weight > 0, batch * q / (ranks[0] - 2), 0.0)
 
 

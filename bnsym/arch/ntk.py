@@ -44,9 +44,10 @@ INFINITE_NTK = ("the tangent kernel is infinite: a train-mode BatchNorm with eps
                 "like 1/r; any eps > 0 bounds it")
 
 
-def tangent_kernels(graph: Graph) -> dict[Node, Moment]:
-    """Theta at every node of ``graph`` (per replicate, with a deterministic bound), in the graph's order."""
-    return _Forward(graph).run()
+def tangent_kernel(graph: Graph, node: Node) -> Moment:
+    """Theta at ``node`` of ``graph`` (per replicate, with a deterministic bound), computing only the nodes it
+    needs (a chain's Theta comes from its leaf's, not through its intermediate nodes)."""
+    return _Forward(graph).tangent(node)
 
 
 class _Forward:
@@ -55,11 +56,29 @@ class _Forward:
         self.theta: dict[Node, Moment] = {}
         self.rng = np.random.default_rng([graph.sampling.seed, 0x7A6])
 
-    def run(self) -> dict[Node, Moment]:
-        for node in self.graph.nodes:
-            if node not in self.theta:
-                self.theta[node] = self._node(node)
-        return self.theta
+    def tangent(self, node: Node) -> Moment:
+        """Theta at ``node``: the nodes it needs, found walking back, computed in the graph's (forward) order."""
+        needed, stack = {node}, [node]
+        while stack:
+            for other in self._needs(stack.pop()):
+                if other not in needed:
+                    needed.add(other)
+                    stack.append(other)
+        for member in self.graph.nodes:
+            if member in needed and member not in self.theta:
+                self.theta[member] = self._node(member)
+        return self.theta[node]
+
+    def _needs(self, node: Node) -> list[Node]:
+        """The nodes whose Theta the route at ``node`` reads: a Gaussian's links, a disjoint sum's or an affine map's
+        parents, else its segment's Gaussian leaves (a chain's one leaf)."""
+        if node.kind == "gaussian":
+            kind = node.link[0]
+            return [] if kind == "input" else [part for part, _ in node.link[1]] if kind == "sum" else [node.link[1]]
+        disjoint = node.kind == "sum" and not node.parents[0].sources & node.parents[1].sources
+        if disjoint or isinstance(node.op, Affine):
+            return list(node.parents)
+        return self.graph.segment(node)[1]
 
     def _node(self, node: Node) -> Moment:
         if node.kind == "gaussian":
@@ -116,32 +135,11 @@ class _Forward:
         norms = [m for m in chain if isinstance(m.op, TrainBN)]
         return chain if len(norms) <= 1 else None
 
-    def _diagonal(self, member: Node) -> np.ndarray:
-        """The per-sample diagonal of a non-BN op's Jacobian (R, P, B)."""
-        member.samples()
-        if isinstance(member.op, Affine):
-            return np.broadcast_to(1.0 / member.op.scale[:, None, :], member._input.shape)
-        return member.op.phi.numpy_derivative(member._input)
-
     def _sampled_chain(self, chain: list[Node]) -> Moment:
-        """E[J Theta J^T] over the forward samples, J = D_after J_BN D_before the chain's Jacobian: J^T has the form
-        :func:`_sandwich` takes, with the diagonals swapped (J_BN is symmetric)."""
-        leaf = chain[0].parents[0]
-        theta = self.theta[leaf]
-        position = next((i for i, m in enumerate(chain) if isinstance(m.op, TrainBN)), None)
-        diagonals = [None if isinstance(m.op, TrainBN) else self._diagonal(m) for m in chain]
-        norm = None
-        if position is not None:
-            member = chain[position]
-            output, source = member.samples(), member._input
-            centred = source - source.mean(-1, keepdims=True)
-            spread = np.mean(centred * centred, -1) + member.op.eps
-            norm = (output / np.sqrt(self.batch), np.where(spread > 0, 1.0 / np.where(spread > 0, spread, 1.0), 0.0))
-            if position == 0 and member.op.eps == 0:
-                norm = (norm[0], radial_weight(leaf.kernel().value, norm[0], norm[1]))
-            before, after = _product(diagonals[:position]), _product(diagonals[position + 1:])
-        else:
-            before, after = _product(diagonals), None
+        """E[J Theta J^T] over the forward samples (:func:`chain_jacobian`): J^T has the form :func:`_sandwich` takes,
+        with the diagonals swapped (J_BN is symmetric)."""
+        theta = self.theta[chain[0].parents[0]]
+        before, norm, after = chain_jacobian(chain)
         value = _sandwich(theta.value, after, norm, before)
         relative = theta.relative + self.graph._inherited(chain[-1])
         return Moment(value, relative * np.abs(value).max(0))
@@ -175,6 +173,34 @@ class _Forward:
         return self.theta[node]
 
 
+def _diagonal(member: Node) -> np.ndarray:
+    """The per-sample diagonal of a non-BN op's Jacobian (R, P, B)."""
+    member.samples()
+    if isinstance(member.op, Affine):
+        return np.broadcast_to(1.0 / member.op.scale[:, None, :], member._input.shape)
+    return member.op.phi.numpy_derivative(member._input)
+
+
+def chain_jacobian(chain: list[Node]) -> tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray] | None,
+                                               np.ndarray | None]:
+    """The per-sample Jacobian J = diag(after) J_BN diag(before) of a chain of per-neuron maps on one Gaussian leaf
+    with at most one train-mode BN, as (before, norm, after) for :func:`~bnsym.arch.backward._sandwich` (norm = (u, w):
+    J_BN = (G - u u^T) w^(1/2), u = BN(x) / sqrt(B); None without a BN). With eps = 0 right after the leaf, w is
+    its conditional mean given the direction (:func:`~bnsym.arch.backward.radial_weight`)."""
+    position = next((i for i, m in enumerate(chain) if isinstance(m.op, TrainBN)), None)
+    diagonals = [None if isinstance(m.op, TrainBN) else _diagonal(m) for m in chain]
+    if position is None:
+        return _product(diagonals), None, None
+    member, batch = chain[position], chain[0].graph.batch
+    output, source = member.samples(), member._input
+    centred = source - source.mean(-1, keepdims=True)
+    spread = np.mean(centred * centred, -1) + member.op.eps
+    norm = (output / np.sqrt(batch), np.where(spread > 0, 1.0 / np.where(spread > 0, spread, 1.0), 0.0))
+    if position == 0 and member.op.eps == 0:
+        norm = (norm[0], radial_weight(chain[0].parents[0].kernel().value, norm[0], norm[1]))
+    return _product(diagonals[:position]), norm, _product(diagonals[position + 1:])
+
+
 def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**12, replicates: int = 16,
         seed: int = 0) -> np.ndarray | Estimate:
     """The B x B neural tangent kernel Theta_ab = lim sum_theta df(x_a)/dtheta df(x_b)/dtheta of ``net`` for one
@@ -191,7 +217,7 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
     with _float64_range(sigma):
         graph, outputs, _ = build(network, sigma, sampling)
         output = outputs[-1]
-        theta, kernel = tangent_kernels(graph)[output], output.kernel()
+        theta, kernel = tangent_kernel(graph, output), output.kernel()
         result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
     check_resolved(result.value, result.error, f"the tangent kernel for this Sigma0 with {sampling.points} points "
                    "(raise points)")
