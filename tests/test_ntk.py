@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from bnsym import arch
-from bnsym.arch import Activation, BatchNorm, Dense, repeat, serial
+from bnsym.arch import Activation, BatchNorm, Dense, Residual, repeat, serial
 from bnsym.arch.ntk import ntk_per_entry
 from bnsym.core.statistics import mc_tolerance
+from bnsym.sim.ntk import empirical_ntk
 
 torch.set_num_threads(1)
 
@@ -113,44 +114,26 @@ def test_yang_reference_setting_entry_by_entry():
         assert np.all(np.abs(theory.value - reference) <= tolerance), np.abs(theory.value - reference) / tolerance
 
 
-def empirical_ntk(x: np.ndarray, width: int, depth: int, phi, eps: float, bias_var: float, seed: int) -> np.ndarray:
-    """The exact NTK of one finite network [Dense, BN, phi] * depth, f = v . x / sqrt(n), NTK parametrisation, BN in
-    train mode over the batch: sum over every parameter of df(x_a)/dtheta df(x_b)/dtheta (autograd)."""
-    generator = torch.Generator().manual_seed(seed)
-    params, n_in = {}, x.shape[1]
-    for layer in range(depth):
-        params[f"W{layer}"] = torch.randn(width, n_in, generator=generator, dtype=torch.float64)
-        if bias_var:
-            params[f"b{layer}"] = torch.randn(width, generator=generator, dtype=torch.float64)
-        n_in = width
-    params["v"] = torch.randn(width, generator=generator, dtype=torch.float64)
-    inputs = torch.from_numpy(x)
-
-    def f(p: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = inputs
-        for layer in range(depth):
-            h = out @ p[f"W{layer}"].T / np.sqrt(p[f"W{layer}"].shape[1])
-            if bias_var:
-                h = h + np.sqrt(bias_var) * p[f"b{layer}"]
-            centred = h - h.mean(0)
-            out = phi(centred / torch.sqrt((centred * centred).mean(0) + eps))
-        return out @ p["v"] / np.sqrt(width)
-
-    jac = torch.func.jacrev(f)(params)
-    flat = torch.cat([j.reshape(len(x), -1) for j in jac.values()], 1)
-    return (flat @ flat.T).numpy()
+FINITE = {
+    "BN -> relu, depth 1": repeat([Dense(), BatchNorm(), Activation("relu")], 1),
+    "BN -> relu, depth 2": repeat([Dense(), BatchNorm(), Activation("relu")], 2),
+    "BN -> tanh, eps 0.1, biases": repeat([Dense(bias_var=0.5), BatchNorm(eps=0.1), Activation("tanh")], 2),
+    "relu -> BN, eps 0.1": repeat([Dense(), Activation("relu"), BatchNorm(eps=0.1)], 2),
+    "pre-activation ResNet": serial(Dense(), repeat(Residual([BatchNorm(), Activation("relu"), Dense()]), 2)),
+    "post-activation ResNet": serial(Dense(), Activation("relu"), repeat([Residual([Dense(), BatchNorm()]),
+                                                                         Activation("relu")], 2)),
+    "x + tanh(x) -> BN -> relu": serial(Dense(), Residual([Activation("tanh")]), BatchNorm(), Activation("relu")),
+}
 
 
-@pytest.mark.parametrize("depth, name, eps, bias_var", [(1, "relu", 0.0, 0.0), (2, "relu", 0.0, 0.0),
-                                                        (2, "tanh", 0.1, 0.5)])
-def test_finite_networks_agree_with_the_theory(depth, name, eps, bias_var):
+@pytest.mark.parametrize("label", FINITE)
+def test_finite_networks_agree_with_the_theory(label):
+    net = FINITE[label]
     x, sigma0 = _gram(8, seed=1)
     width, seeds = 512, 16
-    phi = {"relu": torch.relu, "tanh": torch.tanh}[name]
-    samples = np.stack([empirical_ntk(x, width, depth, phi, eps, bias_var, seed) for seed in range(seeds)])
+    samples = np.stack([empirical_ntk(net, x, width, seed) for seed in range(seeds)])
     mean, se = samples.mean(0), samples.std(0, ddof=1) / np.sqrt(seeds)
-    net = repeat(serial(Dense(bias_var=bias_var), BatchNorm(eps=eps), Activation(name)), depth)
-    theory = arch.ntk(net, sigma0, with_error=True, points=2**13)
+    theory = arch.ntk(net, sigma0, with_error=True, points=2**12)
     upper = np.triu_indices(8)
     tolerance = mc_tolerance(seeds, n_comparisons=len(upper[0])) * np.sqrt(se**2 + theory.error**2)
     z = np.abs(mean - theory.value) / tolerance

@@ -78,7 +78,7 @@ class _Forward:
         disjoint = node.kind == "sum" and not node.parents[0].sources & node.parents[1].sources
         if disjoint or isinstance(node.op, Affine):
             return list(node.parents)
-        return self.graph.segment(node)[1]
+        return [leaf for leaf in self.graph.segment(node)[1] if leaf.index < node.index]  # later ones: downstream
 
     def _node(self, node: Node) -> Moment:
         if node.kind == "gaussian":
@@ -153,23 +153,32 @@ class _Forward:
         node.samples()
         shape = (self.graph.sampling.replicates, self.graph.sampling.points, self.batch)
         columns: dict[Node, np.ndarray] = {}
-        for leaf in leaves:
-            factor = np.broadcast_to(_factor(self.theta[leaf].value), (shape[0], self.batch, self.batch))
-            signs = self.rng.choice([-1.0, 1.0], size=shape)
-            columns[leaf] = factor[:, None, :, :] * signs[..., None, :]
+        relative = 0.0
+
+        def column(source: Node) -> np.ndarray:
+            """A member's or a leaf's columns; a leaf's Theta (which may depend on earlier members) on first use."""
+            nonlocal relative
+            if source not in columns:
+                theta = self.tangent(source)
+                relative = max(relative, theta.relative)
+                factor = np.broadcast_to(_factor(theta.value), (shape[0], self.batch, self.batch))
+                signs = self.rng.choice([-1.0, 1.0], size=shape)
+                columns[source] = factor[:, None, :, :] * signs[..., None, :]
+            return columns[source]
+
         for member in members:
             if member.kind == "sum":
-                x, y = (columns[p] for p in member.parents)
+                x, y = (column(p) for p in member.parents)
                 columns[member] = x + member.alpha * y
             else:
                 parent = member.parents[0]
                 if isinstance(member.op, TrainBN) and member.op.eps == 0 and parent.flat is not None:
                     raise ValueError(INFINITE_NTK)
                 member.samples()
-                columns[member] = member.op.vjp(member._input, member._samples, columns[parent])
+                columns[member] = member.op.vjp(member._input, member._samples, column(parent))
             value = np.einsum("rpak,rpbk->rab", columns[member], columns[member]) / shape[1]
-            relative = max((self.theta[leaf].relative for leaf in leaves), default=0.0) + self.graph._inherited(member)
-            self.theta[member] = Moment(value, relative * np.abs(value).max(0))
+            bound = (relative + self.graph._inherited(member)) * np.abs(value).max(0)
+            self.theta[member] = Moment(value, bound)
         return self.theta[node]
 
 
