@@ -26,8 +26,10 @@ from bnsym.sim.ntk import empirical_ntk
 
 SIZES = {"default": {"batch": 8, "widths": "256,512,1024,2048", "seeds": 32, "points": 16384},
          "smoke": {"batch": 8, "widths": "64,128,256", "seeds": 4, "points": 4096}}
-NETWORKS = {"BN -> relu, depth 1": (1, "relu", 0.0, 0.0), "BN -> relu, depth 2": (2, "relu", 0.0, 0.0),
-            "BN -> tanh, depth 2, eps 0.1, bias 0.5": (2, "tanh", 0.1, 0.5)}
+NETWORKS = {"BN -> relu, depth 1": repeat([Dense(), BatchNorm(), Activation("relu")], 1),
+            "BN -> relu, depth 2": repeat([Dense(), BatchNorm(), Activation("relu")], 2),
+            "BN -> tanh, depth 2, eps 0.1, bias 0.5": repeat([Dense(bias_var=0.5), BatchNorm(eps=0.1),
+                                                              Activation("tanh")], 2)}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -39,14 +41,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     upper = np.triu_indices(batch)
     rows = []
     with threads(args.threads[0]) as used:
-        for label, (depth, phi, eps, bias_var) in NETWORKS.items():
-            net = repeat([Dense(bias_var=bias_var), BatchNorm(eps=eps), Activation(phi)], depth)
+        for label, net in NETWORKS.items():
             theory = arch.ntk(net, sigma0, with_error=True, points=args.size["points"])
             start = time.perf_counter()
             means, ses = [], []
             for width in widths:
-                samples = np.stack([empirical_ntk(x, int(width), depth, phi, eps, bias_var=bias_var, seed=seed)
-                                    for seed in range(seeds)])
+                samples = np.stack([empirical_ntk(net, x, int(width), seed) for seed in range(seeds)])
                 means.append(samples.mean(0)[upper])
                 ses.append(samples.std(0, ddof=1)[upper] / np.sqrt(seeds))
             elapsed = time.perf_counter() - start
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             slope = (float(np.polyfit(np.log(widths[resolved]), np.log(bias[resolved]), 1)[0])
                      if resolved.sum() >= 2 else None)
             k = mc_tolerance(seeds, n_comparisons=len(target) * len(widths))
-            rows.append(row(f"{label}, B = {batch}, widths {list(widths)}, {seeds} seeds each",
+            rows.append(row(f"{label}, B = {batch}, widths {[int(w) for w in widths]}, {seeds} seeds each",
                             "empirical NTK (autograd) vs bnsym.arch.ntk", [elapsed], threads=used,
                             max_abs_z_per_width=[float(v) for v in z.max(1)],
                             max_abs_z_extrapolated=float(z_extrapolated.max()),

@@ -149,3 +149,27 @@ def test_an_infinite_tangent_kernel_is_refused():
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="PSD|positive"):
         arch.ntk(serial(Dense(), Activation("relu")), -np.eye(4))
+
+
+def test_the_ntk_across_two_batches_agrees_with_finite_networks():
+    """Two batches of 8, each normalised on its own: the 16 x 16 joint NTK, the cross block included."""
+    x, sigma0 = _gram(16, seed=2)
+    net = serial(Dense(), BatchNorm(), Activation("relu"))
+    theory = arch.ntk_cross(net, sigma0, (8, 8), with_error=True)
+    width, seeds = 512, 16
+    samples = np.stack([empirical_ntk(net, x, width, seed, sizes=(8, 8)) for seed in range(seeds)])
+    mean, se = samples.mean(0), samples.std(0, ddof=1) / np.sqrt(seeds)
+    upper = np.triu_indices(16)
+    tolerance = mc_tolerance(seeds, n_comparisons=len(upper[0])) * np.sqrt(se**2 + theory.error**2)
+    z = np.abs(mean - theory.value) / tolerance
+    assert z[upper].max() <= 1.0, z
+    assert np.abs(theory.value[:8, 8:]).max() > 3 * tolerance[:8, 8:].max()  # a zero cross block would fail
+
+
+def test_batches_must_be_large_enough_and_cover_sigma0():
+    _, sigma0 = _gram(8)
+    net = serial(Dense(), BatchNorm(), Activation("relu"))
+    with pytest.raises(ValueError, match="add up"):
+        arch.ntk_cross(net, sigma0, (4, 5))
+    with pytest.raises(ValueError, match="batch size"):
+        arch.ntk_cross(net, sigma0, (5, 3))

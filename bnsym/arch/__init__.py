@@ -50,7 +50,7 @@ from .derivations import (
     derive_residual_sum,
 )
 from .network import SignalPropagation, kernel, signal_propagation
-from .ntk import ntk
+from .ntk import ntk, ntk_cross
 
 __all__ = [
     "SPEC_GRAMMAR",
@@ -71,6 +71,7 @@ __all__ = [
     "describe",
     "kernel",
     "ntk",
+    "ntk_cross",
     "parse_architecture",
     "repeat",
     "serial",

@@ -286,6 +286,10 @@ class _Backward:
         """A chain's backward: exact where a pattern applies (phi -> affines; BN [-> phi] -> affines at a BSB1
         input), else over its forward samples (:meth:`_sampled_chain`, or node by node)."""
         leaf, ops = chain[0].parents[0], [member.op for member in chain]
+        if any(isinstance(op, TrainBN) and op.sizes for op in ops):  # batch norm over several batches: node by node
+            for member in reversed(chain):
+                self._sampled(member)
+            return
         tail = 2 if isinstance(ops[0], TrainBN) and len(ops) > 1 and isinstance(ops[1], Elementwise) else 1
         pending = {member: list(self.inject.get(member, [])) for member in chain}
         if all(isinstance(op, Affine) for op in ops[tail:]):

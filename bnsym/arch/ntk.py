@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.estimate import Estimate
-from ..core.validation import check_resolved
+from ..core.validation import MIN_BATCH_SIZE, check_covariance, check_resolved, check_whole_number
 from .backward import _factor, _product, _sandwich, _slope_kernel, gaussian_moments, radial_weight
 from .graph import Graph, Moment, Node
 from .network import _estimate, _float64_range, build, check_inputs, check_sampling
@@ -133,7 +133,7 @@ class _Forward:
                 return None
             chain.insert(0, parent)
         norms = [m for m in chain if isinstance(m.op, TrainBN)]
-        return chain if len(norms) <= 1 else None
+        return chain if len(norms) <= 1 and not any(m.op.sizes for m in norms) else None
 
     def _sampled_chain(self, chain: list[Node]) -> Moment:
         """E[J Theta J^T] over the forward samples (:func:`chain_jacobian`): J^T has the form :func:`_sandwich` takes,
@@ -257,3 +257,28 @@ def ntk_per_entry(net: object, Sigma0: object, entries: list[tuple[int, int]] | 
                 total = total + sign * sum(np.sum(moments[h] * h.kernel().value, (-2, -1)) for h in dense)
             values.append(total)
         return _estimate(Moment(np.stack(values, -1), np.zeros(len(pairs))), "exact")
+
+
+def ntk_cross(net: object, Sigma0: object, sizes: tuple[int, ...], with_error: bool = False, points: int = 2**12,
+              replicates: int = 16, seed: int = 0) -> np.ndarray | Estimate:
+    """The NTK of ``net`` on several batches at once, each normalised on its own by every train-mode BatchNorm (as
+    Yang et al.'s networks see a data set cut into batches): the joint matrix of sum_theta df(x_a)/dtheta
+    df(x_b)/dtheta over all the batches' examples, ``Sigma0`` their joint input Gram, ``sizes`` the batches' sizes in
+    order (each at least 4). Its diagonal blocks are :func:`ntk` of each batch; the others are the NTK across
+    batches. The per-neuron maps act on the joint vector (BN block by block), so every BN is sampled (tangent
+    columns over the joint law). Arguments and errors otherwise as for :func:`ntk`."""
+    network, sigma = check_inputs(net, Sigma0, gradient=True)
+    parts = tuple(check_whole_number(size, "a batch size", MIN_BATCH_SIZE, len(sigma)) for size in sizes)
+    if sum(parts) != len(sigma):
+        raise ValueError(f"the batch sizes {list(parts)} must add up to Sigma0's {len(sigma)} rows")
+    for start, size in zip(np.cumsum((0, *parts[:-1])), parts):
+        check_covariance(sigma[start:start + size, start:start + size], batch_norm=True)
+    sampling = check_sampling(points, replicates, seed)
+    with _float64_range(sigma):
+        graph, outputs, _ = build(network, sigma, sampling, parts)
+        output = outputs[-1]
+        theta, kernel = tangent_kernel(graph, output), output.kernel()
+        result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
+    check_resolved(result.value, result.error, f"the tangent kernel across batches for this Sigma0 with "
+                   f"{sampling.points} points (raise points)")
+    return result if with_error else result.value
