@@ -9,6 +9,7 @@ from bnsym import arch
 from bnsym.arch import Activation, BatchNorm, Dense, Residual, repeat, serial
 from bnsym.arch.ntk import ntk_per_entry
 from bnsym.core.statistics import mc_tolerance
+from bnsym.ntk import bn_ntk
 from bnsym.sim.ntk import empirical_ntk
 
 torch.set_num_threads(1)
@@ -173,3 +174,17 @@ def test_batches_must_be_large_enough_and_cover_sigma0():
         arch.ntk_cross(net, sigma0, (4, 5))
     with pytest.raises(ValueError, match="batch size"):
         arch.ntk_cross(net, sigma0, (5, 3))
+
+
+def test_bn_ntk_cuts_a_data_set_into_batches():
+    """12 points in 2 batches of 8 (the second wraps around to the first 4 points): the blocks are the NTK of each
+    batch and the NTK across the two (checked against finite networks above)."""
+    x = np.random.default_rng(4).standard_normal((12, 16))
+    prior = bn_ntk("relu", x, 1, 8)
+    np.testing.assert_array_equal(prior.train_rows, np.r_[0:12, 0:4])
+    copies = x[prior.train_rows]
+    net = serial(Dense(), BatchNorm(), Activation("relu"))
+    gram = copies @ copies.T / 16
+    np.testing.assert_array_equal(prior.train[:8, 8:], arch.ntk_cross(net, gram, (8, 8))[:8, 8:])
+    np.testing.assert_array_equal(prior.train[8:, 8:], arch.ntk(net, gram[8:, 8:]))
+    np.testing.assert_array_equal(prior.train[8:, :8], prior.train[:8, 8:].T)
