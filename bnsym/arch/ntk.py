@@ -33,9 +33,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.estimate import Estimate
+from ..core.layers import Serial
 from ..core.validation import MIN_BATCH_SIZE, check_covariance, check_resolved, check_whole_number
 from .backward import _factor, _product, _sandwich, _slope_kernel, gaussian_moments, radial_weight
-from .graph import Graph, Moment, Node
+from .graph import Graph, Moment, Node, Sampling
 from .network import _estimate, _float64_range, build, check_inputs, check_sampling
 from .ops import Affine, Elementwise, TrainBN
 
@@ -222,15 +223,21 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
     after an activation constant over the batch with positive probability).
     """
     network, sigma = check_inputs(net, Sigma0, gradient=True)
-    sampling = check_sampling(points, replicates, seed)
+    result = ntk_route(network, sigma, check_sampling(points, replicates, seed))
+    return result if with_error else result.value
+
+
+def ntk_route(network: Serial, sigma: np.ndarray, sampling: Sampling, sizes: tuple[int, ...] | None = None) -> Estimate:
+    """The NTK of validated arguments (``sizes``: batches normalised separately, :func:`ntk_cross`), its error
+    checked (ValueError where it exceeds 1% of the result: raise the points)."""
     with _float64_range(sigma):
-        graph, outputs, _ = build(network, sigma, sampling)
+        graph, outputs, _ = build(network, sigma, sampling, sizes)
         output = outputs[-1]
         theta, kernel = tangent_kernel(graph, output), output.kernel()
         result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
     check_resolved(result.value, result.error, f"the tangent kernel for this Sigma0 with {sampling.points} points "
                    "(raise points)")
-    return result if with_error else result.value
+    return result
 
 
 def ntk_per_entry(net: object, Sigma0: object, entries: list[tuple[int, int]] | None = None, points: int = 2**12,
@@ -273,12 +280,5 @@ def ntk_cross(net: object, Sigma0: object, sizes: tuple[int, ...], with_error: b
         raise ValueError(f"the batch sizes {list(parts)} must add up to Sigma0's {len(sigma)} rows")
     for start, size in zip(np.cumsum((0, *parts[:-1])), parts):
         check_covariance(sigma[start:start + size, start:start + size], batch_norm=True)
-    sampling = check_sampling(points, replicates, seed)
-    with _float64_range(sigma):
-        graph, outputs, _ = build(network, sigma, sampling, parts)
-        output = outputs[-1]
-        theta, kernel = tangent_kernel(graph, output), output.kernel()
-        result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
-    check_resolved(result.value, result.error, f"the tangent kernel across batches for this Sigma0 with "
-                   f"{sampling.points} points (raise points)")
+    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), parts)
     return result if with_error else result.value
