@@ -32,11 +32,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.activations import identity
 from ..core.estimate import Estimate
+from ..core.geometry import bsb1_mu
 from ..core.layers import Serial
 from ..core.validation import MIN_BATCH_SIZE, check_covariance, check_resolved, check_whole_number
-from .backward import _factor, _product, _sandwich, _slope_kernel, gaussian_moments, radial_weight
-from .graph import Graph, Moment, Node, Sampling
+from .backward import (
+    _factor,
+    _product,
+    _sandwich,
+    _slope_kernel,
+    _sphere_moments,
+    gaussian_moments,
+    radial_weight,
+)
+from .derivations import lambdified
+from .graph import Graph, Moment, Node, Sampling, exchangeable
 from .network import _estimate, _float64_range, build, check_inputs, check_sampling
 from .ops import Affine, Elementwise, TrainBN
 
@@ -106,7 +117,35 @@ class _Forward:
                     float(np.abs(slope[0]).max()), 1e-300)
                 return Moment(value, relative * np.abs(value).max(0))
         chain = self._chain(node)
-        return self._sampled_chain(chain) if chain is not None else self._columns(node)
+        if chain is None:
+            return self._columns(node)
+        exact = self._bsb1(chain)
+        return exact if exact is not None else self._sampled_chain(chain)
+
+    def _bsb1(self, chain: list[Node]) -> Moment | None:
+        """BN [-> phi] (eps = 0, one batch) at a BSB1 input with Theta = a I + b 11^T, exactly: T(Theta) = x1 I +
+        x2 11^T by symmetry, and by the adjoint (tr(Pi T(Theta)) = tr(T*(Pi) Theta)) with the backward map's closed
+        form T*(Pi) = c(Pi) G (:func:`~bnsym.arch.derivations.derive_bsb1_backward`), tr T(Theta) = c(I) a (B - 1) and
+        1^T T(Theta) 1 = c(11^T) a (B - 1). None where the pattern does not apply."""
+        ops = [member.op for member in chain]
+        fused = len(ops) == 2 and isinstance(ops[1], Elementwise)
+        if not (isinstance(ops[0], TrainBN) and ops[0].eps == 0 and not ops[0].sizes and (len(ops) == 1 or fused)):
+            return None
+        leaf = chain[0].parents[0]
+        mus = [bsb1_mu(sigma) for sigma in leaf.kernel().value]
+        parts = [exchangeable(theta) for theta in self.theta[leaf].value]
+        if any(m is None or m <= 0 for m in mus) or any(p is None for p in parts):
+            return None
+        batch, mu, a = self.batch, np.array(mus), np.array([p[0] for p in parts])
+        moments, error = _sphere_moments(ops[1].phi if fused else identity(), batch)
+        rule = lambdified("fused" if fused else "alone")
+        trace = rule(1.0, 0.0, batch, mu, *moments) * a * (batch - 1)
+        total = rule(0.0, 1.0, batch, mu, *moments) * a * (batch - 1)
+        off = (total - trace) / (batch**2 - batch)
+        value = (trace / batch - off)[:, None, None] * np.eye(batch) + off[:, None, None]
+        relative = (self.theta[leaf].relative + leaf.kernel().relative
+                    + error / max(float(np.abs(moments).max()), 1e-300))
+        return Moment(value, relative * np.abs(value).max(0))
 
     def _gaussian(self, node: Node) -> Moment:
         kind = node.link[0]
