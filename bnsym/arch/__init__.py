@@ -22,6 +22,10 @@ Conventions (a contract between this theory and the torch twin :func:`bnsym.sim.
   S^l in the limit, the sum over the examples a of the squared Frobenius norm of df(x_a)/dx^l, f = v . x_out /
   sqrt(n), v standard normal, x^l the n x B output of top-level layer l.
 
+The **neural tangent kernel** (:func:`ntk`, one batch; :func:`ntk_cross`, several batches normalised separately) of
+f = v . x_out / sqrt(n) with every W, b and v trained, by forward propagation of one B x B tangent block per layer
+(``bnsym.arch.ntk``).
+
 How each layer's law is computed, and with what error, is in ``bnsym.arch.graph``; the new maps are derived in
 ``bnsym.arch.derivations`` (the ``derive_*`` functions below). The torch twin and :func:`bnsym.sim.arch.from_torch`
 live in :mod:`bnsym.sim.arch` (the simulator and the theory never import each other).
@@ -45,10 +49,12 @@ from .derivations import (
     derive_eval_batch_norm,
     derive_gaussian_mean,
     derive_layer_norm,
+    derive_ntk_adjoint,
     derive_phi_batch_norm_exchangeable,
     derive_residual_sum,
 )
 from .network import SignalPropagation, kernel, signal_propagation
+from .ntk import ntk, ntk_cross
 
 __all__ = [
     "SPEC_GRAMMAR",
@@ -63,10 +69,13 @@ __all__ = [
     "derive_eval_batch_norm",
     "derive_gaussian_mean",
     "derive_layer_norm",
+    "derive_ntk_adjoint",
     "derive_phi_batch_norm_exchangeable",
     "derive_residual_sum",
     "describe",
     "kernel",
+    "ntk",
+    "ntk_cross",
     "parse_architecture",
     "repeat",
     "serial",

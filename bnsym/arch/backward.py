@@ -35,6 +35,13 @@ def backward(graph: Graph, output: Node) -> dict[Node, Moment]:
     return _Backward(graph, output).run()
 
 
+def gaussian_moments(graph: Graph, output: Node, cotangent: np.ndarray) -> dict[Node, np.ndarray]:
+    """Pi = E[g g^T] (R, B, B) at every Gaussian node for the PSD second moment ``cotangent`` at the output."""
+    sweep = _Backward(graph, output, cotangent)
+    sweep.run()
+    return sweep.moments
+
+
 def _invariant(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(a, b) per replicate if every pi[r] = a I + b 11^T (to EXACT_RTOL), else None."""
     parts = [exchangeable(p) for p in pi]
@@ -50,6 +57,8 @@ def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
         scale = np.sqrt(np.clip(diagonal[..., :, None], 0, None)) * np.sqrt(np.clip(diagonal[..., None, :], 0, None))
         corr = np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
+        # the diagonal is exactly 1; rounding below it would cost J_phi' about sqrt(machine epsilon) there
+        np.einsum("...ii->...i", corr)[...] = np.where(diagonal > 0, 1.0, 0.0)
         value = c_alpha(phi.degree) * np.where(scale > 0, scale, 1.0) ** (phi.degree - 1)
         return np.where(scale > 0, value * phi_kernel_derivative(phi, corr), 0.0), np.zeros(kernel.shape[1:])
     return None if phi.kinks else hermite_kernel(phi.numpy_derivative, kernel)
@@ -128,6 +137,23 @@ def _sandwich(pi: np.ndarray, before: np.ndarray | None, norm: tuple[np.ndarray,
     return total.sum(-1) if trace else total
 
 
+def radial_weight(kernel: np.ndarray, direction: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """For BN with eps = 0 right after a Gaussian h ~ N(0, K) (``kernel`` (R, B, B)): its Jacobian's factor
+    1/s^2 = B / r^2 (``weight`` (R, P), r = norm(G h)) replaced by its conditional mean given the direction u = G h / r
+    (``direction`` (R, P, B)). Everything else in J^T Pi J is a function of u, and given u, r^2 is Gamma(d/2, rate
+    q/2), q = u^T (G K G)^+ u, d = rank(G K G), so E[B / r^2 | u] = B q / (d - 2): the same mean, without the heavy
+    tail of 1/r^2 (whose variance is infinite for d <= 4). ``weight`` itself where d <= 2 or the ranks differ."""
+    batch = kernel.shape[-1]
+    lam, vecs = np.linalg.eigh(centring(batch) @ kernel @ centring(batch))
+    keep = lam > 1e-12 * np.maximum(lam[..., -1:], 1e-300)
+    ranks = keep.sum(-1)
+    if np.any(ranks <= 2) or np.any(ranks != ranks[0]):
+        return weight
+    inverse = np.einsum("rak,rk,rbk->rab", vecs, np.where(keep, 1 / np.where(keep, lam, 1.0), 0.0), vecs)
+    q = np.sum(np.matmul(direction, inverse) * direction, -1)
+    return np.where(weight > 0, batch * q / (ranks[0] - 2), 0.0)
+
+
 class _Backward:
     """One reverse sweep over the graph (see :meth:`Graph.backward`).
 
@@ -135,8 +161,10 @@ class _Backward:
     (:meth:`_sampled_chain`). Elsewhere cotangents inside a sampled segment are arrays (R, P, B, k), k = min(B,
     memory) randomly mixed columns per sample (:meth:`_sampled`)."""
 
-    def __init__(self, graph: Graph, output: Node):
+    def __init__(self, graph: Graph, output: Node, cotangent: np.ndarray | None = None):
         self.graph, self.output = graph, output
+        self.cotangent = np.eye(graph.batch) if cotangent is None else cotangent
+        self.moments: dict[Node, np.ndarray] = {}
         sampling = graph.sampling
         self.batch, self.replicates, self.points = graph.batch, sampling.replicates, sampling.points
         self.columns = int(min(self.batch, max(1, COLUMN_FLOATS // (self.replicates * self.points * self.batch))))
@@ -153,7 +181,7 @@ class _Backward:
 
     def run(self) -> dict[Node, Moment]:
         target = self.pi if self.output.kind == "gaussian" else self.inject
-        target[self.output].append(np.eye(self.batch)[None])
+        target[self.output].append(self.cotangent[None])
         chains = self._chains()
         in_chains = {member for chain in chains.values() for member in chain}
         for node in reversed(self.graph.nodes):
@@ -189,6 +217,7 @@ class _Backward:
         if node in self.g:
             g = self.g.pop(node)
             total = total + np.einsum("rpak,rpbk->rab", g, g) / g.shape[1]
+        self.moments[node] = total
         self._record(node, np.trace(total, axis1=-2, axis2=-1))
         if node in self.infinite:
             return
@@ -257,6 +286,10 @@ class _Backward:
         """A chain's backward: exact where a pattern applies (phi -> affines; BN [-> phi] -> affines at a BSB1
         input), else over its forward samples (:meth:`_sampled_chain`, or node by node)."""
         leaf, ops = chain[0].parents[0], [member.op for member in chain]
+        if any(isinstance(op, TrainBN) and op.sizes for op in ops):  # batch norm over several batches: node by node
+            for member in reversed(chain):
+                self._sampled(member)
+            return
         tail = 2 if isinstance(ops[0], TrainBN) and len(ops) > 1 and isinstance(ops[1], Elementwise) else 1
         pending = {member: list(self.inject.get(member, [])) for member in chain}
         if all(isinstance(op, Affine) for op in ops[tail:]):
@@ -293,6 +326,8 @@ class _Backward:
             centred = source - source.mean(-1, keepdims=True)
             spread = np.mean(centred * centred, -1) + member.op.eps
             norm = (output / np.sqrt(self.batch), np.where(spread > 0, 1.0 / np.where(spread > 0, spread, 1.0), 0.0))
+            if norms[0] == 0 and member.op.eps == 0:
+                norm = (norm[0], radial_weight(leaf.kernel().value, norm[0], norm[1]))
         squares = [np.zeros(1) for _ in chain]
         pi_leaf = self.zeros()
         for top in range(len(chain)):

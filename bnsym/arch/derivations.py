@@ -13,6 +13,7 @@ coordinates. The derived forms are lambdified (``cse=True``) and are the only pl
   after phi needs.
 * The gradient through BN -> phi at a BSB1 input, for any Pi = a I + b 11^T (:func:`derive_bsb1_backward`),
   which at Pi = G is Yang et al.'s Thm 7.
+* The NTK's forward tangent map and the per-entry backward map are adjoint (:func:`derive_ntk_adjoint`).
 """
 
 from __future__ import annotations
@@ -224,6 +225,47 @@ def derive_bsb1_backward() -> Derivation:
     d.step("At $\\Pi = G$ ($a = 1$, $b = -1/B$) this is Thm 7's $\\lambda_G$:",
            sp.Eq(sp.Symbol("c(G) - lambda_G"), gap), name="minus_thm7")
     d.result = fused
+    return d
+
+
+@cache
+def derive_ntk_adjoint(batch_size: int = 3) -> Derivation:
+    """The NTK's forward tangent map T(Theta) = J Theta J^T and the per-entry backward map T*(Pi) = J^T Pi J
+    (Yang 2020's reference computation) are adjoint, so the two routes give one NTK, shown at a small B with
+    generic symbolic matrices (expectation over J is linear, so per sample suffices).
+
+    Forward: Theta^l = Sigma^l + T_l(Theta^(l-1)), Theta_f = K + Theta^L. Backward, one recursion per entry (a, b):
+    Delta^L = (e_a e_b^T + e_b e_a^T) / 2, Delta^(l-1) = T*_l(Delta^l), Theta_ab = K_ab + sum_l tr(Sigma^l Delta^l).
+    Named results "adjoint" (tr(Pi T(Theta)) - tr(T*(Pi) Theta)) and "two_layers" (the number of NTK entries
+    where the two routes differ over a two-layer composition), both 0.
+    """
+    d = Derivation("The forward tangent map and the per-entry backward map are adjoint")
+    size = batch_size
+
+    def generic(name: str, symmetric: bool) -> sp.Matrix:
+        return sp.Matrix(size, size, lambda i, j: sp.Symbol(f"{name}_{min(i, j) if symmetric else i}"
+                                                            f"{max(i, j) if symmetric else j}"))
+
+    jacobian, theta, pi = generic("J", False), generic("Theta", True), generic("Pi", True)
+    gap = sp.expand((pi * jacobian * theta * jacobian.T).trace() - (jacobian.T * pi * jacobian * theta).trace())
+    d.step(f"For any B x B Jacobian J and symmetric Theta, Pi (B = {size}):",
+           sp.Eq(sp.Symbol("tr(Pi J Theta J^T) - tr(J^T Pi J Theta)"), gap), name="adjoint")
+    first, second = generic("J1", False), generic("J2", False)
+    sigma1, sigma2, kernel, theta0 = (generic(name, True) for name in ("S1", "S2", "K", "T0"))
+    forward = kernel + sigma2 + second * (sigma1 + first * theta0 * first.T) * second.T
+    differing = 0
+    for a in range(size):
+        for b in range(a, size):
+            delta = sp.zeros(size, size)
+            delta[a, b] += sp.Rational(1, 2)
+            delta[b, a] += sp.Rational(1, 2)
+            delta1 = second.T * delta * second
+            delta0 = first.T * delta1 * first
+            backward = kernel[a, b] + (sigma2 * delta).trace() + (sigma1 * delta1).trace() + (theta0 * delta0).trace()
+            differing += sp.expand(forward[a, b] - backward) != 0
+    d.step("Two layers: the entries (a <= b) where the forward Theta_f and the per-entry backward sum differ",
+           sp.Eq(sp.Symbol("count"), sp.Integer(differing)), name="two_layers")
+    d.result = gap
     return d
 
 

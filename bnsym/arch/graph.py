@@ -335,14 +335,15 @@ class Graph:
             if isinstance(op, Elementwise):
                 result = _activation_kernel(op.phi, k.value)
             else:
-                result = _bn_kernel(identity(), k.value, op.eps)
+                result = None if op.sizes else _bn_kernel(identity(), k.value, op.eps)
             return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
-        if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.parents[0].kind == "gaussian"):
+        if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.parents[0].kind == "gaussian"
+                and not parent.op.sizes):
             k = parent.parents[0].kernel()
             result = _bn_kernel(op.phi, k.value, parent.op.eps)
             return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
         if (isinstance(op, TrainBN) and op.eps == 0 and isinstance(parent.op, Elementwise)
-                and parent.parents[0].kind == "gaussian"):
+                and parent.parents[0].kind == "gaussian" and not op.sizes):
             k = parent.parents[0].kernel()
             constant = [_all_in_flat(parent.op.phi, sigma) for sigma in k.value]
             if None not in constant:
@@ -372,7 +373,7 @@ class Graph:
                 return Moment(estimate.value, estimate.error.max(0) + k.relative * np.abs(estimate.value).max(0))
             return None
         if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.op.eps == 0
-                and parent.parents[0].kind == "gaussian"):
+                and parent.parents[0].kind == "gaussian" and not parent.op.sizes):
             if all(bsb1_mu(sigma) is not None for sigma in parent.parents[0].kernel().value):
                 value, error = expect_pair_with_error(lambda a, b: op.phi.numpy(a), self.batch, op.phi.kinks)
                 return Moment(np.full((1, self.batch), value), np.full(self.batch, error))

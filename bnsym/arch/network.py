@@ -86,14 +86,15 @@ def _float64_range(sigma: np.ndarray):
                          f"{np.abs(sigma).max():.3g}): {str(error).splitlines()[0][:200]}") from None
 
 
-def _layer(graph: Graph, layer: Layer, x: Node) -> tuple[Node, Node | None]:
-    """The node after ``layer`` (and, for a residual block, its branch's output)."""
+def _layer(graph: Graph, layer: Layer, x: Node, sizes: tuple[int, ...] | None = None) -> tuple[Node, Node | None]:
+    """The node after ``layer`` (and, for a residual block, its branch's output); ``sizes``: the batches that a
+    train-mode BatchNorm normalises separately (default one)."""
     if isinstance(layer, Dense):
         return graph.dense(x, layer.weight_var, layer.bias_var), None
     if isinstance(layer, Activation):
         return graph.apply(x, Elementwise(layer.phi)), None
     if isinstance(layer, BatchNorm) and layer.mode == "train":
-        return graph.apply(x, TrainBN(layer.eps)), None
+        return graph.apply(x, TrainBN(layer.eps, sizes)), None
     if isinstance(layer, (BatchNorm, LayerNorm)):
         kernel, mean = x.kernel().value, x.mean().value
         diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
@@ -108,17 +109,18 @@ def _layer(graph: Graph, layer: Layer, x: Node) -> tuple[Node, Node | None]:
         return graph.affine(x, shift.copy(), scale.copy(), isinstance(layer, LayerNorm) or x.zero_mean), None
     branch = x
     for inner in layer.branch:
-        branch = _layer(graph, inner, branch)[0]
+        branch = _layer(graph, inner, branch, sizes)[0]
     return graph.add(x, branch, layer.alpha), branch
 
 
-def build(net: Serial, sigma0: np.ndarray, sampling: Sampling) -> tuple[Graph, list[Node], dict[int, Node]]:
+def build(net: Serial, sigma0: np.ndarray, sampling: Sampling,
+          sizes: tuple[int, ...] | None = None) -> tuple[Graph, list[Node], dict[int, Node]]:
     """The graph of ``net`` on inputs with Gram ``sigma0``: the output node of each top-level layer, and the branch
-    output of each top-level residual block by its position."""
+    output of each top-level residual block by its position. ``sizes``: the batches the inputs form (default one)."""
     graph = Graph(sigma0.shape[0], sampling)
     x, outputs, branches = graph.input(sigma0), [], {}
     for position, layer in enumerate(net):
-        x, branch = _layer(graph, layer, x)
+        x, branch = _layer(graph, layer, x, sizes)
         outputs.append(x)
         if branch is not None:
             branches[position] = branch

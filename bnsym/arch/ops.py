@@ -30,17 +30,23 @@ class Elementwise:
 @dataclass(frozen=True)
 class TrainBN:
     """x -> (x - mean x) / sqrt(var x + eps) over the batch (last axis), biased variance; a constant input (eps = 0)
-    maps to 0, the eps -> 0+ limit."""
+    maps to 0, the eps -> 0+ limit. ``sizes``: the last axis holds several batches, each normalised on its own (one
+    neuron's vector over two batches, for the kernels across batches)."""
 
     eps: float
+    sizes: tuple[int, ...] | None = None
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        out = batch_norm(torch.from_numpy(np.ascontiguousarray(x, dtype=float)), self.eps).numpy()
+        out = batch_norm(torch.from_numpy(np.ascontiguousarray(x, dtype=float)), self.eps, self.sizes).numpy()
         return np.where(np.isfinite(out), out, 0.0)
 
     def vjp(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
-        """J^T g with J = (G - y y^T / B) / s, s = sqrt(norm(G x)^2 / B + eps) (J is symmetric); 0 where s = 0.
-        x, y (..., B), g (..., B, k)."""
+        """J^T g with J = (G - y y^T / B) / s, s = sqrt(norm(G x)^2 / B + eps) (J is symmetric); 0 where s = 0; per
+        batch (J block diagonal) with ``sizes``. x, y (..., B), g (..., B, k)."""
+        if self.sizes is not None:
+            cuts = np.cumsum(self.sizes)[:-1]
+            parts = zip(np.split(x, cuts, -1), np.split(y, cuts, -1), np.split(g, cuts, -2))
+            return np.concatenate([TrainBN(self.eps).vjp(*part) for part in parts], -2)
         centred = x - x.mean(-1, keepdims=True)
         s = np.sqrt(np.mean(centred * centred, -1, keepdims=True) + self.eps)[..., None]
         inner = np.mean(y[..., None] * g, -2, keepdims=True)
