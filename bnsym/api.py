@@ -8,7 +8,9 @@ One answer shape: a quantity is a float for one B and an array of B's shape for 
 one: those that take one B at a time are looped), and with ``with_error=True`` the route's
 :class:`~bnsym.core.estimate.Estimate` instead. A quantity with parts (the eigenvalues "G", "L", "M") is a dict of
 such answers; the fixed point is a :class:`~bnsym.meanfield.forward.FixedPoint` whose q* and c* follow the rule
-(its ``estimates()`` gives them as Estimates). A kernel answers a torch tensor with a tensor on its device. A function that builds on another quantity
+(its ``estimates()`` gives them as Estimates). A kernel answers a torch tensor with a tensor on its device.
+
+A function that builds on another quantity
 validates its arguments once and calls that quantity's routes, not its public function.
 """
 
