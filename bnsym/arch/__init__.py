@@ -42,6 +42,7 @@ from ..core.layers import (
 )
 from .derivations import (
     derive_bsb1_backward,
+    derive_depth_downscaling,
     derive_eval_batch_norm,
     derive_gaussian_mean,
     derive_layer_norm,
@@ -60,6 +61,7 @@ __all__ = [
     "Serial",
     "SignalPropagation",
     "derive_bsb1_backward",
+    "derive_depth_downscaling",
     "derive_eval_batch_norm",
     "derive_gaussian_mean",
     "derive_layer_norm",
