@@ -401,3 +401,15 @@ def test_cli_text_and_errors(capsys):
 def test_cli_help_documents_the_grammar(capsys):
     status, out, _ = _run(capsys, ["arch", "--help"])
     assert status == 0 and "res([alpha=A,]LAYERS)" in out and "dense,bn,relu*20" in out
+
+
+def test_extrapolation_needs_three_widths_and_a_finite_gradient():
+    """The twin's 1/width fit says why it cannot answer: too few widths, or S not finite (relu -> BN at eps = 0 on a
+    strongly correlated batch, where many neurons are constant over the batch)."""
+    with pytest.raises(ValueError, match="at least 3 widths"):
+        extrapolated_signal_propagation(repeat(relu_block(0.01), 1), SIGMA0, (64, 128), 4)
+    correlated = 0.1 * np.eye(B) + 0.9
+    with pytest.raises(ValueError, match="gradient=False"):
+        extrapolated_signal_propagation(repeat(relu_block(), 1), correlated, (16, 32, 64), 4)
+    kernels = extrapolated_signal_propagation(repeat(relu_block(), 1), correlated, (16, 32, 64), 4, gradient=False)
+    assert "gradient" not in kernels.infinite and kernels.exact["channel_mean_squared"][-1]
