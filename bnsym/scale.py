@@ -174,10 +174,10 @@ class Scale:
 
 ARCHITECTURES = {
     "test": Architectures(twins=Sizes(widths=(64, 128, 256), n_networks=16, depth=2, batch_size=8),
-                          growth=Sizes(depth=4, batch_sizes=(8,)),
+                          growth=Sizes(depth=3, batch_sizes=(8,)),
                           downscaling=Sizes(widths=(64, 128, 256), n_networks=16, depth=6)),
     "book": Architectures(twins=Sizes(widths=(64, 128, 256), n_networks=32, depth=3, batch_size=8),
-                          growth=Sizes(depth=4, batch_sizes=(8, 32, 128)),
+                          growth=Sizes(depth=3, batch_sizes=(8, 32, 128)),
                           downscaling=Sizes(widths=(64, 128, 256), n_networks=32, depth=12)),
     "paper": Architectures(twins=Sizes(widths=(128, 256, 512), n_networks=128, depth=8, batch_size=32),
                            growth=Sizes(depth=10, batch_sizes=(8, 32, 128)),
