@@ -63,6 +63,15 @@ class Sizes:
 
 
 @dataclass(frozen=True)
+class Architectures:
+    """Chapter 6, where batch norm goes."""
+
+    twins: Sizes  # the five architectures' twins: depth blocks on one batch of batch_size, n_networks per width
+    growth: Sizes  # the table of gradient growth per block: depth blocks, at each of batch_sizes
+    downscaling: Sizes  # the sqrt(depth) law: a pre-activation ResNet of depth blocks, its twins as for twins
+
+
+@dataclass(frozen=True)
 class Dilution:
     """Chapter 7, gradient scale and dilution (Philipp et al.); the paper's networks have width 100 and depth 50
     at every scale."""
@@ -153,6 +162,7 @@ class Scale:
     width: int
     n_networks: int
     depth: int
+    architectures: Architectures
     dilution: Dilution
     epsilon: Epsilon
     cross_batch: CrossBatch
@@ -161,6 +171,18 @@ class Scale:
     rank_collapse: RankCollapse
     products: Products
 
+
+ARCHITECTURES = {
+    "test": Architectures(twins=Sizes(widths=(64, 128, 256), n_networks=16, depth=2, batch_size=8),
+                          growth=Sizes(depth=3, batch_sizes=(8,)),
+                          downscaling=Sizes(widths=(64, 128, 256), n_networks=16, depth=6)),
+    "book": Architectures(twins=Sizes(widths=(64, 128, 256), n_networks=32, depth=3, batch_size=8),
+                          growth=Sizes(depth=3, batch_sizes=(8, 32, 128)),
+                          downscaling=Sizes(widths=(64, 128, 256), n_networks=32, depth=12)),
+    "paper": Architectures(twins=Sizes(widths=(128, 256, 512), n_networks=128, depth=8, batch_size=32),
+                           growth=Sizes(depth=10, batch_sizes=(8, 32, 128)),
+                           downscaling=Sizes(widths=(128, 256, 512), n_networks=128, depth=50)),
+}
 
 DILUTION = {
     "test": Dilution(blocks=Sizes(n_points=1000, n_draws=6), units=Sizes(widths=(128, 256), n_networks=8),
@@ -279,7 +301,8 @@ PRODUCTS = {
 }
 
 SCALES = {
-    name: Scale(name, width=width, n_networks=n_networks, depth=depth, dilution=DILUTION[name],
+    name: Scale(name, width=width, n_networks=n_networks, depth=depth, architectures=ARCHITECTURES[name],
+                dilution=DILUTION[name],
                 epsilon=EPSILON[name], cross_batch=CROSS_BATCH[name], nngp=NNGP[name],
                 trainability=TRAINABILITY[name], rank_collapse=RANK_COLLAPSE[name], products=PRODUCTS[name])
     for name, width, n_networks, depth in (("test", 256, 8, 12), ("book", 1024, 32, 30), ("paper", 1000, 200, 50))

@@ -13,7 +13,6 @@ LayerNorm output's) is compared with an absolute tolerance instead.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -36,10 +35,16 @@ from bnsym.arch import (
     repeat,
     serial,
 )
-from bnsym.arch.derivations import derive_layer_norm
+from bnsym.arch.derivations import derive_layer_norm, lambdified
 from bnsym.core.symbols import K_aa, K_ab, K_bb, epsilon, m_a, m_b
 from bnsym.sim import extrapolate_to_infinite_width, mc_tolerance, mean_and_se
-from bnsym.sim.arch import ResidualBlock, from_torch, simulate_signal_propagation, torch_network
+from bnsym.sim.arch import (
+    ResidualBlock,
+    extrapolated_signal_propagation,
+    from_torch,
+    simulate_signal_propagation,
+    torch_network,
+)
 
 B = 8
 SIGMA0 = random_psd(B, B + 4, seed=3)  # a generic input Gram: no symmetry for the routes to lean on
@@ -73,35 +78,20 @@ def kind(layer) -> str:
 
 def finite_width_z(net, sigma0=SIGMA0, gradient=True, seed=0) -> tuple[list[tuple[str, str, int, float]], int]:
     """(kind, quantity, layer, z) for every comparison of twin and theory, and the number of exact ones checked."""
-    theory = arch.signal_propagation(net, sigma0) if gradient else None
-    kernels = theory.kernels if gradient else [arch.kernel(serial(net.layers[:i + 1]), sigma0, with_error=True)
-                                               for i in range(len(net))]
-    predicted = {"diagonal": [np.mean(np.diag(k.value)) for k in kernels],
-                 "diagonal error": [np.mean(np.diag(k.error)) for k in kernels],
-                 "off-diagonal": [k.value[~np.eye(len(sigma0), dtype=bool)].mean() for k in kernels],
-                 "off-diagonal error": [k.error[~np.eye(len(sigma0), dtype=bool)].mean() for k in kernels]}
-    if gradient:
-        predicted["S"], predicted["S error"] = theory.gradient.value, theory.gradient.error
-    measured = defaultdict(list)
-    for width in WIDTHS:
-        run = simulate_signal_propagation(net, sigma0, width, NETWORKS, seed=seed + width)
-        diagonal = np.diagonal(run.grams, axis1=-2, axis2=-1)
-        off = (run.grams.sum((-2, -1)) - diagonal.sum(-1)) / (len(sigma0) * (len(sigma0) - 1))
-        for name, samples in (("diagonal", diagonal.mean(-1)), ("off-diagonal", off), ("S", run.gradient)):
-            if name in predicted:
-                measured[name].append(mean_and_se(samples))
+    theory = arch.signal_propagation(net, sigma0)
+    measured = extrapolated_signal_propagation(net, sigma0, WIDTHS, NETWORKS, seed=seed, gradient=gradient)
     out, exact = [], 0
-    for name in measured:
+    for name in ("diagonal", "off_diagonal") + (("gradient",) if gradient else ()):
+        predicted, fitted = getattr(theory, name), measured.infinite[name]
         for layer in range(len(net)):
-            means = np.array([m.value[layer] for m in measured[name]])
-            ses = np.array([m.error[layer] for m in measured[name]])
-            value, error = predicted[name][layer], predicted[f"{name} error"][layer]
-            if ses.max() <= 1e-12 * max(abs(means).max(), 1.0):  # the twin holds it exactly: no spread to fit
+            value, error = predicted.value[layer], predicted.error[layer]
+            if measured.exact[name][layer]:  # the twin holds it exactly: no spread to fit
+                means = np.array([e.value[layer] for e in measured.per_width[name]])
                 assert np.abs(means - value).max() <= 1e-9 + error, (name, layer, means, value)
                 exact += 1
                 continue
-            intercept, intercept_se, _ = extrapolate_to_infinite_width(np.array(WIDTHS), means, ses)
-            out.append((kind(net.layers[layer]), name, layer, (intercept - value) / np.hypot(intercept_se, error)))
+            z = (fitted.value[layer] - value) / np.hypot(fitted.error[layer], error)
+            out.append((kind(net.layers[layer]), name, layer, z))
     return out, exact
 
 
@@ -228,6 +218,9 @@ def test_pre_activation_resnet_stream_grows_linearly():
     assert np.abs(branch - (np.trace(star) - star.sum() / B) / B).max() <= 1e-11
     share = branch / result.channel_variance.value[1:]
     assert np.all(np.diff(share) < 0)
+    law = lambdified("depth_downscaling")(np.arange(depth + 1), result.channel_variance.value[0], branch[0], 1.0)
+    assert np.abs(law - result.channel_variance.value).max() <= 1e-11
+    assert arch.derive_depth_downscaling()["limit"] == 1
 
 
 def test_relu_then_batch_norm_has_an_infinite_gradient_at_eps_zero():
@@ -408,3 +401,15 @@ def test_cli_text_and_errors(capsys):
 def test_cli_help_documents_the_grammar(capsys):
     status, out, _ = _run(capsys, ["arch", "--help"])
     assert status == 0 and "res([alpha=A,]LAYERS)" in out and "dense,bn,relu*20" in out
+
+
+def test_extrapolation_needs_three_widths_and_a_finite_gradient():
+    """The twin's 1/width fit says why it cannot answer: too few widths, or S not finite (relu -> BN at eps = 0 on a
+    strongly correlated batch, where many neurons are constant over the batch)."""
+    with pytest.raises(ValueError, match="at least 3 widths"):
+        extrapolated_signal_propagation(repeat(relu_block(0.01), 1), SIGMA0, (64, 128), 4)
+    correlated = 0.1 * np.eye(B) + 0.9
+    with pytest.raises(ValueError, match="gradient=False"):
+        extrapolated_signal_propagation(repeat(relu_block(), 1), correlated, (16, 32, 64), 4)
+    kernels = extrapolated_signal_propagation(repeat(relu_block(), 1), correlated, (16, 32, 64), 4, gradient=False)
+    assert "gradient" not in kernels.infinite and kernels.exact["channel_mean_squared"][-1]

@@ -46,6 +46,7 @@ from ..core.layers import (
 )
 from .derivations import (
     derive_bsb1_backward,
+    derive_depth_downscaling,
     derive_eval_batch_norm,
     derive_gaussian_mean,
     derive_layer_norm,
@@ -66,6 +67,7 @@ __all__ = [
     "Serial",
     "SignalPropagation",
     "derive_bsb1_backward",
+    "derive_depth_downscaling",
     "derive_eval_batch_norm",
     "derive_gaussian_mean",
     "derive_layer_norm",

@@ -8,6 +8,9 @@ coordinates. The derived forms are lambdified (``cse=True``) and are the only pl
   Gaussian input, and (K_ab - m_a m_b) / sqrt((K_aa - m_a^2 + eps)(K_bb - m_b^2 + eps)) after an activation.
 * BatchNorm in eval mode (:func:`derive_eval_batch_norm`): the same affine map with population statistics.
 * The residual sum (:func:`derive_residual_sum`): K_x + alpha^2 K_y + alpha (m_x m_y^T + m_y m_x^T).
+* The depth law of a residual stream whose branches are normalised (:func:`derive_depth_downscaling`): variance
+  v_0 + l alpha^2 c after l blocks, so the branch's share of the standard deviation falls like 1/sqrt(l) (De &
+  Smith 2020).
 * phi -> BN at an exchangeable input (:func:`derive_phi_batch_norm_exchangeable`): (B p / (B - 1)) G.
 * The mean of a positive-homogeneous activation of a Gaussian (:func:`derive_gaussian_mean`), which LayerNorm
   after phi needs.
@@ -169,6 +172,31 @@ def derive_residual_sum() -> Derivation:
 
 
 @cache
+def derive_depth_downscaling() -> Derivation:
+    """The residual stream x^(l+1) = x^l + alpha y^l with branch outputs y^l of a fixed variance c (a branch that
+    starts with batch norm forgets the stream's scale), independent of the stream (a branch ending in a Dense): by
+    the sum rule (:func:`derive_residual_sum`, "gaussian"), V_(l+1) = V_l + alpha^2 c for any quantity linear in
+    the kernel (the diagonal, the channel variance), so V_l = V_0 + l alpha^2 c, and the branch's standard deviation
+    relative to the stream's, sqrt(alpha^2 c / V_l), falls like 1/sqrt(l) (De & Smith 2020, Sec. 2). Named results
+    "stream" (V_l), "share" (the ratio of standard deviations) and "limit" (sqrt(l) times it as l -> infinity)."""
+    d = Derivation("Batch norm downscales the residual branch by about sqrt(depth)")
+    depth = sp.Symbol("l", integer=True, nonnegative=True)
+    branch, start = sp.symbols("c V_0", positive=True)
+    stream = sp.Function("V")
+    step = derive_residual_sum()["gaussian"].subs({K_ab: stream(depth), L_ab: branch})
+    d.step("The sum rule for a branch of fixed variance $c$, block by block:", sp.Eq(stream(depth + 1), step))
+    solution = sp.rsolve(stream(depth + 1) - step, stream(depth), {stream(0): start})
+    d.step("so after $l$ blocks", sp.Eq(stream(depth), solution), name="stream")
+    share = sp.sqrt(alpha**2 * branch / solution)
+    d.step("and the branch's standard deviation relative to the stream's is", sp.Eq(sp.Symbol("share_l"), share),
+           name="share")
+    d.step("which falls like $1/\\sqrt{l}$:", sp.Eq(sp.Symbol("lim sqrt(l) share_l"),
+                                                  sp.limit(sp.sqrt(depth) * share, depth, sp.oo)), name="limit")
+    d.result = solution
+    return d
+
+
+@cache
 def derive_phi_batch_norm_exchangeable() -> Derivation:
     """phi -> BN with eps = 0 at an exchangeable input K = sigma^2 I + beta 11^T: K' = (B p / (B - 1)) G.
 
@@ -274,7 +302,8 @@ def lambdified(name: str):
     """The numeric form of one derived map, by name: "affine" (K_ab, m_a, m_b, c_a, c_b, s_a, s_b), "gaussian_mean"
     (alpha, K_aa), "layer_norm" (K_ab, K_aa, K_bb, m_a, m_b, eps),
     "eval_batch_norm" (K_ab, m_a, m_b, mbar, vbar, eps), "residual" (K_ab, L_ab, m_a, m_b, n_a, n_b, alpha),
-    "fused", "alone", "between" (a_Pi, b_Pi, B, mu, M11, M12, N11, N12), "exchangeable" (B, p)."""
+    "fused", "alone", "between" (a_Pi, b_Pi, B, mu, M11, M12, N11, N12), "exchangeable" (B, p),
+    "depth_downscaling" (l, V_0, c, alpha)."""
     table = {
         "affine": ((K_ab, m_a, m_b, c_a, c_b, s_a, s_b), lambda: derive_layer_norm()["affine"]),
         "gaussian_mean": ((alpha, K_aa), lambda: derive_gaussian_mean()["E_rho"]),
@@ -283,6 +312,8 @@ def lambdified(name: str):
                             lambda: derive_eval_batch_norm()["eval_batch_norm"]),
         "residual": ((K_ab, L_ab, m_a, m_b, n_a, n_b, alpha), lambda: derive_residual_sum()["kernel"]),
         "exchangeable": ((B, p_const), lambda: derive_phi_batch_norm_exchangeable()["a"]),
+        "depth_downscaling": ((sp.Symbol("l", integer=True, nonnegative=True), sp.Symbol("V_0", positive=True),
+                               sp.Symbol("c", positive=True), alpha), lambda: derive_depth_downscaling()["stream"]),
         **{key: ((a_pi, b_pi, B, mu, M11, M12, N11, N12), lambda key=key: derive_bsb1_backward()[key])
            for key in ("fused", "alone", "between")},
     }

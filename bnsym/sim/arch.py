@@ -25,7 +25,9 @@ from torch import nn
 
 from ..core.activations import Activation as Phi
 from ..core.device import configure_torch, default_device, generator
+from ..core.estimate import Estimate
 from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial, walk
+from ..core.statistics import extrapolate_to_infinite_width, mean_and_se
 from ..core.validation import check_whole_number
 from .networks import batch_norm, chunk_budget, inputs_with_gram
 
@@ -198,6 +200,69 @@ def simulate_signal_propagation(net: object, Sigma0: np.ndarray, width: int, n_n
         grams.append(torch.stack([(o @ o.mT / width).detach() for o in outputs], dim=1).cpu())
         gradients.append(squares.cpu())
     return TwinRun(torch.cat(grams).numpy(), torch.cat(gradients).numpy())
+
+
+#: The per-layer statistics :func:`extrapolated_signal_propagation` measures, by the names of
+#: :class:`bnsym.arch.SignalPropagation`'s fields.
+MEASURED = ("diagonal", "off_diagonal", "channel_mean_squared", "channel_variance", "gradient")
+
+
+def _layer_statistics(run: TwinRun) -> dict[str, np.ndarray]:
+    """Per network and layer (M, L): Brock et al.'s summaries of each Gram, and S."""
+    batch = run.grams.shape[-1]
+    diagonal = np.diagonal(run.grams, axis1=-2, axis2=-1).sum(-1)
+    total = run.grams.sum((-2, -1))
+    return {"diagonal": diagonal / batch, "off_diagonal": (total - diagonal) / (batch * (batch - 1)),
+            "channel_mean_squared": total / batch**2, "channel_variance": diagonal / batch - total / batch**2,
+            "gradient": run.gradient}
+
+
+@dataclass(frozen=True)
+class Extrapolated:
+    """The twin's per-layer statistics (:data:`MEASURED`) at each width (``per_width[name][i]``, an Estimate over
+    the layers: the mean over networks and its standard error) and extrapolated to infinite width
+    (``infinite[name]``). ``exact[name]`` marks the layers where the twin holds the statistic exactly (no spread
+    over networks, e.g. a batch-normed layer's diagonal): there ``infinite`` is the widest width's value with
+    error 0."""
+
+    widths: tuple[int, ...]
+    n_networks: int
+    per_width: dict[str, list[Estimate]]
+    infinite: dict[str, Estimate]
+    exact: dict[str, np.ndarray]
+
+
+def extrapolated_signal_propagation(net: object, Sigma0: np.ndarray, widths: tuple[int, ...], n_networks: int,
+                                    seed: int = 0, device: torch.device | str | None = None,
+                                    gradient: bool = True) -> Extrapolated:
+    """The twin's signal propagation (:func:`simulate_signal_propagation`, ``n_networks`` per width, a fresh seed
+    per width) fitted per layer by weighted least squares as a + b / width: the O(1/n) bias of a smooth function
+    of the layer Grams (:func:`~bnsym.core.statistics.extrapolate_to_infinite_width`); the intercept a and its
+    standard error are the infinite-width estimate. ``gradient=False`` leaves S out (e.g. relu -> BN at eps = 0,
+    whose gradient has no finite second moment); a non-finite S is a ValueError."""
+    widths = tuple(_check_size(w, "width") for w in widths)
+    if len(widths) < 3:
+        raise ValueError(f"extrapolating in 1/width needs at least 3 widths, got {widths}")
+    names = MEASURED if gradient else MEASURED[:-1]
+    per_width: dict[str, list[Estimate]] = {name: [] for name in names}
+    for width in widths:
+        run = simulate_signal_propagation(net, Sigma0, width, n_networks, seed=seed + width, device=device)
+        statistics = _layer_statistics(run)
+        if gradient and not np.all(np.isfinite(statistics["gradient"])):
+            raise ValueError(f"the twin's gradient statistic is not finite at width {width} (a batch norm with eps = 0 "
+                             "of a neuron constant over the batch): pass gradient=False, or use eps > 0")
+        for name in names:
+            per_width[name].append(mean_and_se(statistics[name]))
+    infinite, exact = {}, {}
+    for name, estimates in per_width.items():
+        means, ses = np.array([e.value for e in estimates]), np.array([e.error for e in estimates])
+        held = ses.max(0) <= 1e-12 * np.maximum(np.abs(means).max(0), 1.0)
+        fits = [(means[-1, i], 0.0) if held[i] else extrapolate_to_infinite_width(np.array(widths), means[:, i],
+                                                                                   ses[:, i])[:2]
+                for i in range(means.shape[1])]
+        infinite[name] = Estimate(np.array([f[0] for f in fits]), np.array([f[1] for f in fits]), "1/width fit")
+        exact[name] = held
+    return Extrapolated(widths, n_networks, per_width, infinite, exact)
 
 
 # ---------------------------------------------------------------------------------------------- from_torch
