@@ -6,7 +6,7 @@ the activation): :class:`Dense`, :class:`BatchNorm`, :class:`LayerNorm`, :class:
 (:mod:`bnsym.arch`) and the finite torch twin (:mod:`bnsym.sim.arch`) read the same value; the conventions
 they share (a contract) are stated in :mod:`bnsym.arch`.
 
-:func:`parse_architecture` reads the command line's spec strings (:data:`SPEC_GRAMMAR`)::
+:func:`parse_architecture` reads the command line's spec strings (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`)::
 
     dense,bn,relu*20                       20 blocks of Dense, BatchNorm, relu
     dense,res(bn,relu,dense)*50            a Dense, then 50 pre-activation residual blocks
@@ -69,7 +69,7 @@ class LayerNorm:
 @dataclass(frozen=True)
 class Activation:
     """phi applied to every coordinate; ``phi`` is any activation bnsym accepts (a name such as "tanh(gamma=0.5)"
-    or a :class:`bnsym.core.activations.Activation`). Two layers are equal when their phi have the same name."""
+    or a :class:`bnsym.Activation`). Two layers are equal when their phi have the same name."""
 
     phi: Phi = field(compare=False)
     name: str = field(init=False)
@@ -146,7 +146,7 @@ def walk(net: Serial) -> Iterator[Layer]:
 
 
 def describe(layer: Layer) -> str:
-    """A layer in the spec grammar (:data:`SPEC_GRAMMAR`): ``dense(2,0.1)``, ``bn(eps=0.001,mode=eval)``, ..."""
+    """A layer in the spec grammar (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`): ``dense(2,0.1)``, ``bn(eps=0.001,mode=eval)``, ..."""
     if isinstance(layer, Dense):
         default = (layer.weight_var, layer.bias_var) == (1, 0)
         return "dense" if default else f"dense({layer.weight_var:g},{layer.bias_var:g})"
@@ -166,7 +166,7 @@ _NAME = re.compile(r"\s*([a-z_][a-z_0-9]*)\s*", re.IGNORECASE)
 
 
 class _Reader:
-    """A recursive-descent reader of :data:`SPEC_GRAMMAR`; every error names the spec and the position."""
+    """A recursive-descent reader of :data:`~bnsym.core.grammar.SPEC_GRAMMAR`; every error names the spec and the position."""
 
     def __init__(self, spec: str):
         self.spec, self.at = spec, 0
@@ -275,7 +275,7 @@ class _Reader:
 
 
 def parse_architecture(spec: str) -> Serial:
-    """The network a spec string describes (:data:`SPEC_GRAMMAR`); ValueError saying where it cannot be read."""
+    """The network a spec string describes (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`); ValueError saying where it cannot be read."""
     if not isinstance(spec, str):
         raise ValueError(f"a network spec is a string, got {shown(spec)}")
     reader = _Reader(spec)

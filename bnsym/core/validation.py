@@ -24,7 +24,7 @@ exception type for bad input.
   **a choice** is one of its names (:func:`check_choice`) and **a flag** a bool (:func:`check_flag`).
 * **Sigma** is a real, finite, symmetric, positive semi-definite B x B matrix with B a batch size and
   G Sigma G != 0 (:func:`check_covariance`).
-* **An activation** is an :class:`~bnsym.core.activations.Activation`, or a string, SymPy expression or callable
+* **An activation** is an :class:`~bnsym.Activation`, or a string, SymPy expression or callable
   that :func:`~bnsym.core.activations.parse_activation` understands, each parameter finite and given once, and
   0 < abs(gamma) <= ``MAX_GAMMA`` of :mod:`~bnsym.core.activations` (3; it says why) for tanh, erf and sin. At a
   batch size B it must be *usable on the BN sphere* (:func:`check_activation`), where each coordinate x of the
