@@ -50,6 +50,18 @@ def test_diagonal_blocks_are_bn_kernel():
     np.testing.assert_allclose(joint, joint.T, atol=1e-14)
 
 
+@pytest.mark.parametrize("scale", [1e-200, 1e-160, 1e160, 1e300])
+def test_each_batch_is_rescaled_first(scale):
+    """BN at eps = 0 is blind to each batch's scale: Sigma -> D Sigma D, D = diag(s1 I, s2 I), changes nothing, even
+    where o12 / sqrt(m1 m22) once overflowed (0.41 off at 1e160) or eigh failed (1e-200)."""
+    a = np.random.default_rng(5).standard_normal((8, 12))
+    sigma = a @ a.T / 12
+    reference = cross_batch_kernel("relu", sigma, 4)
+    np.testing.assert_allclose(cross_batch_kernel("relu", scale * sigma, 4), reference, rtol=1e-10, atol=1e-12)
+    d = np.diag([1.0] * 4 + [scale ** 0.02] * 4)  # variances 1e+-12 apart (1e300: 1e12) were refused as identical
+    np.testing.assert_allclose(cross_batch_kernel("relu", d @ sigma @ d, 4), reference, rtol=1e-10, atol=1e-12)
+
+
 def test_stacks_and_tensors():
     stack = np.stack([_random_joint(6, 6, seed) for seed in range(3)]).reshape(3, 1, 12, 12)
     one_by_one = np.stack([cross_batch_kernel("relu", m[0], 6, nodes=12) for m in stack])[:, None]

@@ -387,11 +387,23 @@ def check_covariance(sigma: object, batch_norm: bool = True) -> np.ndarray:
     return unit * scale
 
 
+def batch_scales(diagonal: np.ndarray, batch1: int) -> np.ndarray:
+    """Powers of 2, one per row of a joint covariance (..., B1 + B2) given its ``diagonal``, that bring each batch's
+    largest variance into [1/4, 1): batch norm at eps = 0 is blind to each batch's scale (Sigma -> D Sigma D with
+    D = diag(s1 I, s2 I) changes nothing after the layer), and powers of 2 rescale without rounding."""
+    scales = np.ones(diagonal.shape)
+    for lo, hi in ((0, batch1), (batch1, diagonal.shape[-1])):
+        exponent = np.frexp(np.abs(diagonal[..., lo:hi]).max(-1))[1]
+        scales[..., lo:hi] = np.ldexp(1.0, -(exponent // 2))[..., None]
+    return scales
+
+
 def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, int]:
     """A joint covariance of two batches: (..., B1 + B2, B1 + B2), each matrix symmetric PSD, B1, B2 >= 4.
 
-    ``sigma`` may be a numpy array (or nested list) or a torch tensor; the checks run in float64 on the CPU and
-    return it as a numpy array (the caller keeps its own tensor). Every stacked matrix must have G_k Sigma_kk G_k
+    ``sigma`` may be a numpy array (or nested list) or a torch tensor; the checks run in float64 on the CPU, each
+    batch rescaled by :func:`batch_scales`, and return it so rescaled, as a numpy array (the caller keeps its own
+    tensor). Every stacked matrix must have G_k Sigma_kk G_k
     != 0 for both batches (batch norm divides by the batch's standard deviation).
     """
     try:
@@ -415,6 +427,8 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
                              f"{WHY_MIN_BATCH}")
     if not np.all(np.isfinite(matrix)):
         raise ValueError("Sigma has non-finite entries")
+    scales = batch_scales(np.diagonal(matrix, 0, -2, -1), batch1)  # each batch checked at its own scale
+    matrix = matrix * scales[..., :, None] * scales[..., None, :]
     scale = np.maximum(np.abs(matrix).max((-2, -1)), 1e-300)[..., None, None]
     if np.any(np.abs(matrix - np.swapaxes(matrix, -1, -2)) > 1e-10 * scale):
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")

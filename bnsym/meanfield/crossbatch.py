@@ -44,6 +44,7 @@ from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.quadrature import gauss_jacobi
 from ..core.symbols import B, alpha, c, mu_star, t
+from ..core.validation import batch_scales
 from .forward import derive_bsb1_constant, fixed_point_closed_form, fixed_point_spherical
 from .kernels import arccos_kernel_symbolic, c_alpha, derive_arccos_kernel, phi_kernel
 from .laplace import euler_beta
@@ -217,6 +218,8 @@ def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor
     tensor, was_numpy = _as_tensor(sigma)
     batch = tensor.shape[-1]
     flat = tensor.reshape(-1, batch, batch)
+    scales = torch.as_tensor(batch_scales(flat.diagonal(0, -2, -1).cpu().numpy(), batch1), device=flat.device)
+    flat = flat * scales[:, :, None] * scales[:, None, :]  # each batch at unit scale: BN (eps = 0) is blind to it
     shape = (*tensor.shape[:-2], batch1, batch - batch1) if blocks == "cross" else tensor.shape
 
     def solve(n: int) -> torch.Tensor:
