@@ -392,5 +392,19 @@ def cross_rate_spherical(phi: Activation, batch_size: int) -> Estimate:
 
 
 def _log_gamma(expr: sp.Expr) -> sp.Expr:
-    """Gamma(x) -> exp(log Gamma(x)), exponents combined, so Gamma ratios do not overflow at large B."""
-    return sp.powsimp(expr.replace(sp.gamma, lambda arg: sp.exp(sp.loggamma(arg))), combine="exp", force=True)
+    """Gamma ratios Gamma(x + m)^p / Gamma(x)^p whose shift m does not grow with B -> RisingFactorial(x, m)^p
+    (SciPy's ``poch``, accurate to rounding at any B, where exp(log Gamma(x + m) - log Gamma(x)) loses log Gamma's
+    size, B log B x 1e-16, and so 1 - lambda_x^2 at large B); any other Gamma(x) -> exp(log Gamma(x)), exponents
+    combined, so that nothing overflows at large B."""
+    factors = sp.Mul.make_args(expr)
+    powers = sp.Mul(*factors).as_powers_dict()
+    gammas = [base for base in powers if isinstance(base, sp.gamma)]
+    for top in gammas:
+        for bottom in gammas:
+            shift = sp.simplify(top.args[0] - bottom.args[0])
+            if powers[top] != 0 and powers[top] == -powers[bottom] and not shift.has(B) and shift != 0:
+                powers[bottom], power = 0, powers[top]
+                powers[top] = 0
+                powers[sp.RisingFactorial(bottom.args[0], shift)] = power
+    paired = sp.Mul(*(base**power for base, power in powers.items()))
+    return sp.powsimp(paired.replace(sp.gamma, lambda arg: sp.exp(sp.loggamma(arg))), combine="exp", force=True)

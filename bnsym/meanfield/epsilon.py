@@ -208,7 +208,8 @@ def _solve_w(phi: Activation, batch_size: int, t: np.ndarray, n: int) -> np.ndar
     above = grid[None, :] >= t[:, None]
     last = np.where(above.any(1), len(LOG_W) - 1 - np.argmax(above[:, ::-1], axis=1), 0)
     lo = np.where(above.any(1), LOG_W[last], LOG_W[0] - 30)  # below the grid: H(0) > t >= H(10^-9), w is tiny
-    m_tau_max = float(np.abs(angular_moments(phi, batch_size)(np.linspace(0, 1, 65), [_M_TAU])).max())
+    m_tau = np.abs(angular_moments(phi, batch_size)(np.linspace(0, 1, 65), [_M_TAU]))
+    m_tau_max = float(m_tau[np.isfinite(m_tau)].max())  # degree < 1: m/tau = inf at tau = 0, where w is not large
     beyond = np.log10(np.maximum(2 * m_tau_max * batch_size / np.maximum(t, 1e-300), 10.0 ** LOG_W[-1]))
     hi = np.where(last == len(LOG_W) - 1, beyond, LOG_W[np.minimum(last + 1, len(LOG_W) - 1)])
     hi = np.where(above.any(1), hi, LOG_W[0])
