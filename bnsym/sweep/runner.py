@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from distributed import Client, LocalCluster, as_completed
@@ -28,6 +29,7 @@ class SweepResult:
     records: tuple[dict, ...]
     executed: int
     cached: int
+    set_aside: tuple[str, ...] = ()
 
     @property
     def failures(self) -> list[dict]:
@@ -68,6 +70,9 @@ def execute(task: str, config: Mapping[str, Any]) -> dict:
     start, cpu = time.perf_counter(), time.process_time()
     try:
         result, error = resolve(task)(dict(config)), None
+        if not isinstance(result, dict):
+            raise ValueError(f"the task returned {type(result).__name__}, not a dict")
+        json.dumps(result, allow_nan=False)  # NaN or inf would be written as bare tokens that are not JSON
     except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, the sweep goes on
         result, error = None, "".join(traceback.format_exception_only(exc)).strip()
     return {"result": result, "error": error, "seconds": time.perf_counter() - start,
@@ -109,15 +114,19 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
     store = Store(out)
     pairs = keyed(task, configs)
     show_bar = _show_progress(progress)
-    records = {key: store.done(key) for key, _ in pairs}
+    store.check_writable()  # before any work: results that cannot be saved are lost
+    stamp = version(resolve(task))
+    records = {key: store.done(key, stamp) for key, _ in pairs}
     pending = {key: config for key, config in pairs if records[key] is None}
     if pending and client is None:
         with connect(scheduler) as own:
-            return run(task, configs, out, own, progress=progress)
+            result = run(task, configs, out, own, progress=progress)
+        return replace(result, set_aside=(*store.set_aside, *result.set_aside))
     if pending:
         _compute(task, pending, client, store, records, show_bar)
     ordered = tuple(records[key] for key, _ in pairs)
-    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))
+    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending),
+                       set_aside=tuple(store.set_aside))
 
 
 def _compute(task: str, pending: Mapping[str, dict], client: Client, store: Store, records: dict,
