@@ -109,6 +109,11 @@ def test_sgd_noise_by_enumeration():
         errors = [np.sum((g[list(d)].mean(0) - g.mean(0)) ** 2) for d in draws]
         expected = products.sgd_noise(0.5, 2, variance, None if replacement else 4)
         assert 0.25 * np.mean(errors) == pytest.approx(expected, rel=1e-12)
+    for population in (1, 4):  # the whole population in one batch: the gradient is exact (N = 1 was 0/0)
+        draws = itertools.permutations(range(population), population)
+        errors = [np.sum((g[list(d)].mean(0) - g[:population].mean(0)) ** 2) for d in draws]
+        assert products.sgd_noise(0.5, population, variance, population) == 0
+        assert 0.25 * np.mean(errors) < 1e-28  # rounding of the means
 
 
 def test_alignment_ratio_against_quadrature():
