@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -20,6 +21,7 @@ from .store import Store, config_key, seed_of
 
 SCHEDULER_ENV = "BNSYM_DASK_SCHEDULER"
 MAX_WORKERS = 4096  # local worker processes
+CONNECT_TIMEOUT = 5  # seconds for a scheduler to answer: a handshake on a live one takes milliseconds
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,21 @@ class SweepResult:
         return [{**record["config"], **record["result"]} for record in self.records if record["error"] is None]
 
 
+def _probe(address: str) -> None:
+    """A Dask scheduler sends its handshake as soon as it accepts a connection: for a TCP address, OSError (or
+    TimeoutError) unless some bytes arrive within ``CONNECT_TIMEOUT`` (Dask's own connect waits for ever on a port
+    that accepts but never answers)."""
+    scheme, _, rest = address.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return
+    host, _, port = rest.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"the scheduler address must be tcp://HOST:PORT, got {address!r}")
+    with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT) as probe:
+        if not probe.recv(1):
+            raise OSError("the connection was closed without a handshake")
+
+
 @contextmanager
 def connect(scheduler: str | None = None, n_workers: int | None = None) -> Iterator[Client]:
     """A client of the cluster at ``scheduler`` (or ``$BNSYM_DASK_SCHEDULER``), else of a new LocalCluster.
@@ -53,7 +70,14 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
                          f"{scheduler!r:.80}")
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     if address:
-        with Client(address) as client:
+        try:
+            _probe(address)
+            client = Client(address, timeout=f"{CONNECT_TIMEOUT}s")
+        except (OSError, TimeoutError, ValueError) as error:
+            raise ValueError(f"no Dask scheduler answers at {address} within {CONNECT_TIMEOUT} s "
+                             f"({type(error).__name__}: {str(error)[:120]}); start one there, or leave out "
+                             f"--scheduler and ${SCHEDULER_ENV} for a local cluster") from None
+        with client:
             yield client
         return
     if n_workers is not None:
