@@ -63,6 +63,11 @@ def test_each_batch_is_rescaled_first(scale):
     np.testing.assert_allclose(cross_batch_kernel("relu", d @ sigma @ d, 4), reference, rtol=1e-10, atol=1e-12)
 
 
+def test_node_arrays_too_large_for_memory_are_refused_before_allocation():
+    with pytest.raises(ValueError, match="1024 Gauss-Jacobi nodes per axis at B1 = 32, B2 = 32 need .* GiB"):
+        cross_batch_kernel("relu", np.eye(64), 32, nodes=1024)
+
+
 def test_stacks_and_tensors():
     stack = np.stack([_random_joint(6, 6, seed) for seed in range(3)]).reshape(3, 1, 12, 12)
     one_by_one = np.stack([cross_batch_kernel("relu", m[0], 6, nodes=12) for m in stack])[:, None]

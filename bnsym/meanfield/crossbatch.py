@@ -54,6 +54,7 @@ RTOL = 1e-9  # adaptive rule: nodes per axis double from 8 until two rules agree
 MAX_NODES = 128
 RANK_TOL = 1e-10  # an eigenvalue below this times the mean eigenvalue of its batch's block counts as zero
 _CHUNK_BYTES = 256 * 2**20  # memory budget of one chunk of the stack of inputs
+_MAX_ITEM_BYTES = 2 * 2**30  # the node arrays of a single input: above it one input alone would not fit
 
 
 @cache
@@ -186,6 +187,10 @@ def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scal
     r1 = batch1 - 1
     batch2 = omega.shape[-1] - batch1 + 2
     per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * 4
+    if per_item > _MAX_ITEM_BYTES:
+        raise ValueError(f"{nodes} Gauss-Jacobi nodes per axis at B1 = {batch1}, B2 = {batch2} need "
+                         f"{per_item / 2**30:.1f} GiB for one joint covariance, above {_MAX_ITEM_BYTES // 2**30} GiB "
+                         "(nodes^2 points per entry of the cross block): use fewer nodes or smaller batches")
     size = max(1, _CHUNK_BYTES // per_item)
     ranks = torch.stack([_ranks(omega[:, :r1, :r1], scale), _ranks(omega[:, r1:, r1:], scale)], -1)
     if bool((ranks == 0).any()):
