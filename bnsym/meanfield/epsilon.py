@@ -369,14 +369,14 @@ def forward_eigenvalues_radial(phi: Activation, batch_size: int, eps: float, sig
     """
     t = eps / sigma_w2
     point = fixed_points(phi, batch_size, np.array([eps]), sigma_w2)
-    if point.collapsed[0]:
+    coarse_mu = float(_fixed_points_n(phi, batch_size, np.array([t]), N_RADIAL // 2).mu[0])
+    if point.collapsed[0] or coarse_mu == 0:  # at the threshold the coarser rule may already call it collapsed
         near, far = (_forward_at(phi, batch_size, h * batch_size * t, t, N_RADIAL)
                      for h in (limit_step, 2 * limit_step))
         return {key: Estimate(2 * near[key] - far[key], abs(near[key] - far[key]), "radial") for key in near}
     mu_x = float(point.mu[0])
     fine = _forward_at(phi, batch_size, mu_x, t, N_RADIAL)
-    coarse = _forward_at(phi, batch_size, float(_fixed_points_n(phi, batch_size, np.array([t]), N_RADIAL // 2).mu[0]),
-                         t, N_RADIAL // 2)
+    coarse = _forward_at(phi, batch_size, coarse_mu, t, N_RADIAL // 2)
     return {key: Estimate(fine[key], abs(fine[key] - coarse[key]), "radial") for key in fine}
 
 
