@@ -271,14 +271,17 @@ def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -
 def check_real_tensor(value: object, name: str, min_ndim: int = 0) -> torch.Tensor:
     """``value`` (a torch tensor, or anything :func:`check_real_array` takes) as a finite floating torch tensor with
     at least ``min_ndim`` axes, none of them empty. A floating tensor or numpy array keeps its dtype (float32 stays
-    float32) and a tensor its device; other numbers become float64."""
+    float32) and a tensor its device, except half precision (float16, bfloat16), which becomes float32 (exactly:
+    torch's linear algebra has none); other numbers become float64."""
     if not isinstance(value, torch.Tensor):
         array = check_real_array(value, name, min_ndim)
         given = np.asarray(value)
-        return torch.as_tensor(given if given.dtype.kind == "f" else array)
+        value = torch.as_tensor(given if given.dtype.kind == "f" else array)
     if value.dtype == torch.bool or value.is_complex():
         raise ValueError(f"{name} must hold real numbers, got {value.dtype} entries")
     tensor = value if value.is_floating_point() else value.to(torch.float64)
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        tensor = tensor.to(torch.float32)
     _check_filled(name, tuple(tensor.shape), min_ndim, bool(torch.isfinite(tensor).all()))
     return tensor
 
