@@ -404,8 +404,8 @@ def batch_scales(diagonal: np.ndarray, batch1: int) -> np.ndarray:
 def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, int]:
     """A joint covariance of two batches: (..., B1 + B2, B1 + B2), each matrix symmetric PSD, B1, B2 >= 4.
 
-    ``sigma`` may be a numpy array (or nested list) or a torch tensor; the checks run in float64 on the CPU, each
-    batch rescaled by :func:`batch_scales`, and return it so rescaled, as a numpy array (the caller keeps its own
+    ``sigma`` may be a numpy array (or nested list) or a torch tensor; the checks run in float64 on the CPU, on each
+    batch rescaled by :func:`batch_scales`, and return it (not rescaled) as a numpy array (the caller keeps its own
     tensor). Every stacked matrix must have G_k Sigma_kk G_k
     != 0 for both batches (batch norm divides by the batch's standard deviation).
     """
@@ -431,17 +431,17 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
     if not np.all(np.isfinite(matrix)):
         raise ValueError("Sigma has non-finite entries")
     scales = batch_scales(np.diagonal(matrix, 0, -2, -1), batch1)  # each batch checked at its own scale
-    matrix = matrix * scales[..., :, None] * scales[..., None, :]
-    scale = np.maximum(np.abs(matrix).max((-2, -1)), 1e-300)[..., None, None]
-    if np.any(np.abs(matrix - np.swapaxes(matrix, -1, -2)) > 1e-10 * scale):
+    unit = matrix * scales[..., :, None] * scales[..., None, :]  # eps > 0 is not scale free: only the checks
+    scale = np.maximum(np.abs(unit).max((-2, -1)), 1e-300)[..., None, None]
+    if np.any(np.abs(unit - np.swapaxes(unit, -1, -2)) > 1e-10 * scale):
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
-    smallest = np.linalg.eigvalsh((matrix + np.swapaxes(matrix, -1, -2)) / 2)[..., 0]
+    smallest = np.linalg.eigvalsh((unit + np.swapaxes(unit, -1, -2)) / 2)[..., 0]
     if np.any(smallest < -1e-10 * scale[..., 0, 0]):
         raise ValueError(f"Sigma must be positive semi-definite (a joint covariance of two batches); its smallest "
-                         f"eigenvalue is {smallest.min():.3g}")
-    for lo, hi in ((0, batch1), (batch1, matrix.shape[-1])):
+                         f"eigenvalue, each batch scaled to unit variance, is {smallest.min():.3g}")
+    for lo, hi in ((0, batch1), (batch1, unit.shape[-1])):
         g = np.eye(hi - lo) - 1.0 / (hi - lo)
-        projected = g @ matrix[..., lo:hi, lo:hi] @ g
+        projected = g @ unit[..., lo:hi, lo:hi] @ g
         if np.any(np.abs(projected).max((-2, -1)) <= 1e-12 * scale[..., 0, 0]):
             raise ValueError(f"G Sigma G = 0 for the batch of rows {lo}..{hi - 1}: all its inputs have the same "
                              "pre-activation, so the batch variance is 0 and batch norm divides by zero")
