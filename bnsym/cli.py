@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"bnsym: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # one line, as for errors; a sweep keeps every record saved so far
+        print("bnsym: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:  # a bug: still one line, never a traceback
         print(f"bnsym: error: internal error ({type(error).__name__}: {error}); please report it", file=sys.stderr)
         return 2

@@ -284,24 +284,31 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
                          f"and {targets.shape}")
     noise = check_range(noise, "noise", 0.0, why="a variance")
     n = len(kernel)
-    scale = float(np.mean(np.diag(kernel)))
-    jitter = 0.0
-    while True:
+    scale = float(np.mean(np.abs(np.diag(kernel))))
+    if scale == 0 and noise == 0:
+        raise ValueError("the prior covariance has a zero diagonal and noise = 0: K + noise I is singular; "
+                         "raise `noise`")
+    jitters = [0.0, *(scale * 10.0 ** power for power in range(-10, round(math.log10(MAX_JITTER)) + 1))]
+    for jitter in jitters:
         try:
             factor = cho_factor(kernel + (noise + jitter) * np.eye(n), lower=True)
             break
         except LinAlgError:
-            jitter = 1e-10 * scale if jitter == 0 else 10 * jitter
-            if jitter > MAX_JITTER * scale:
-                raise ValueError(f"the prior covariance is singular beyond a jitter of {MAX_JITTER:g} x its mean "
-                                 f"variance; raise `noise` (now {noise:g})") from None
+            continue
+    else:
+        raise ValueError(f"the prior covariance is singular (or not positive semi-definite) beyond a jitter of "
+                         f"{MAX_JITTER:g} x its mean variance; raise `noise` (now {noise:g})")
     if jitter:
         warnings.warn(f"the prior covariance needed a diagonal jitter of {jitter:.2g} to be factored",
                       KernelConditioningWarning, stacklevel=3)
     targets = targets.reshape(n, -1)
     alpha = cho_solve(factor, targets)
     log_det = 2 * np.log(np.diag(factor[0])).sum()
-    lml = -0.5 * float(np.sum(targets * alpha)) - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
+    with np.errstate(all="ignore"):  # overflow is reported just below
+        fit = float(np.sum(targets * alpha))
+        lml = -0.5 * fit - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
+    check_finite_result(np.append(alpha, lml), "the posterior weights and log marginal likelihood of these targets "
+                        "(centre and scale them: normalise_y=True)")
     return Posterior(factor, alpha, jitter, lml)
 
 
@@ -325,20 +332,24 @@ class _BatchNormNNGP(BaseEstimator):
         return phi
 
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
+        """The prior and posterior of (X, targets); the parameters they used are kept as the fitted ``phi_``,
+        ``depth_``, ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until refit)."""
         phi = self._validate()
         if len(np.unique(X, axis=0)) < 2:
             raise ValueError(f"the BN-NNGP needs at least 2 distinct inputs, got n_samples = {len(X)} with "
                              f"{len(np.unique(X, axis=0))} distinct: batch norm of identical inputs divides by a zero "
                              "batch variance")
+        self.phi_, self.depth_, self.nodes_ = self.phi, _check_depth(self.depth), self.nodes
+        self.batch_size_ = check_batch_size(self.batch_size)
         self.X_train_ = X
-        prior = bn_nngp_prior(phi, X, self.depth, self.batch_size, nodes=self.nodes)
+        prior = bn_nngp_prior(phi, X, self.depth_, self.batch_size_, nodes=self.nodes_)
         self.train_rows_ = prior.train_rows
         self.posterior_ = gp_posterior(prior.train, targets[prior.train_rows], self.noise)
         self.jitter_ = self.posterior_.jitter
         self.log_marginal_likelihood_ = self.posterior_.log_marginal_likelihood
 
     def _predict_latent(self, X: np.ndarray, return_std: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        prior = bn_nngp_prior(self.phi, self.X_train_, self.depth, self.batch_size, X_test=X, nodes=self.nodes)
+        prior = bn_nngp_prior(self.phi_, self.X_train_, self.depth_, self.batch_size_, X_test=X, nodes=self.nodes_)
         mean = prior.cross @ self.posterior_.alpha
         if not return_std:
             return mean, None
@@ -378,8 +389,10 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         X, y = _validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
         self._y_shape = y.shape[1:]
         y = y.reshape(len(y), -1)
-        self._y_mean = y.mean(0) if self.normalise_y else np.zeros(y.shape[1])
-        self._y_scale = y.std(0) if self.normalise_y else np.ones(y.shape[1])
+        normalise = check_flag(self.normalise_y, "normalise_y")
+        magnitude = np.ldexp(1.0, np.frexp(np.abs(y).max(0))[1])  # powers of 2: y / magnitude cannot overflow
+        self._y_mean = (y / magnitude).mean(0) * magnitude if normalise else np.zeros(y.shape[1])
+        self._y_scale = (y / magnitude).std(0) * magnitude if normalise else np.ones(y.shape[1])
         self._y_scale = np.where(self._y_scale > 0, self._y_scale, 1.0)
         self._fit_targets(X, (y - self._y_mean) / self._y_scale)
         return self
@@ -390,10 +403,11 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         X = _validate_data(self, X, reset=False, dtype=float)
         mean, std = self._predict_latent(X, return_std)
         mean = (mean * self._y_scale + self._y_mean).reshape(len(X), *self._y_shape)
+        check_finite_result(mean, "the posterior mean in the targets' units")
         if not return_std:
             return mean
         std = (std[:, None] * self._y_scale).reshape(len(X), *self._y_shape)
-        return mean, std
+        return mean, check_finite_result(std, "the posterior standard deviation in the targets' units")
 
 
 class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):

@@ -174,12 +174,14 @@ def test_sweep_bad_input_is_one_line_on_stderr(capsys, case):
 
 
 def test_sweep_show_prints_the_table_and_writes_the_png(capsys, tmp_path):
-    from bnsym.sweep import Store
+    from bnsym.sweep import Store, config_key
+    from bnsym.sweep.experiments import resolve, version
 
     store = Store(tmp_path)
-    for depth, accuracy in ((5, 0.9), (50, 0.1)):
+    for depth, accuracy in ((5, 0.9), (50, 0.1)):  # records must hash to their keys to be shown
         config = {"depth": depth, "batch_size": 8, "seed": 1}
-        store.save({"key": f"k{depth}", "task": "trainability", "config": config, "error": None, "seconds": 1.0,
+        key = config_key("trainability", config, version(resolve("trainability")))
+        store.save({"key": key, "task": "trainability", "config": config, "error": None, "seconds": 1.0,
                     "result": {"test_accuracy": accuracy, "chance": 0.1}})
     status, out, err = _run(capsys, ["sweep", "show", str(tmp_path)])
     assert status == 0 and err == ""

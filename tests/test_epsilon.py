@@ -94,6 +94,25 @@ def test_rate_tends_to_the_eps_zero_routes():
     assert abs(eigen["G"]) < 1e-8
 
 
+@pytest.mark.parametrize("eps", [1e-30, 1e-300])
+def test_tiny_eps_is_the_eps_zero_fixed_point_below_one_degree(eps):
+    """Degree < 1 never collapses (collapse_eps = inf); a tiny eps once gave w = NaN, reported as collapsed."""
+    assert bnsym.collapse_eps("relu^0.75", 8) == np.inf
+    point, exact = bnsym.fixed_point("relu^0.75", 8, eps=eps), bnsym.fixed_point("relu^0.75", 8)
+    assert not point.collapsed
+    assert abs(point.c - exact.c) <= point.error and abs(point.q - exact.q) <= point.error
+
+
+def test_forward_eigenvalues_at_the_collapse_threshold_are_continuous():
+    """identity, B = 4: eps* = 1 up to rounding, where the coarse rule already collapsed (ZeroDivisionError)."""
+    threshold = bnsym.collapse_eps("identity", 4)
+    below = bnsym.forward_eigenvalues("identity", 4, eps=threshold * (1 - 1e-6))
+    for eps in (1.0, threshold):
+        at = bnsym.forward_eigenvalues("identity", 4, eps=eps, with_error=True)
+        for key, estimate in at.items():
+            assert abs(estimate.value - below[key]) <= estimate.error + 1e-5
+
+
 def test_collapsed_rates_have_their_closed_forms():
     """Past the collapse BN is linear: tanh(gamma z) gives gamma^2 sigma_w^2 / eps; relu gives
     sigma_w^2 ((B-1)/2 + P(x_1 > 0, x_2 > 0)) / (B eps), the orthant probability 1/4 + arcsin(rho)/(2 pi)."""

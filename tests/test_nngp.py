@@ -92,6 +92,35 @@ def test_jitter_is_added_and_reported():
     assert posterior.jitter > 0 and any(issubclass(w.category, KernelConditioningWarning) for w in caught)
 
 
+@pytest.mark.parametrize("kernel", [np.zeros((4, 4)), np.diag([1.0, -1.0])])
+def test_a_singular_kernel_is_refused_not_looped_on(kernel):
+    """A zero mean diagonal once made the jitter 0 x 10^k for ever."""
+    with pytest.raises(ValueError, match="singular|zero diagonal"):
+        gp_posterior(kernel, np.ones(len(kernel)), 0.0)
+
+
+@pytest.mark.parametrize("params", [{"batch_size": 8}, {"phi": "identity"}, {"depth": 3}])
+def test_parameters_set_after_fit_change_nothing_until_the_next_fit(data, params):
+    X, y = data
+    model = BatchNormNNGPRegressor(batch_size=4).fit(X, y)
+    before = model.predict(X[:6])
+    np.testing.assert_array_equal(model.set_params(**params).predict(X[:6]), before)
+    np.testing.assert_allclose(model.fit(X, y).predict(X[:6]), BatchNormNNGPRegressor(
+        **{"batch_size": 4, **params}).fit(X, y).predict(X[:6]), rtol=1e-10)
+
+
+def test_huge_targets_are_normalised_without_overflow(data):
+    """normalise_y divides by a power of 2 before the standard deviation, so 1e200 y does not give NaN."""
+    X, y = data
+    model = BatchNormNNGPRegressor(batch_size=4, depth=1)
+    mean, std = model.fit(X, y).predict(X[:6], return_std=True)
+    big_mean, big_std = model.fit(X, 1e200 * y).predict(X[:6], return_std=True)
+    np.testing.assert_allclose(big_mean / 1e200, mean, rtol=1e-9)
+    np.testing.assert_allclose(big_std / 1e200, std, rtol=1e-9)
+    with pytest.raises(ValueError, match="normalise_y=True"):
+        BatchNormNNGPRegressor(batch_size=4, depth=1, normalise_y=False).fit(X, 1e200 * y)
+
+
 @pytest.mark.parametrize("params, match", [
     ({"phi": "tanh"}, "positive-homogeneous"),
     ({"depth": 0}, "depth"),

@@ -818,3 +818,30 @@ def test_the_suite_tries_hostile_and_valid_inputs():
     outcomes = [_outcome(bnsym.fixed_point, phi, 8) is None for phi in ("relu", "swosh", "tanh(1e308)", "tanh")]
     assert outcomes == [False, True, True, False]
     assert math.isfinite(bnsym.gradient_rate("relu", MAX_BATCH_SIZE))
+
+
+@SLOW
+@given(log_scales=st.tuples(st.floats(-300, 300), st.floats(-300, 300)), seed=st.integers(0, 2**16))
+def test_the_cross_batch_kernel_is_blind_to_each_batch_scale(log_scales, seed):
+    """BN at eps = 0: Sigma -> D Sigma D, D = diag(s1 I, s2 I), changes nothing after the layer, whatever s1, s2."""
+    a = np.random.default_rng(seed).standard_normal((8, 10))
+    sigma = a @ a.T / 10
+    d = np.repeat(10.0 ** (np.array(log_scales) / 2), 4)
+    reference = bnsym.cross_batch_kernel("relu", sigma, 4, nodes=24)
+    scaled = bnsym.cross_batch_kernel("relu", d[:, None] * sigma * d[None, :], 4, nodes=24)
+    np.testing.assert_allclose(scaled, reference, rtol=1e-9, atol=1e-11)
+
+
+@SLOW
+@given(log_scale=st.floats(-300, 300), params=st.sampled_from([{"batch_size": 8}, {"phi": "identity"},
+                                                                 {"depth": 2}, {"nodes": 8}]))
+def test_bn_nngp_regressor_is_equivariant_in_the_targets_and_keeps_its_fit(log_scale, params):
+    """Predictions scale with the targets (normalise_y) and set_params after fit changes nothing until refit."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((8, 3)), rng.standard_normal(8)
+    model = BatchNormNNGPRegressor(depth=1, batch_size=4)
+    mean = model.fit(X, y).predict(X[:4])
+    scale = 10.0**log_scale
+    scaled = model.fit(X, scale * y).predict(X[:4])
+    np.testing.assert_allclose(scaled / scale, mean, rtol=1e-8, atol=1e-12)
+    np.testing.assert_array_equal(model.set_params(**params).predict(X[:4]), scaled)

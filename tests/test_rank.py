@@ -169,3 +169,15 @@ def test_correlations_are_scale_free_where_their_inputs_overflow():
     plain = rank.last_layer_gradient_cosines(x, errors)
     for key in ("frobenius", "row0"):
         torch.testing.assert_close(huge[key], plain[key])
+
+
+def test_half_precision_is_computed_in_float32():
+    """float16 and bfloat16 features and factors once raised torch's NotImplementedError or RuntimeError (no half
+    linear algebra); float32 holds them exactly, so the answers are float32's."""
+    h = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
+    for dtype in (torch.float16, torch.bfloat16):
+        low = h.to(dtype)
+        assert rank.numerical_rank(low) == rank.numerical_rank(low.float())
+        assert rank.rank_lower_bound(low) == rank.rank_lower_bound(low.float())
+        factors = torch.eye(3, dtype=dtype).expand(2, 3, 3) + 0.1 * low[:, :3].to(dtype)
+        assert torch.equal(products.log_condition_number(factors), products.log_condition_number(factors.float()))

@@ -152,3 +152,22 @@ def test_cli_json_is_strict_for_a_large_power(capsys):
         json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in JSON output"))
     else:
         assert len(err.splitlines()) == 1 and err.startswith("bnsym: error:")
+
+
+def test_cli_an_interrupt_is_one_line(capsys, monkeypatch):
+    """Ctrl-C during a sweep printed a 22-line traceback; now one line and exit status 130 (128 + SIGINT)."""
+    import bnsym.cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bnsym.cli, "run_sweep_command", interrupted)
+    status = main(["sweep", "show", "anywhere"])
+    assert (status, capsys.readouterr().err) == (130, "bnsym: interrupted\n")
+
+
+def test_cli_identity_at_its_collapse_threshold(capsys):
+    """identity, B = 4, eps = 1 (its collapse threshold) ended in an internal ZeroDivisionError."""
+    status, out, err = _cli(capsys, "--phi", "identity", "-B", "4", "--eps", "1", "--json")
+    assert status == 0, err
+    assert all(np.isfinite(value) for value in json.loads(out)["forward_eigenvalues"].values())

@@ -6,8 +6,10 @@ The cells are trainability runs of tiny networks (width 8, a few layers, one epo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +18,9 @@ import time
 import pytest
 
 from bnsym import sweep
+from bnsym.cli import main
+from bnsym.sweep.runner import CONNECT_TIMEOUT
+from bnsym.sweep.store import Store
 from bnsym.train.trainability import grid
 
 TINY = {"width": 8, "epochs": 1, "n_seeds": 1}
@@ -129,3 +134,94 @@ def test_bad_sweeps_fail_before_anything_runs(tmp_path, task, configs, message):
     with pytest.raises(ValueError, match=message):
         sweep.run(task, configs, tmp_path)
     assert not tmp_path.joinpath("x").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_corrupt_records_are_reported_moved_aside_and_recomputed(two_worker_run, client, tmp_path):
+    """Empty, truncated, non-record and misfiled records (another configuration's record under this key, which once
+    made the table show one cell twice) are each named by path, moved aside and computed again."""
+    source, first = two_worker_run
+    paths = sorted(source.glob("*.json"))
+    for path in paths:
+        tmp_path.joinpath(path.name).write_text(path.read_text())
+    stored = sorted(tmp_path.glob("*.json"))
+    stored[0].write_text("")
+    stored[1].write_text(stored[1].read_text()[:40])
+    stored[2].write_text(json.dumps([1, 2]))
+    stored[3].write_text(paths[0].read_text())
+    result = sweep.run("trainability", CONFIGS, tmp_path, client=client)
+    assert (result.executed, result.cached) == (4, 0)
+    assert sorted(line.split(":")[0] for line in result.set_aside) == [f"corrupt sweep record {p}" for p in stored]
+    assert len(list(tmp_path.glob("*.corrupt-*"))) == 4
+    assert [record["result"] for record in result.records] == [record["result"] for record in first.records]
+
+
+def test_saves_are_atomic_and_never_follow_a_planted_symlink(tmp_path):
+    """Two writers and a reader of one record: every read is a whole record; a symlink planted at the old
+    predictable temporary name (or at the record itself) never has its target overwritten."""
+    store = Store(tmp_path)
+    key = sweep.config_key("t", {"x": 1})
+    target = tmp_path / "target.txt"
+    target.write_text("precious")
+    tmp_path.joinpath(f".{key}.tmp.json").symlink_to(target)
+    errors, reads, stop = [], [], time.monotonic() + 0.5
+
+    def write(label):
+        while time.monotonic() < stop:
+            try:
+                store.save({"key": key, "task": "t", "config": {"x": 1}, "result": {"by": label}, "error": None})
+            except Exception as error:  # noqa: BLE001 - collected for the assertion
+                errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(label,)) for label in "ab"]
+    for writer in writers:
+        writer.start()
+    while time.monotonic() < stop:
+        if store.path(key).exists():
+            reads.append(json.loads(store.path(key).read_text())["result"]["by"])
+    for writer in writers:
+        writer.join()
+    assert errors == [] and reads and set(reads) <= {"a", "b"}
+    assert store.done(key) is not None and store.set_aside == []
+    store.path(key).unlink()
+    store.path(key).symlink_to(target)
+    store.save({"key": key, "task": "t", "config": {"x": 1}, "result": {}, "error": None})
+    assert target.read_text() == "precious" and not store.path(key).is_symlink()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([f".{key}.tmp.json", f"{key}.json",
+                                                                        "target.txt"])
+
+
+def test_show_skips_what_is_not_a_record_and_names_it(two_worker_run, tmp_path, capsys):
+    source, _ = two_worker_run
+    for path in source.glob("*.json"):
+        tmp_path.joinpath(path.name).write_text(path.read_text())
+    tmp_path.joinpath("notes.json").write_text('{"comment": "not a record"}')
+    tmp_path.joinpath(".0123abcd.tmp.json").write_text('{"key": "0123')  # a save killed half-way (old name)
+    assert main(["sweep", "show", str(tmp_path), "--png", str(tmp_path / "map.png")]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {tmp_path / 'notes.json'}: not a sweep record" in out and "depth" in out
+    assert main(["sweep", "show", str(tmp_path), "--png", str(tmp_path / "no" / "map.png")]) == 2
+    assert f"bnsym: error: the heat map cannot be written to {tmp_path / 'no' / 'map.png'}" in capsys.readouterr().err
+
+
+def test_an_unwritable_out_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=f"out {blocker / 'sub'} is not a writable directory"):
+        sweep.run("trainability", CONFIGS, blocker / "sub")
+    assert time.monotonic() - start < 5
+
+
+def test_a_scheduler_that_does_not_answer_fails_fast_naming_the_address(client):
+    """A port that accepts but never answers once hung past 75 s; a closed one took 33 s and an internal error."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        for address in (f"tcp://127.0.0.1:{silent.getsockname()[1]}", "tcp://127.0.0.1:9"):
+            start = time.monotonic()
+            with pytest.raises(ValueError, match=f"no Dask scheduler answers at {address}"):
+                with sweep.connect(address):
+                    pass
+            assert time.monotonic() - start < 2 * CONNECT_TIMEOUT
+    with sweep.connect(client.scheduler.address) as live:  # a live scheduler passes the probe
+        assert live.run(os.getpid)

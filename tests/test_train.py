@@ -64,6 +64,9 @@ def test_line_agreement_and_best_factor():
     ({"depth": 2, "batch_size": 8, "phi": "swosh"}, "unknown activation"),
     ({"depth": 2, "batch_size": 8, "eps": -1}, "eps"),
     ({"depth": 2, "batch_size": 8, "lr_per_example": 0}, "lr"),
+    ({"depth": 2, "batch_size": 2000}, "batch_size = 2000 examples per step, more than the .* training examples"),
+    ({"depth": 2, "batch_size": 8, "ghost_batch": -8}, "ghost_batch"),
+    ({"depth": 2, "batch_size": 8, "ghost_batch": 4000}, "ghost_batch = 4000 examples per step, more than the"),
 ])
 def test_bad_configurations_name_the_argument(config, message):
     with pytest.raises(ValueError, match=message):

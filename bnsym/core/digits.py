@@ -52,6 +52,11 @@ def _split() -> tuple[np.ndarray, ...]:
     return (x_train - mean) / std, y_train, (x_test - mean) / std, y_test
 
 
+def n_train() -> int:
+    """The number of training images of the split (1437): the most examples one step can take."""
+    return len(_split()[1])
+
+
 def digits(dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> Digits:
     """The standardised digits split (the same in every process: the split's seed is fixed)."""
     x_train, y_train, x_test, y_test = _split()

@@ -271,14 +271,17 @@ def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -
 def check_real_tensor(value: object, name: str, min_ndim: int = 0) -> torch.Tensor:
     """``value`` (a torch tensor, or anything :func:`check_real_array` takes) as a finite floating torch tensor with
     at least ``min_ndim`` axes, none of them empty. A floating tensor or numpy array keeps its dtype (float32 stays
-    float32) and a tensor its device; other numbers become float64."""
+    float32) and a tensor its device, except half precision (float16, bfloat16), which becomes float32 (exactly:
+    torch's linear algebra has none); other numbers become float64."""
     if not isinstance(value, torch.Tensor):
         array = check_real_array(value, name, min_ndim)
         given = np.asarray(value)
-        return torch.as_tensor(given if given.dtype.kind == "f" else array)
+        value = torch.as_tensor(given if given.dtype.kind == "f" else array)
     if value.dtype == torch.bool or value.is_complex():
         raise ValueError(f"{name} must hold real numbers, got {value.dtype} entries")
     tensor = value if value.is_floating_point() else value.to(torch.float64)
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        tensor = tensor.to(torch.float32)
     _check_filled(name, tuple(tensor.shape), min_ndim, bool(torch.isfinite(tensor).all()))
     return tensor
 
@@ -387,11 +390,23 @@ def check_covariance(sigma: object, batch_norm: bool = True) -> np.ndarray:
     return unit * scale
 
 
+def batch_scales(diagonal: np.ndarray, batch1: int) -> np.ndarray:
+    """Powers of 2, one per row of a joint covariance (..., B1 + B2) given its ``diagonal``, that bring each batch's
+    largest variance into [1/4, 1): batch norm at eps = 0 is blind to each batch's scale (Sigma -> D Sigma D with
+    D = diag(s1 I, s2 I) changes nothing after the layer), and powers of 2 rescale without rounding."""
+    scales = np.ones(diagonal.shape)
+    for lo, hi in ((0, batch1), (batch1, diagonal.shape[-1])):
+        exponent = np.frexp(np.abs(diagonal[..., lo:hi]).max(-1))[1]
+        scales[..., lo:hi] = np.ldexp(1.0, -(exponent // 2))[..., None]
+    return scales
+
+
 def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, int]:
     """A joint covariance of two batches: (..., B1 + B2, B1 + B2), each matrix symmetric PSD, B1, B2 >= 4.
 
-    ``sigma`` may be a numpy array (or nested list) or a torch tensor; the checks run in float64 on the CPU and
-    return it as a numpy array (the caller keeps its own tensor). Every stacked matrix must have G_k Sigma_kk G_k
+    ``sigma`` may be a numpy array (or nested list) or a torch tensor; the checks run in float64 on the CPU, on each
+    batch rescaled by :func:`batch_scales`, and return it (not rescaled) as a numpy array (the caller keeps its own
+    tensor). Every stacked matrix must have G_k Sigma_kk G_k
     != 0 for both batches (batch norm divides by the batch's standard deviation).
     """
     try:
@@ -415,16 +430,18 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
                              f"{WHY_MIN_BATCH}")
     if not np.all(np.isfinite(matrix)):
         raise ValueError("Sigma has non-finite entries")
-    scale = np.maximum(np.abs(matrix).max((-2, -1)), 1e-300)[..., None, None]
-    if np.any(np.abs(matrix - np.swapaxes(matrix, -1, -2)) > 1e-10 * scale):
+    scales = batch_scales(np.diagonal(matrix, 0, -2, -1), batch1)  # each batch checked at its own scale
+    unit = matrix * scales[..., :, None] * scales[..., None, :]  # eps > 0 is not scale free: only the checks
+    scale = np.maximum(np.abs(unit).max((-2, -1)), 1e-300)[..., None, None]
+    if np.any(np.abs(unit - np.swapaxes(unit, -1, -2)) > 1e-10 * scale):
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
-    smallest = np.linalg.eigvalsh((matrix + np.swapaxes(matrix, -1, -2)) / 2)[..., 0]
+    smallest = np.linalg.eigvalsh((unit + np.swapaxes(unit, -1, -2)) / 2)[..., 0]
     if np.any(smallest < -1e-10 * scale[..., 0, 0]):
         raise ValueError(f"Sigma must be positive semi-definite (a joint covariance of two batches); its smallest "
-                         f"eigenvalue is {smallest.min():.3g}")
-    for lo, hi in ((0, batch1), (batch1, matrix.shape[-1])):
+                         f"eigenvalue, each batch scaled to unit variance, is {smallest.min():.3g}")
+    for lo, hi in ((0, batch1), (batch1, unit.shape[-1])):
         g = np.eye(hi - lo) - 1.0 / (hi - lo)
-        projected = g @ matrix[..., lo:hi, lo:hi] @ g
+        projected = g @ unit[..., lo:hi, lo:hi] @ g
         if np.any(np.abs(projected).max((-2, -1)) <= 1e-12 * scale[..., 0, 0]):
             raise ValueError(f"G Sigma G = 0 for the batch of rows {lo}..{hi - 1}: all its inputs have the same "
                              "pre-activation, so the batch variance is 0 and batch norm divides by zero")

@@ -44,6 +44,7 @@ from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.quadrature import gauss_jacobi
 from ..core.symbols import B, alpha, c, mu_star, t
+from ..core.validation import batch_scales
 from .forward import derive_bsb1_constant, fixed_point_closed_form, fixed_point_spherical
 from .kernels import arccos_kernel_symbolic, c_alpha, derive_arccos_kernel, phi_kernel
 from .laplace import euler_beta
@@ -53,6 +54,7 @@ RTOL = 1e-9  # adaptive rule: nodes per axis double from 8 until two rules agree
 MAX_NODES = 128
 RANK_TOL = 1e-10  # an eigenvalue below this times the mean eigenvalue of its batch's block counts as zero
 _CHUNK_BYTES = 256 * 2**20  # memory budget of one chunk of the stack of inputs
+_MAX_ITEM_BYTES = 2 * 2**30  # the node arrays of a single input: above it one input alone would not fit
 
 
 @cache
@@ -185,6 +187,10 @@ def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scal
     r1 = batch1 - 1
     batch2 = omega.shape[-1] - batch1 + 2
     per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * 4
+    if per_item > _MAX_ITEM_BYTES:
+        raise ValueError(f"{nodes} Gauss-Jacobi nodes per axis at B1 = {batch1}, B2 = {batch2} need "
+                         f"{per_item / 2**30:.1f} GiB for one joint covariance, above {_MAX_ITEM_BYTES // 2**30} GiB "
+                         "(nodes^2 points per entry of the cross block): use fewer nodes or smaller batches")
     size = max(1, _CHUNK_BYTES // per_item)
     ranks = torch.stack([_ranks(omega[:, :r1, :r1], scale), _ranks(omega[:, r1:, r1:], scale)], -1)
     if bool((ranks == 0).any()):
@@ -217,6 +223,8 @@ def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor
     tensor, was_numpy = _as_tensor(sigma)
     batch = tensor.shape[-1]
     flat = tensor.reshape(-1, batch, batch)
+    scales = torch.as_tensor(batch_scales(flat.diagonal(0, -2, -1).cpu().numpy(), batch1), device=flat.device)
+    flat = flat * scales[:, :, None] * scales[:, None, :]  # each batch at unit scale: BN (eps = 0) is blind to it
     shape = (*tensor.shape[:-2], batch1, batch - batch1) if blocks == "cross" else tensor.shape
 
     def solve(n: int) -> torch.Tensor:
@@ -389,5 +397,19 @@ def cross_rate_spherical(phi: Activation, batch_size: int) -> Estimate:
 
 
 def _log_gamma(expr: sp.Expr) -> sp.Expr:
-    """Gamma(x) -> exp(log Gamma(x)), exponents combined, so Gamma ratios do not overflow at large B."""
-    return sp.powsimp(expr.replace(sp.gamma, lambda arg: sp.exp(sp.loggamma(arg))), combine="exp", force=True)
+    """Gamma ratios Gamma(x + m)^p / Gamma(x)^p whose shift m does not grow with B -> RisingFactorial(x, m)^p
+    (SciPy's ``poch``, accurate to rounding at any B, where exp(log Gamma(x + m) - log Gamma(x)) loses log Gamma's
+    size, B log B x 1e-16, and so 1 - lambda_x^2 at large B); any other Gamma(x) -> exp(log Gamma(x)), exponents
+    combined, so that nothing overflows at large B."""
+    factors = sp.Mul.make_args(expr)
+    powers = sp.Mul(*factors).as_powers_dict()
+    gammas = [base for base in powers if isinstance(base, sp.gamma)]
+    for top in gammas:
+        for bottom in gammas:
+            shift = sp.simplify(top.args[0] - bottom.args[0])
+            if powers[top] != 0 and powers[top] == -powers[bottom] and not shift.has(B) and shift != 0:
+                powers[bottom], power = 0, powers[top]
+                powers[top] = 0
+                powers[sp.RisingFactorial(bottom.args[0], shift)] = power
+    paired = sp.Mul(*(base**power for base, power in powers.items()))
+    return sp.powsimp(paired.replace(sp.gamma, lambda arg: sp.exp(sp.loggamma(arg))), combine="exp", force=True)

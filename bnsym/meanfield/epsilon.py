@@ -208,7 +208,8 @@ def _solve_w(phi: Activation, batch_size: int, t: np.ndarray, n: int) -> np.ndar
     above = grid[None, :] >= t[:, None]
     last = np.where(above.any(1), len(LOG_W) - 1 - np.argmax(above[:, ::-1], axis=1), 0)
     lo = np.where(above.any(1), LOG_W[last], LOG_W[0] - 30)  # below the grid: H(0) > t >= H(10^-9), w is tiny
-    m_tau_max = float(np.abs(angular_moments(phi, batch_size)(np.linspace(0, 1, 65), [_M_TAU])).max())
+    m_tau = np.abs(angular_moments(phi, batch_size)(np.linspace(0, 1, 65), [_M_TAU]))
+    m_tau_max = float(m_tau[np.isfinite(m_tau)].max())  # degree < 1: m/tau = inf at tau = 0, where w is not large
     beyond = np.log10(np.maximum(2 * m_tau_max * batch_size / np.maximum(t, 1e-300), 10.0 ** LOG_W[-1]))
     hi = np.where(last == len(LOG_W) - 1, beyond, LOG_W[np.minimum(last + 1, len(LOG_W) - 1)])
     hi = np.where(above.any(1), hi, LOG_W[0])
@@ -368,14 +369,14 @@ def forward_eigenvalues_radial(phi: Activation, batch_size: int, eps: float, sig
     """
     t = eps / sigma_w2
     point = fixed_points(phi, batch_size, np.array([eps]), sigma_w2)
-    if point.collapsed[0]:
+    coarse_mu = float(_fixed_points_n(phi, batch_size, np.array([t]), N_RADIAL // 2).mu[0])
+    if point.collapsed[0] or coarse_mu == 0:  # at the threshold the coarser rule may already call it collapsed
         near, far = (_forward_at(phi, batch_size, h * batch_size * t, t, N_RADIAL)
                      for h in (limit_step, 2 * limit_step))
         return {key: Estimate(2 * near[key] - far[key], abs(near[key] - far[key]), "radial") for key in near}
     mu_x = float(point.mu[0])
     fine = _forward_at(phi, batch_size, mu_x, t, N_RADIAL)
-    coarse = _forward_at(phi, batch_size, float(_fixed_points_n(phi, batch_size, np.array([t]), N_RADIAL // 2).mu[0]),
-                         t, N_RADIAL // 2)
+    coarse = _forward_at(phi, batch_size, coarse_mu, t, N_RADIAL // 2)
     return {key: Estimate(fine[key], abs(fine[key] - coarse[key]), "radial") for key in fine}
 
 

@@ -74,8 +74,9 @@ def sgd_noise(lr: float, batch: int, variance: float, population: int | None = N
         if not batch <= population:
             raise ValueError(f"a batch drawn without replacement has at most N = {population} examples, got "
                              f"batch n = {batch}")
-        noise = float(d["without_replacement"].subs({alpha_lr: lr, v: variance, n_batch: batch,
-                                                     N_width: population}))
+        # n = N: the batch is the population and the gradient exact (at N = 1 the factor (N - n)/(N - 1) is 0/0)
+        noise = 0.0 if batch == population else float(d["without_replacement"].subs(
+            {alpha_lr: lr, v: variance, n_batch: batch, N_width: population}))
     return check_finite_result(noise, f"the SGD noise lr^2 V / n for lr = {lr:g}, variance V = {variance:g}")
 
 

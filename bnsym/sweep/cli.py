@@ -58,11 +58,13 @@ def add_sweep_parser(commands: argparse._SubParsersAction, parser_class: type) -
 
 def run_sweep_command(args: argparse.Namespace) -> str:
     """Run the parsed ``sweep`` command; the text to print. ValueError on bad input."""
-    from .experiments import shower
+    from .experiments import resolve, shower, version
     from .store import Store
 
     if args.sweep_command == "show":
-        return _show(Store(args.directory).records(), Path(args.png or Path(args.directory) / SHOW_PNG), shower)
+        store = Store(args.directory)
+        records = store.records(lambda task: version(resolve(task)))
+        return "\n".join([*store.set_aside, _show(records, Path(args.png or Path(args.directory) / SHOW_PNG), shower)])
     from ..train.trainability import grid
     from .runner import run
 
@@ -73,7 +75,7 @@ def run_sweep_command(args: argparse.Namespace) -> str:
     result = run("trainability", configs, args.out, scheduler=args.scheduler)
     summary = f"{len(result.records)} cells: {result.executed} run, {result.cached} from the cache, " \
               f"{len(result.failures)} failed; results in {args.out}"
-    failures = [f"failed: {record['config']}: {record['error']}" for record in result.failures]
+    failures = [*result.set_aside, *(f"failed: {record['config']}: {record['error']}" for record in result.failures)]
     done = [record for record in result.records if record["error"] is None]
     png = Path(args.out) / SHOW_PNG
     return "\n".join([summary, *failures, *([_show(done, png, shower)] if done else [])])
@@ -88,4 +90,8 @@ def _show(records: list[dict], png: Path, shower) -> str:
     show = shower(tasks[0])
     if show is None:
         raise ValueError(f"task {tasks[0]!r} has no show function (register one in bnsym.sweep.EXPERIMENTS)")
-    return f"{show(records, png)}\nheat map: {png}"
+    try:
+        shown = show(records, png)
+    except OSError as error:
+        raise ValueError(f"the heat map cannot be written to {png}: {error.strerror or error}") from None
+    return f"{shown}\nheat map: {png}"

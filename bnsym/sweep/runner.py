@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from distributed import Client, LocalCluster, as_completed
@@ -19,6 +21,7 @@ from .store import Store, config_key, seed_of
 
 SCHEDULER_ENV = "BNSYM_DASK_SCHEDULER"
 MAX_WORKERS = 4096  # local worker processes
+CONNECT_TIMEOUT = 5  # seconds for a scheduler to answer: a handshake on a live one takes milliseconds
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class SweepResult:
     records: tuple[dict, ...]
     executed: int
     cached: int
+    set_aside: tuple[str, ...] = ()
 
     @property
     def failures(self) -> list[dict]:
@@ -37,6 +41,21 @@ class SweepResult:
     def rows(self) -> list[dict]:
         """Configuration and result merged into one dict per successful record."""
         return [{**record["config"], **record["result"]} for record in self.records if record["error"] is None]
+
+
+def _probe(address: str) -> None:
+    """A Dask scheduler sends its handshake as soon as it accepts a connection: for a TCP address, OSError (or
+    TimeoutError) unless some bytes arrive within ``CONNECT_TIMEOUT`` (Dask's own connect waits for ever on a port
+    that accepts but never answers)."""
+    scheme, _, rest = address.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return
+    host, _, port = rest.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"the scheduler address must be tcp://HOST:PORT, got {address!r}")
+    with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT) as probe:
+        if not probe.recv(1):
+            raise OSError("the connection was closed without a handshake")
 
 
 @contextmanager
@@ -51,7 +70,14 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
                          f"{scheduler!r:.80}")
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     if address:
-        with Client(address) as client:
+        try:
+            _probe(address)
+            client = Client(address, timeout=f"{CONNECT_TIMEOUT}s")
+        except (OSError, TimeoutError, ValueError) as error:
+            raise ValueError(f"no Dask scheduler answers at {address} within {CONNECT_TIMEOUT} s "
+                             f"({type(error).__name__}: {str(error)[:120]}); start one there, or leave out "
+                             f"--scheduler and ${SCHEDULER_ENV} for a local cluster") from None
+        with client:
             yield client
         return
     if n_workers is not None:
@@ -68,6 +94,9 @@ def execute(task: str, config: Mapping[str, Any]) -> dict:
     start, cpu = time.perf_counter(), time.process_time()
     try:
         result, error = resolve(task)(dict(config)), None
+        if not isinstance(result, dict):
+            raise ValueError(f"the task returned {type(result).__name__}, not a dict")
+        json.dumps(result, allow_nan=False)  # NaN or inf would be written as bare tokens that are not JSON
     except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, the sweep goes on
         result, error = None, "".join(traceback.format_exception_only(exc)).strip()
     return {"result": result, "error": error, "seconds": time.perf_counter() - start,
@@ -109,15 +138,19 @@ def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
     store = Store(out)
     pairs = keyed(task, configs)
     show_bar = _show_progress(progress)
-    records = {key: store.done(key) for key, _ in pairs}
+    store.check_writable()  # before any work: results that cannot be saved are lost
+    stamp = version(resolve(task))
+    records = {key: store.done(key, stamp) for key, _ in pairs}
     pending = {key: config for key, config in pairs if records[key] is None}
     if pending and client is None:
         with connect(scheduler) as own:
-            return run(task, configs, out, own, progress=progress)
+            result = run(task, configs, out, own, progress=progress)
+        return replace(result, set_aside=(*store.set_aside, *result.set_aside))
     if pending:
         _compute(task, pending, client, store, records, show_bar)
     ordered = tuple(records[key] for key, _ in pairs)
-    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending))
+    return SweepResult(ordered, executed=len(pending), cached=len(pairs) - len(pending),
+                       set_aside=tuple(store.set_aside))
 
 
 def _compute(task: str, pending: Mapping[str, dict], client: Client, store: Store, records: dict,

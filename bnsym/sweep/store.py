@@ -3,6 +3,12 @@
 A record is ``{"key", "task", "config", "result", "error", "seconds", "cpu_seconds"}``: ``result`` is what the task
 returned (JSON-ready), ``error`` is None or the failure's text. A rerun skips every configuration that has a record
 without an error, so an interrupted sweep resumes where it stopped; failed ones are tried again.
+
+A record is trusted only if it is checked against the key it is stored under (:func:`check_record`): a file that is
+not JSON, lacks a field, or holds another configuration's record is *corrupt*; a sweep reports it by its path, moves
+it aside (``<key>.json.corrupt-<random>``) and computes its configuration again. Records are written to a temporary
+file of an unpredictable name, created exclusively (never through a planted symlink), and renamed over the record:
+a reader sees the old record or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -11,8 +17,11 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
+
+FIELDS = ("key", "task", "config", "result", "error")
 
 
 def config_key(task: str, config: Mapping[str, Any], version: str = "") -> str:
@@ -35,8 +44,34 @@ def seed_of(key: str) -> int:
     return int(key[:8], 16)
 
 
+def check_record(record: object, key: str, version: str) -> str | None:
+    """Why ``record`` (parsed JSON) is not the record of ``key`` for a task of ``version``, or None if it is: a dict
+    with the fields, whose key is ``key`` and whose task and configuration hash to it (the configuration as given,
+    or without the ``"seed"`` the sweep adds), a dict result where it has no error."""
+    if not isinstance(record, dict) or any(field not in record for field in FIELDS):
+        return f"not a sweep record (a JSON object with the fields {', '.join(FIELDS)})"
+    if record["key"] != key:
+        return f"it holds the record of key {str(record['key'])[:40]!r}, not of {key!r}"
+    config, task = record["config"], record["task"]
+    if not (isinstance(task, str) and isinstance(config, dict)):
+        return "its task is not a name or its config not a dict"
+    unseeded = {name: value for name, value in config.items() if name != "seed"}
+    try:
+        keys = {config_key(task, config, version), config_key(task, unseeded, version)}
+    except ValueError as error:
+        return str(error)
+    if key not in keys:
+        return "its task and config do not hash to the key it is stored under"
+    if record["error"] is None and not isinstance(record["result"], dict):
+        return "it has no error but its result is not a dict"
+    if record["error"] is not None and not isinstance(record["error"], str):
+        return "its error is not a text"
+    return None
+
+
 class Store:
-    """The records of a sweep directory: ``<directory>/<key>.json``."""
+    """The records of a sweep directory: ``<directory>/<key>.json``. ``set_aside`` lists one line per corrupt
+    record met (its path, why, and where it was moved)."""
 
     def __init__(self, directory: str | os.PathLike) -> None:
         if not isinstance(directory, (str, os.PathLike)):
@@ -44,27 +79,88 @@ class Store:
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"out must be a directory, but {self.directory} is a file")
+        self.set_aside: list[str] = []
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
-    def done(self, key: str) -> dict | None:
-        """The record of ``key`` if it exists and holds a result (no error), else None."""
+    def check_writable(self) -> None:
+        """Create the directory and a file in it (removed again), before any work: ValueError if it cannot be."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(prefix=".probe-", suffix=".tmp", dir=self.directory)
+            os.close(handle)
+            os.unlink(name)
+        except OSError as error:
+            raise ValueError(f"out {self.directory} is not a writable directory ({error.strerror or error}): the "
+                             "results could not be saved") from None
+
+    def _read(self, path: Path, version: str) -> tuple[dict | None, str | None]:
+        """(record, None) or (None, why it is corrupt)."""
+        try:
+            if path.is_symlink() or not path.is_file():
+                return None, "not a regular file"
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            return None, f"unreadable ({type(error).__name__}: {str(error)[:80]})"
+        why = check_record(record, path.stem, version)
+        return (None, why) if why else (record, None)
+
+    def _move_aside(self, path: Path, why: str) -> None:
+        """Rename a corrupt record to a fresh ``<name>.corrupt-<random>`` and note it in ``set_aside``."""
+        handle, aside = tempfile.mkstemp(prefix=f"{path.name}.corrupt-", dir=self.directory)
+        os.close(handle)
+        try:
+            os.replace(path, aside)
+        except OSError as error:
+            os.unlink(aside)
+            raise ValueError(f"corrupt sweep record {path} ({why}) cannot be moved aside: {error}") from None
+        self.set_aside.append(f"corrupt sweep record {path}: {why}; moved to {aside}, computed again")
+
+    def done(self, key: str, version: str = "") -> dict | None:
+        """The record of ``key`` if it exists, is intact and holds a result (no error), else None; a corrupt one is
+        moved aside (see the module docstring)."""
         path = self.path(key)
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
-        record = json.loads(path.read_text())
-        return record if record.get("error") is None else None
+        record, why = self._read(path, version)
+        if why is not None:
+            self._move_aside(path, why)
+            return None
+        return record if record["error"] is None else None
 
     def save(self, record: Mapping[str, Any]) -> None:
-        """Write a record atomically (a temporary file renamed), so an interruption leaves no half file."""
+        """Write a record atomically: a temporary file (unpredictable name, created with O_EXCL) renamed over it."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.path(f".{record['key']}.tmp")
-        temporary.write_text(json.dumps(record, sort_keys=True))
-        temporary.replace(self.path(record["key"]))
+        text = json.dumps(record, sort_keys=True, allow_nan=False)
+        handle, temporary = tempfile.mkstemp(prefix=f".{record['key']}.", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(handle, "w") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path(record["key"]))
+        except BaseException:
+            if os.path.lexists(temporary):
+                os.unlink(temporary)
+            raise
 
-    def records(self) -> list[dict]:
-        """Every record of the directory (results and failures), in key order."""
+    def records(self, version_of=lambda task: "") -> list[dict]:
+        """Every intact record of the directory (results and failures), in key order; ``version_of(task)`` gives
+        the version each record's key was made with. Other files (corrupt records, other JSON, temporary files) are
+        skipped and noted in ``set_aside``, not moved: reading changes nothing."""
         if not self.directory.is_dir():
             raise ValueError(f"no sweep results at {self.directory}: not a directory")
-        return [json.loads(path.read_text()) for path in sorted(self.directory.glob("*.json"))]
+        records = []
+        for path in sorted(self.directory.glob("[!.]*.json")):
+            try:
+                task = json.loads(path.read_text()).get("task")
+                version = version_of(task) if isinstance(task, str) else ""
+            except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+                version = ""
+            record, why = self._read(path, version)
+            if why is None:
+                records.append(record)
+            else:
+                self.set_aside.append(f"skipped {path}: {why}")
+        return records

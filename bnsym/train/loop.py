@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.activations import Activation, parse_activation
-from ..core.digits import N_CLASSES, Digits, digits
+from ..core.digits import N_CLASSES, Digits, digits, n_train
 from ..core.validation import (
     MAX_BATCH_SIZE,
     MIN_BATCH_SIZE,
@@ -89,6 +89,9 @@ def check_training(depth: object, width: object, batch_size: object, step_batch:
     batch_size = check_whole_number(batch_size, "batch_size", 2, MAX_BATCH_SIZE, "batch norm of one example is 0")
     step_batch = check_whole_number(step_batch, "ghost_batch (examples per step)", batch_size, MAX_BATCH_SIZE,
                                     "a step normalises sub-batches of batch_size")
+    if step_batch > n_train():
+        raise ValueError(f"{'ghost_batch' if step_batch != batch_size else 'batch_size'} = {step_batch} examples per "
+                         f"step, more than the {n_train()} training examples: no step could be taken")
     if step_batch % batch_size:
         raise ValueError(f"ghost_batch = {step_batch} must be a multiple of batch_size = {batch_size} "
                          "(the BN sub-batches tile the step's batch)")
