@@ -195,12 +195,12 @@ DILUTION = {
 
 EXPLODE = {
     "test": Explode(orders=Sizes(width=32, n_networks=64, depths=(10, 40)),
-                    sphere=Sizes(n_points=40_000, n_networks=4, depth=6),
+                    sphere=Sizes(n_points=20_000, n_networks=3, depth=6),
                     params=Sizes(n_draws=4000), noise=Sizes(n_draws=20_000, depth=20, batch_size=2000,
                                                             batch_sizes=(20, 100, 500)),
                     meanfield=Sizes(width=100, depth=20, n_networks=4),
                     resnets=Sizes(depths=(10, 25), n_points=150, n_networks=1),
-                    collapse=Sizes(batch_size=300, n_networks=2)),
+                    collapse=Sizes(batch_size=200, n_networks=2)),
     "book": Explode(orders=Sizes(width=48, n_networks=160, depths=(10, 40, 160)),
                     sphere=Sizes(n_points=200_000, n_networks=8, depth=8),
                     params=Sizes(n_draws=20_000), noise=Sizes(n_draws=100_000, depth=50, batch_size=4000,
