@@ -97,10 +97,12 @@ def normalize(x: torch.Tensor, norm: str) -> torch.Tensor:
     return batch_norm(x, dim=-2 if norm == "batch" else -1, centre=norm != "lolayer")
 
 
-def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64) -> torch.Tensor:
-    """A uniformly random (Haar) n x n orthogonal matrix: QR of a Gaussian matrix with the sign fix."""
-    q, r = torch.linalg.qr(torch.randn(n, n, generator=gen, device=device, dtype=dtype))
-    return q * r.diagonal().sign()
+def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64,
+                    batch: tuple[int, ...] = ()) -> torch.Tensor:
+    """Uniformly random (Haar) n x n orthogonal matrices (batch shape ``batch``): QR of Gaussian matrices with the
+    sign fix."""
+    q, r = torch.linalg.qr(torch.randn(*batch, n, n, generator=gen, device=device, dtype=dtype))
+    return q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
 
 
 def looks_linear(m: int, n: int, position: str, gen: torch.Generator, device) -> torch.Tensor:
@@ -474,7 +476,8 @@ def residual_order_terms(g: torch.Tensor, initial: Sequence[torch.Tensor],
 def scaled_orthogonal(n_networks: int, d: int, norms: Sequence[float], gen: torch.Generator,
                       device) -> list[torch.Tensor]:
     """Haar orthogonal (n_networks, d, d) matrices times norms[n]: operator norm exactly norms[n] each."""
-    return [torch.stack([haar_orthogonal(d, gen, device) for _ in range(n_networks)]) * p for p in norms]
+    return list(haar_orthogonal(d, gen, device, batch=(len(norms), n_networks))
+                * torch.as_tensor(norms, dtype=torch.float64, device=device)[:, None, None, None])
 
 
 # --------------------------------------------------------------------------------------------
