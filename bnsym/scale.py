@@ -200,7 +200,7 @@ EXPLODE = {
                                                             batch_sizes=(20, 100, 500)),
                     meanfield=Sizes(width=100, depth=20, n_networks=4),
                     resnets=Sizes(depths=(10, 25), n_points=150, n_networks=1),
-                    collapse=Sizes(batch_size=200, n_networks=2)),
+                    collapse=Sizes(batch_size=200, n_networks=1)),
     "book": Explode(orders=Sizes(width=48, n_networks=160, depths=(10, 40, 160)),
                     sphere=Sizes(n_points=100_000, n_networks=6, depth=8),
                     params=Sizes(n_draws=20_000), noise=Sizes(n_draws=40_000, depth=50, batch_size=4000,
