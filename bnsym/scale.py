@@ -84,6 +84,20 @@ class Dilution:
 
 
 @dataclass(frozen=True)
+class Explode:
+    """Chapter 7b, gradients explode and deep networks are shallow (Philipp et al.); its vanilla networks have
+    width 100 at every scale."""
+
+    orders: Sizes  # Theorem 1: gradient terms split by residual factors, n_networks of width at each of depths
+    sphere: Sizes  # Theorem 2 / Prop. 6: n_points of the sphere quadrature, n_networks macro-layer draws, depth
+    params: Sizes  # Prop. 3 and 5: n_draws random matrices
+    noise: Sizes  # section 4.5: n_draws minibatch draws; networks of depth on batch_size points, batch_sizes b
+    meanfield: Sizes  # B.1.1: n_networks bias-free MLPs of width and depth
+    resnets: Sizes  # Fig. 3 and B.1.2: ResNets of up to max(depths) blocks on n_points points, n_networks each
+    collapse: Sizes  # Fig. 1B-C: one batch of batch_size points per network, n_networks per architecture
+
+
+@dataclass(frozen=True)
 class Epsilon:
     """Chapter 5, epsilon, gamma and beta."""
 
@@ -164,6 +178,7 @@ class Scale:
     depth: int
     architectures: Architectures
     dilution: Dilution
+    explode: Explode
     epsilon: Epsilon
     cross_batch: CrossBatch
     nngp: Nngp
@@ -198,6 +213,30 @@ DILUTION = {
                       table1=Sizes(batch_size=10_000, n_networks=20),
                       batch_sweep=Sizes(batch_sizes=(1000, 2000, 5000, 10_000), n_networks=20),
                       table3=Sizes(batch_size=500, n_networks=10)),
+}
+
+EXPLODE = {
+    "test": Explode(orders=Sizes(width=32, n_networks=64, depths=(10, 40)),
+                    sphere=Sizes(n_points=20_000, n_networks=3, depth=6),
+                    params=Sizes(n_draws=4000), noise=Sizes(n_draws=20_000, depth=20, batch_size=2000,
+                                                            batch_sizes=(20, 100, 500)),
+                    meanfield=Sizes(width=100, depth=20, n_networks=4),
+                    resnets=Sizes(depths=(10, 25), n_points=150, n_networks=1),
+                    collapse=Sizes(batch_size=200, n_networks=1)),
+    "book": Explode(orders=Sizes(width=48, n_networks=128, depths=(10, 40, 120)),
+                    sphere=Sizes(n_points=60_000, n_networks=4, depth=8),
+                    params=Sizes(n_draws=8000), noise=Sizes(n_draws=40_000, depth=50, batch_size=4000,
+                                                              batch_sizes=(20, 100, 500, 2000)),
+                    meanfield=Sizes(width=200, depth=50, n_networks=6),
+                    resnets=Sizes(depths=(10, 25, 50), n_points=400, n_networks=2),
+                    collapse=Sizes(batch_size=1000, n_networks=3)),
+    "paper": Explode(orders=Sizes(width=64, n_networks=200, depths=(10, 40, 160, 640)),
+                     sphere=Sizes(n_points=400_000, n_networks=20, depth=10),
+                     params=Sizes(n_draws=100_000), noise=Sizes(n_draws=400_000, depth=50, batch_size=10_000,
+                                                                batch_sizes=(20, 100, 1000, 5000)),
+                     meanfield=Sizes(width=400, depth=50, n_networks=20),
+                     resnets=Sizes(depths=(10, 25, 50, 100), n_points=2000, n_networks=10),
+                     collapse=Sizes(batch_size=10_000, n_networks=20)),
 }
 
 EPSILON = {
@@ -302,7 +341,7 @@ PRODUCTS = {
 
 SCALES = {
     name: Scale(name, width=width, n_networks=n_networks, depth=depth, architectures=ARCHITECTURES[name],
-                dilution=DILUTION[name],
+                dilution=DILUTION[name], explode=EXPLODE[name],
                 epsilon=EPSILON[name], cross_batch=CROSS_BATCH[name], nngp=NNGP[name],
                 trainability=TRAINABILITY[name], rank_collapse=RANK_COLLAPSE[name], products=PRODUCTS[name])
     for name, width, n_networks, depth in (("test", 256, 8, 12), ("book", 1024, 32, 30), ("paper", 1000, 200, 50))

@@ -97,10 +97,12 @@ def normalize(x: torch.Tensor, norm: str) -> torch.Tensor:
     return batch_norm(x, dim=-2 if norm == "batch" else -1, centre=norm != "lolayer")
 
 
-def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64) -> torch.Tensor:
-    """A uniformly random (Haar) n x n orthogonal matrix: QR of a Gaussian matrix with the sign fix."""
-    q, r = torch.linalg.qr(torch.randn(n, n, generator=gen, device=device, dtype=dtype))
-    return q * r.diagonal().sign()
+def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64,
+                    batch: tuple[int, ...] = ()) -> torch.Tensor:
+    """Uniformly random (Haar) n x n orthogonal matrices (batch shape ``batch``): QR of Gaussian matrices with the
+    sign fix."""
+    q, r = torch.linalg.qr(torch.randn(*batch, n, n, generator=gen, device=device, dtype=dtype))
+    return q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
 
 
 def looks_linear(m: int, n: int, position: str, gen: torch.Generator, device) -> torch.Tensor:
@@ -170,12 +172,15 @@ class Architecture:
 @dataclass
 class RowResult:
     """Per-seed metrics of one architecture: GSC_D(L, 0) at the lowest linear layer, St. Dev. and Sign Div.
-    of the pre-activations of the highest nonlinearity, and the GSC_D(l, 0) curve (index l, paper order)."""
+    of the pre-activations of the highest nonlinearity, the GSC_D(l, 0) curve (index l, paper order), and
+    St. Dev. and Sign Div. of every nonlinearity's pre-activations (lowest first; Fig. 1B-C, 3B)."""
 
     gsc: np.ndarray
     std: np.ndarray
     sign_diversity: np.ndarray
     curves: np.ndarray
+    std_curves: np.ndarray
+    sign_curves: np.ndarray
 
 
 def _widths(width: str, n_linear: int, dim: int = 100) -> list[int]:
@@ -202,8 +207,9 @@ def gaussian_noise(n_points: int, gen: torch.Generator, device, dim: int = 100) 
 
 
 def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator,
-             depth: int) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Run one random network; returns (recorded layer outputs, lowest first; top pre-activation).
+             depth: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Run one random network; returns (recorded layer outputs, lowest first; pre-activations of every
+    nonlinearity, lowest first).
 
     Vanilla: ``depth`` linear layers, each followed by the norm, with phi between them (I.1).
     ResNet: a linear layer, ``depth // 2`` identity/Gaussian skips around [norm, phi, linear] x 2, a
@@ -213,7 +219,7 @@ def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator,
     relu = arch.phi == "relu"
     if arch.skip == "none":
         widths = _widths(arch.width, depth)
-        outputs, pre = [], None
+        outputs, pres = [], []
         for j in range(depth):
             w = weight(widths[j + 1], widths[j], arch.matrix, relu and j > 0, _position(j, depth), gen, device)
             x = x @ w.T
@@ -222,25 +228,25 @@ def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator,
                 x = normalize(x, arch.norm)
                 outputs.append(x)
             if j < depth - 1:
-                pre = x
+                pres.append(x)
                 x = phi(x)
                 outputs.append(x)
-        return outputs, pre
+        return outputs, pres
     if arch.matrix != "gaussian" or arch.width != "100":
         raise ValueError("the paper's ResNets use Gaussian matrices and width 100")
     d = x.shape[-1]
     x = x @ weight(d, d, "gaussian", False, "lowest", gen, device).T
-    outputs = [x]
+    outputs, pres = [x], []
     for _ in range(depth // 2):
         skip = x if arch.skip == "identity" else x @ weight(d, d, "gaussian", False, "", gen, device).T
         for _ in range(2):
-            pre = normalize(x, arch.norm)
-            x = phi(pre) @ weight(d, d, "gaussian", relu, "", gen, device).T
+            pres.append(normalize(x, arch.norm))
+            x = phi(pres[-1]) @ weight(d, d, "gaussian", relu, "", gen, device).T
         x = skip + x
         outputs.append(x)
     x = normalize(x, arch.norm)
     outputs.append(x)
-    return outputs, pre
+    return outputs, pres
 
 
 def preactivation_std(pre: torch.Tensor) -> float:
@@ -260,17 +266,18 @@ def simulate_architecture(
     """Table 1's metrics for one architecture on Gaussian noise, one fresh dataset and network per seed (I.2)."""
     configure_torch()
     device = device or default_device()
-    gscs, stds, signs, curves = [], [], [], []
+    gscs, curves, std_curves, sign_curves = [], [], [], []
     for seed in seeds:
         gen = generator(seed, device)
         x, y = gaussian_noise(n_points, gen, device)
-        outputs, pre = _forward(arch, x.requires_grad_(True), gen, depth)
+        outputs, pres = _forward(arch, x.requires_grad_(True), gen, depth)
         curve = dataset_gsc(outputs, (outputs[-1] * y).sum(-1))
         curves.append(curve[::-1])  # paper order: entry 0 is the highest recorded layer
         gscs.append(curve[0])
-        stds.append(preactivation_std(pre.detach()))
-        signs.append(sign_diversity(pre.detach()))
-    return RowResult(np.array(gscs), np.array(stds), np.array(signs), np.array(curves))
+        std_curves.append([preactivation_std(pre.detach()) for pre in pres])
+        sign_curves.append([sign_diversity(pre.detach()) for pre in pres])
+    std_curves, sign_curves = np.array(std_curves), np.array(sign_curves)
+    return RowResult(np.array(gscs), std_curves[:, -1], sign_curves[:, -1], np.array(curves), std_curves, sign_curves)
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,3 +448,202 @@ def simulate_dynamical_resnet(phi: str, norm: str, init: str, n_points: int, see
         "log10_gsc": math.log10(value),
         **{key: np.array([b[key] for b in blocks]) for key in ("k", "r_d", "r")},
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 1: gradient terms by their number of residual factors
+
+
+def residual_order_terms(g: torch.Tensor, initial: Sequence[torch.Tensor],
+                         residual: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The gradient g prod_n (i_n + r_n) split by the number j of residual factors: (..., N + 1, d).
+
+    g (..., d) rows (d f_0 / d f_1); ``initial`` and ``residual`` list the Jacobians i_n, r_n (..., d, d) from the
+    top (n = 1) down. Entry j sums the C(N, j) terms with exactly j residual factors (section 4.1, F.1), by the
+    recursion M_j <- M_j i_n + M_{j-1} r_n.
+    """
+    if len(initial) != len(residual) or not initial:
+        raise ValueError("initial and residual must list the same positive number of Jacobians")
+    terms = g.unsqueeze(-2)
+    for i_n, r_n in zip(initial, residual):
+        through_initial = terms @ i_n
+        through_residual = terms @ r_n
+        terms = torch.cat([through_initial, torch.zeros_like(through_initial[..., :1, :])], -2)
+        terms[..., 1:, :] += through_residual
+    return terms
+
+
+def scaled_orthogonal(n_networks: int, d: int, norms: Sequence[float], gen: torch.Generator,
+                      device) -> list[torch.Tensor]:
+    """Haar orthogonal (n_networks, d, d) matrices times norms[n]: operator norm exactly norms[n] each."""
+    return list(haar_orthogonal(d, gen, device, batch=(len(norms), n_networks))
+                * torch.as_tensor(norms, dtype=torch.float64, device=device)[:, None, None, None])
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 2 and Proposition 6: macro-layers on the sphere
+
+
+def macro_layer(x: torch.Tensor, w: torch.Tensor, phi: str) -> torch.Tensor:
+    """g(x) = LO(W phi(x)) = sqrt(d) W phi(x) / ||W phi(x)||: [phi, linear, length-only layer norm] (E.6, F.2)."""
+    return normalize(parse_activation(phi).torch(x) @ w.transpose(-1, -2), "lolayer")
+
+
+def macro_tangent_jacobian(x: torch.Tensor, w: torch.Tensor, phi: str) -> torch.Tensor:
+    """d g / d x restricted to the sphere's tangent space at x (radius sqrt(d)): (..., d, d), rank d - 1.
+
+    d g / d x = sqrt(d)/||h|| (I - h h^T/||h||^2) W diag(phi'(x)), h = W phi(x), times I - x x^T / ||x||^2.
+    """
+    f = parse_activation(phi)
+    d = x.shape[-1]
+    h = f.torch(x) @ w.transpose(-1, -2)
+    hn = h / h.norm(dim=-1, keepdim=True)
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    out_proj = eye - hn.unsqueeze(-1) * hn.unsqueeze(-2)
+    xn = x / x.norm(dim=-1, keepdim=True)
+    in_proj = eye - xn.unsqueeze(-1) * xn.unsqueeze(-2)
+    slope = torch.autograd.functional.vjp(lambda t: f.torch(t), x, torch.ones_like(x))[1]  # phi'(x), elementwise
+    jac = (math.sqrt(d) / h.norm(dim=-1))[..., None, None] * out_proj @ (w * slope.unsqueeze(-2))
+    return jac @ in_proj
+
+
+def circle_angles(w: torch.Tensor, phi: str, thetas: torch.Tensor) -> torch.Tensor:
+    """Angle of g(x) at x = sqrt(2) (cos theta, sin theta), unwrapped along ``thetas`` (d = 2, Prop. 6)."""
+    x = math.sqrt(2) * torch.stack([thetas.cos(), thetas.sin()], -1)
+    out = macro_layer(x, w, phi)
+    return torch.from_numpy(np.unwrap(torch.atan2(out[..., 1], out[..., 0]).cpu().numpy()))
+
+
+def fibonacci_sphere(n: int, device=None) -> torch.Tensor:
+    """n nearly equal-area points on the unit sphere of R^3 (Fibonacci lattice): an equal-weight quadrature."""
+    i = torch.arange(n, dtype=torch.float64, device=device) + 0.5
+    z = 1 - 2 * i / n
+    angle = math.pi * (1 + math.sqrt(5)) * i
+    rho = (1 - z**2).sqrt()
+    return torch.stack([rho * angle.cos(), rho * angle.sin(), z], -1)
+
+
+# --------------------------------------------------------------------------------------------
+# Propositions 1, 4 and section 4.5: networks with given weights
+
+
+def vanilla_layers(phi: str, norm: str, weights: Sequence[torch.Tensor]) -> list[Layer]:
+    """f_L, ..., f_1 of a vanilla network: each W (rows act as x W^T) followed by ``norm``, phi between them (I.1)."""
+    f, layers = parse_activation(phi).torch, []
+    for j, w in enumerate(weights):
+        layers.append(lambda v, w=w: v @ w.T)
+        if norm != "none":
+            layers.append(lambda v: normalize(v, norm))
+        if j < len(weights) - 1:
+            layers.append(f)
+    return layers
+
+
+def gaussian_weights(widths: Sequence[int], sigma_w: float, gen: torch.Generator, device) -> list[torch.Tensor]:
+    """W_j ~ N(0, sigma_w^2 / n_in) of shape (widths[j+1], widths[j])."""
+    return [torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) * (sigma_w / math.sqrt(n))
+            for n, m in zip(widths, widths[1:])]
+
+
+def rescaled_tanh_mlp(weights: Sequence[torch.Tensor], x: torch.Tensor, big_r: float) -> list[torch.Tensor]:
+    """Outputs f'_L, ..., f'_1 of Prop. 1's network f'_l = R^-l f_l(R^l theta', R^(l+1) F') for the MLP
+    f_l = tanh(theta_l F) (l >= 2), f_1 = theta_1 F; ``weights`` are theta'_L, ..., theta'_1 (lowest first)."""
+    n = len(weights)
+    outputs, v = [], x
+    for j, w in enumerate(weights):
+        level = n - j  # the paper's l of this layer
+        inner = v if level == n else big_r ** (level + 1) * v
+        h = inner @ (big_r**level * w).T
+        v = (torch.tanh(h) if level > 1 else h) / big_r ** (level if level > 1 else 0)
+        outputs.append(v)
+    return outputs
+
+
+def train_rescaled_tanh_mlp(weights0: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, big_r: float,
+                            lr: float, n_steps: int) -> dict[str, np.ndarray]:
+    """Prop. 1's construction: gradient descent on f' fed R^-1(d f'/d theta') and applying R^-1(Delta theta).
+
+    ``weights0`` are the original theta^(0) (lowest first); f' starts at theta'_l = R^-l theta_l. Returns the final
+    predictions f'_1 (B, d) and the Q_D of ||d f'_0 / d f'_l|| for every layer output (lowest first).
+    """
+    n = len(weights0)
+    levels = [n - j for j in range(n)]
+    params = [(w / big_r**lv).clone().requires_grad_(True) for w, lv in zip(weights0, levels)]
+    for _ in range(n_steps):
+        error = (rescaled_tanh_mlp(params, x, big_r)[-1] * y).sum(-1).mean()
+        grads = torch.autograd.grad(error, params)
+        with torch.no_grad():
+            for p, g, lv in zip(params, grads, levels):
+                p -= lr * g / big_r**lv / big_r**lv  # R^-1 of the gradient, then R^-1 of the update
+    outputs = rescaled_tanh_mlp(params, x, big_r)
+    grads = torch.autograd.grad((outputs[-1] * y).sum(), outputs)
+    return {"predictions": outputs[-1].detach().cpu().numpy(),
+            "gradient_norms": np.array([g.norm(dim=-1).square().mean().sqrt().item() for g in grads])}
+
+
+def minibatch_error_change(phi: str, weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                           batch_size: int) -> dict[str, float]:
+    """f_0 of a batch-norm network with full-batch statistics against minibatches of ``batch_size`` (section 4.5).
+
+    Returns the relative change Q_D|f_0^mb - f_0| / Q_D|f_0| and the correlation of the two error vectors.
+    """
+    layers = vanilla_layers(phi, "batch", weights)
+
+    def error(inputs: torch.Tensor) -> torch.Tensor:
+        v = inputs
+        for layer in layers:
+            v = layer(v)
+        return v
+
+    with torch.no_grad():
+        full = (error(x) * y).sum(-1)
+        mini = torch.cat([(error(xb) * yb).sum(-1) for xb, yb in zip(x.split(batch_size), y.split(batch_size))])
+    full_c, mini_c = full - full.mean(), mini - mini.mean()
+    return {"relative_change": ((mini - full).square().mean().sqrt() / full.square().mean().sqrt()).item(),
+            "correlation": ((full_c * mini_c).sum() / (full_c.norm() * mini_c.norm())).item()}
+
+
+# --------------------------------------------------------------------------------------------
+# ResNets with scaled branches (Fig. 3, B.1.2)
+
+
+def resnet_profile(phi: str, norm: str, n_blocks: int, n_points: int, seed: int, alpha: float = 1.0,
+                   device=None) -> dict[str, np.ndarray]:
+    """One ResNet of Fig. 3: a linear layer, ``n_blocks`` identity skips around alpha [norm, phi, linear] x 2,
+    a final norm, on the Gaussian noise of I.2.
+
+    Returns GSC_D(l, 0) at every block output (from the input up, the first linear layer first), the sign
+    diversity of each block's top pre-activations, and per block its in-situ k_b, undiluted r_b and diluted r_d.
+    """
+    configure_torch()
+    device = device or default_device()
+    gen = generator(seed, device)
+    f = parse_activation(phi).torch
+    relu = phi == "relu"
+    x, y = gaussian_noise(n_points, gen, device)
+    d = x.shape[-1]
+    first = weight(d, d, "gaussian", False, "lowest", gen, device)
+    pairs = [[weight(d, d, "gaussian", relu, "", gen, device) for _ in range(2)] for _ in range(n_blocks)]
+    pres: list[torch.Tensor] = []
+
+    def residual(v: torch.Tensor, pair: list[torch.Tensor], record: bool = False) -> torch.Tensor:
+        for w in pair:
+            pre = normalize(v, norm)
+            if record:
+                pres.append(pre.detach())
+            v = f(pre) @ w.T
+        return alpha * v
+
+    h = (x @ first.T).requires_grad_(True)
+    inputs, v = [], h
+    for pair in pairs:
+        inputs.append(v)
+        v = v + residual(v, pair, record=True)
+    outputs = [h, *inputs[1:], v]
+    error = (normalize(v, norm) * y).sum(-1)
+    grads = torch.autograd.grad(error.sum(), outputs)
+    curve = gsc_from_gradients(outputs, grads, error)
+    blocks = [block_statistics(lambda t: t, lambda t, p=pair: residual(t, p), u.detach(), g)
+              for pair, u, g in zip(pairs, inputs, grads[1:])]
+    return {"gsc": curve, "sign_diversity": np.array([sign_diversity(p) for p in pres[1::2]]),
+            **{key: np.array([b[key] for b in blocks]) for key in ("k", "r", "r_d")}}
