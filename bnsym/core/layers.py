@@ -146,7 +146,8 @@ def walk(net: Serial) -> Iterator[Layer]:
 
 
 def describe(layer: Layer) -> str:
-    """A layer in the spec grammar (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`): ``dense(2,0.1)``, ``bn(eps=0.001,mode=eval)``, ..."""
+    """A layer in the spec grammar (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`): ``dense(2,0.1)``,
+    ``bn(eps=0.001,mode=eval)``, ..."""
     if isinstance(layer, Dense):
         default = (layer.weight_var, layer.bias_var) == (1, 0)
         return "dense" if default else f"dense({layer.weight_var:g},{layer.bias_var:g})"
@@ -166,7 +167,8 @@ _NAME = re.compile(r"\s*([a-z_][a-z_0-9]*)\s*", re.IGNORECASE)
 
 
 class _Reader:
-    """A recursive-descent reader of :data:`~bnsym.core.grammar.SPEC_GRAMMAR`; every error names the spec and the position."""
+    """A recursive-descent reader of :data:`~bnsym.core.grammar.SPEC_GRAMMAR`; every error names the spec and the
+    position."""
 
     def __init__(self, spec: str):
         self.spec, self.at = spec, 0
@@ -275,7 +277,8 @@ class _Reader:
 
 
 def parse_architecture(spec: str) -> Serial:
-    """The network a spec string describes (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`); ValueError saying where it cannot be read."""
+    """The network a spec string describes (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`); ValueError saying where it
+    cannot be read."""
     if not isinstance(spec, str):
         raise ValueError(f"a network spec is a string, got {shown(spec)}")
     reader = _Reader(spec)
