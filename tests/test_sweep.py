@@ -225,3 +225,24 @@ def test_a_scheduler_that_does_not_answer_fails_fast_naming_the_address(client):
             assert time.monotonic() - start < 2 * CONNECT_TIMEOUT
     with sweep.connect(client.scheduler.address) as live:  # a live scheduler passes the probe
         assert live.run(os.getpid)
+
+
+def test_a_function_is_a_task_stored_under_its_path(client, tmp_path):
+    """A module-level function runs as its "module:function" path does, and shares its cache."""
+    configs = [{"x": 1}, {"x": 2}]
+    result = sweep.run(dict, configs, tmp_path, client=client)  # dict(config) echoes the configuration
+    assert result.failures == [] and {row["x"] for row in result.rows()} == {1, 2}
+    assert sweep.run("builtins:dict", configs, tmp_path, client=client).cached == 2
+
+
+def _nested():
+    def task(config: dict) -> dict:
+        return config
+
+    return task
+
+
+@pytest.mark.parametrize("task", [lambda config: config, _nested(), 3])
+def test_a_task_the_workers_cannot_import_says_why(task, tmp_path):
+    with pytest.raises(ValueError, match="cannot be imported by the workers|must be a function"):
+        sweep.run(task, [{"x": 1}], tmp_path)

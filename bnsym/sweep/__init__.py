@@ -29,9 +29,10 @@ Command line: ``bnsym sweep trainability --depths 5:60:5 --batch-sizes 4,8,16,32
 from ..core.lazy import lazy_attributes
 
 __getattr__, __dir__ = lazy_attributes(__name__, {
-    "EXPERIMENTS": "experiments", "Experiment": "experiments", "resolve": "experiments", "SCHEDULER_ENV": "runner",
+    "EXPERIMENTS": "experiments", "Experiment": "experiments", "resolve": "experiments",
+    "task_name": "experiments", "SCHEDULER_ENV": "runner",
     "SweepResult": "runner", "connect": "runner", "execute": "runner", "run": "runner", "Store": "store",
     "config_key": "store", "seed_of": "store",
 })
 __all__ = ["EXPERIMENTS", "SCHEDULER_ENV", "Experiment", "Store", "SweepResult", "config_key", "connect", "execute",
-           "resolve", "run", "seed_of"]
+           "resolve", "run", "seed_of", "task_name"]

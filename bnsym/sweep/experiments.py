@@ -1,4 +1,4 @@
-"""Tasks a sweep can run, by name: a registered experiment or any importable ``"package.module:function"``.
+"""Tasks a sweep can run: a registered experiment, any importable ``"package.module:function"``, or that function.
 
 A task is a function ``task(config: dict) -> dict`` of JSON-ready values, importable on the workers. It may carry
 a ``version`` attribute (a string, part of each result's hash: bump it when the task's results change) and a
@@ -40,6 +40,26 @@ def resolve(name: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"task {name!r} cannot be imported: {error}") from None
+
+
+def task_name(task: str | Callable[..., Any]) -> str:
+    """The name a sweep stores and its workers import: a registered name or path as given, or a function's
+    ``"module:qualname"``, which must import back to that very function (a worker imports it by that path)."""
+    if isinstance(task, str):
+        return task
+    if not callable(task):
+        raise ValueError(f"task must be a function, a registered experiment ({', '.join(EXPERIMENTS)}) or "
+                         f"'package.module:function', got {task!r:.80}")
+    path = f"{getattr(task, '__module__', None)}:{getattr(task, '__qualname__', '')}"
+    try:
+        found = resolve(path)
+    except ValueError:
+        found = None
+    if found is not task:
+        raise ValueError(f"task {task!r:.80} cannot be imported by the workers as {path!r}: a sweep task must be a "
+                         "module-level function of an importable module (not a lambda, a nested function, or one "
+                         "defined in a notebook or a script's __main__)")
+    return path
 
 
 def shower(name: str) -> Callable[..., Any] | None:

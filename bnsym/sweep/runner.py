@@ -10,13 +10,13 @@ import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from distributed import Client, LocalCluster, as_completed
 from tqdm import tqdm
 
 from ..core.validation import check_flag, check_whole_number
-from .experiments import resolve, version
+from .experiments import resolve, task_name, version
 from .store import Store, config_key, seed_of
 
 SCHEDULER_ENV = "BNSYM_DASK_SCHEDULER"
@@ -127,14 +127,16 @@ def keyed(task: str, configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, di
     return pairs
 
 
-def run(task: str, configs: Sequence[Mapping[str, Any]], out: str | os.PathLike, client: Client | None = None,
-        scheduler: str | None = None, progress: bool | None = None) -> SweepResult:
+def run(task: str | Callable[..., Any], configs: Sequence[Mapping[str, Any]], out: str | os.PathLike,
+        client: Client | None = None, scheduler: str | None = None, progress: bool | None = None) -> SweepResult:
     """Run ``task`` on every configuration not already stored under ``out``; store and return all records.
 
     ``client``: an open :class:`distributed.Client`; without one, :func:`connect` (``scheduler`` or a LocalCluster)
     is opened for this sweep only, and only if something is left to compute. A failed task (an exception, or a
-    worker lost more often than Dask allows) is recorded with its error and the sweep goes on.
+    worker lost more often than Dask allows) is recorded with its error and the sweep goes on. ``task``: a registered
+    experiment, a ``"module:function"`` path, or a module-level function (stored under its path).
     """
+    task = task_name(task)
     store = Store(out)
     pairs = keyed(task, configs)
     show_bar = _show_progress(progress)
