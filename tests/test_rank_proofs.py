@@ -13,6 +13,7 @@ import torch
 from bnsym import products, rank
 from bnsym.core.symbols import d
 from bnsym.rank.proofs import B, gamma
+from bnsym.sim import daneshmand
 
 
 def test_rank_one_step_freezes_signs_below_the_threshold():
@@ -77,3 +78,13 @@ def test_uniform_sampler_has_unit_variance_entries():
         6, math.inf)(torch.Generator().manual_seed(0), 2))
     with pytest.raises(ValueError):
         rank.bn_chain(torch.eye(3), 2, law="cauchy")
+
+
+def test_centring_is_redundant_for_linear_layers():
+    claim9 = rank.derive_centring()
+    assert claim9["projector_residual"] == 0 and claim9["layer_residual"] == 0
+    x = torch.randn(6, 10, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    common = dict(init="gaussian", bn=True, relu=False, seed=3, dtype=torch.float64)
+    centred = daneshmand.representations(x, [5], 6, 2, centre=True, **common)[5]
+    plain = daneshmand.representations(x - x.mean(1, keepdim=True), [5], 6, 2, centre=False, **common)[5]
+    assert torch.allclose(centred, plain, atol=1e-12)

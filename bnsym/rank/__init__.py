@@ -10,7 +10,8 @@ H is always d features x N samples, as in the paper, with M(H) = H H^T / N.
   :func:`derive_delta_F`, :func:`derive_spectral_delta_F`, :func:`derive_rank_bound` (Lemma 13, Theorem 14);
 * the other proof steps (:mod:`.proofs`): :func:`derive_rank_one_step` (Lemmas 5, 6), :func:`derive_regularity` and
   :func:`stationary_alpha` (Lemma 10, Examples 11, 12), :func:`derive_finite_depth` (Lemma 16, Cor. 15),
-  :func:`derive_residual_gap` and :func:`residual_gap_series` (claim 4), :func:`uniform_sampler` (Lemma 3 (b));
+  :func:`derive_residual_gap` and :func:`residual_gap_series` (claim 4), :func:`derive_centring` (claim 9),
+  :func:`uniform_sampler` (Lemma 3 (b));
 * correlations at initialisation: :func:`relu_cosines` (the mean-field map), :func:`asymmetric_unit_correlation`
   (Fig. 5), :func:`last_layer_gradient_cosines` (Prop. 19).
 
@@ -39,6 +40,7 @@ from .measures import (
     second_moment,
 )
 from .proofs import (
+    derive_centring,
     derive_finite_depth,
     derive_rank_one_step,
     derive_regularity,
@@ -56,6 +58,7 @@ __all__ = [
     "delta_F",
     "delta_F_spectral",
     "derive_delta_F",
+    "derive_centring",
     "derive_finite_depth",
     "derive_rank_bound",
     "derive_rank_bounds",

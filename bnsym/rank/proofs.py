@@ -8,7 +8,8 @@
   (E_nu delta_F = 0) with rank >= 2 gives 1 - alpha = (d^2 - E||M||_F^2) / (4 E Tr M^3) > 0.
 * :func:`derive_finite_depth` (Lemma 16 behind Corollary 15): a non-increasing integer sequence whose Cesaro mean
   exceeds a never falls below it.
-* :func:`residual_gap_series`: the small-gamma Lyapunov gap of products of I + gamma W (claim 4), gamma^2 + O(gamma^4).
+* :func:`residual_gap_series`: the small-gamma Lyapunov gap of products of I + gamma W (claim 4), gamma^2 + O(gamma^4);
+* :func:`derive_centring` (claim 9): with linear layers, centring after the first layer changes nothing.
 """
 
 from __future__ import annotations
@@ -181,3 +182,22 @@ def uniform_sampler(width: int, gamma_value: float):
             return w
         return torch.eye(width, dtype=torch.float64, device=gen.device) + gamma_value * w
     return sample
+
+
+def derive_centring(samples: int = 4) -> Derivation:
+    """Claim 9 (App. C): with linear layers, centring is redundant after the first layer. G = I - 1 1^T / N is a
+    projector acting on the samples (right), W and BN's row scaling D act on the features (left), so
+    BN_centred(W H G) = D W H G G = D W H G: the centred network from X is the uncentred chain from X G."""
+    out = Derivation("Claim 9: centring commutes with linear layers and batch norm's row scaling")
+    ones = sp.ones(samples, 1)
+    g = sp.eye(samples) - ones * ones.T / samples
+    out.step(f"G is a projector (N = {samples}): G^2 - G =", sp.Eq(sp.Symbol("||G^2 - G||"), (g * g - g).norm()),
+             name="projector_residual")
+    h = sp.Matrix(2, samples, lambda i, j: sp.Symbol(f"h_{i + 1}{j + 1}", real=True))
+    w = sp.Matrix(2, 2, lambda i, j: sp.Symbol(f"W_{i + 1}{j + 1}", real=True))
+    dd = sp.diag(*sp.symbols("D_1 D_2", positive=True))
+    centred_layer = dd * ((w * h * g) * g)  # a layer on a centred input H G, then centring, then row scaling
+    out.step("so a centred layer on a centred input is the uncentred layer (d = 2):",
+             sp.Eq(sp.Symbol("||D (W H G) G - D W (H G)||"), sp.expand(centred_layer - dd * w * (h * g)).norm()),
+             name="layer_residual")
+    return out
