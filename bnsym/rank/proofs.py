@@ -1,7 +1,7 @@
 """The proof steps of Daneshmand et al. 2020 around Theorem 14: Lemmas 5, 6, 10, 16, Examples 11, 12, Cor. 15.
 
 * :func:`derive_rank_one_step` (Lemma 6, App. D): a rank-one H stays rank one, M(H) = s s^T with s_i = +-1, and
-  for gamma < 1/(B d) one layer keeps every sign, so M is frozen; the paper's bound |Delta M_ij| <= 4 gamma B lacks
+  for gamma < 1/(B d) one layer keeps every sign, so M is frozen; the paper's bound abs(Delta M_ij) <= 4 gamma B lacks
   a factor d. With Lemma 4 (E_nu M_ij = 0) this is Lemma 5's contradiction: the chain keeps rank >= 2.
 * :func:`derive_regularity` (Lemma 10, Examples 11 and 12): under equal row norms alpha <= 1, with equality only
   for equal nonzero eigenvalues; a dominant eigenvalue Theta(d^beta), beta < 1, gives alpha -> 0; and invariance
@@ -14,22 +14,24 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import sympy as sp
 import torch
 
 from ..core.derivation import Derivation
-from ..core.symbols import d
+from ..core.symbols import alpha_reg as alpha
+from ..core.symbols import d, gamma
+from ..core.symbols import weight_bound as B
 from ..core.validation import check_gamma, check_range, check_real_array
-
-gamma, B = sp.symbols("gamma B", positive=True)
 
 
 def derive_rank_one_step(width: int = 3) -> Derivation:
     """Lemma 6: for rank-one H = s v^T (rows of norm sqrt N), M = s s^T, one layer maps s to sign((I + gamma W) s).
 
     Shown for d = ``width`` with symbolic W and signs s_i (s_i^2 = 1). ``delta_m_bound`` is the worst case of
-    |Delta M_ij| over W with entries in [-B, B], attained at W = B s s^T; ``paper_bound_ratio`` compares it with the
+    abs(Delta M_ij) over W with entries in [-B, B], attained at W = B s s^T; ``paper_bound_ratio`` compares it with the
     paper's 4 gamma B (App. D); ``sign_threshold`` is the largest gamma for which no sign can flip.
     """
     out = Derivation("Lemma 6: a rank-one H stays rank one, and M(H) has entries +-1")
@@ -99,7 +101,7 @@ def derive_regularity() -> Derivation:
     limits = [sp.limit(ratio.subs(beta, b), d, sp.oo) for b in (sp.Rational(1, 2), sp.Rational(3, 4))]
     out.step("and it tends to 0 as d -> oo (beta = 1/2, beta = 3/4), below 0.9 for large d:",
              sp.Eq(sp.Symbol("lim alpha"), sp.Tuple(*limits)), name="example12_limits")
-    f_bar, t3_bar, alpha = sp.symbols("E||M||_F^2 E||lambda||_3^3 alpha", positive=True)
+    f_bar, t3_bar = sp.symbols("E||M||_F^2 E||lambda||_3^3", positive=True)
     stationarity = sp.Eq(0, 2 * d**2 - 2 * f_bar - 8 * t3_bar + 8 * alpha * t3_bar)
     out.step("Lemma 10: invariance, E_nu delta_F = 0 to leading order in gamma, with "
              "E Tr(diag(M^2)^2) = alpha E Tr M^3:",
@@ -117,10 +119,13 @@ def stationary_alpha(width: int, frobenius: np.ndarray, trace_m3: np.ndarray) ->
     t3 = check_real_array(trace_m3, "E Tr M^3")
     if np.any(t3 <= 0):
         raise ValueError("E Tr M^3 must be positive (M is a correlation matrix)")
-    one_minus = derive_regularity()["one_minus_alpha"]
-    kernel = sp.lambdify((d, sp.Symbol("E||M||_F^2", positive=True), sp.Symbol("E||lambda||_3^3", positive=True)),
-                         one_minus, modules="numpy", cse=True)
-    return 1 - kernel(width, f, t3)
+    return 1 - _one_minus_alpha_kernel()(width, f, t3)
+
+
+@cache
+def _one_minus_alpha_kernel():
+    return sp.lambdify((d, sp.Symbol("E||M||_F^2", positive=True), sp.Symbol("E||lambda||_3^3", positive=True)),
+                       derive_regularity()["one_minus_alpha"], modules="numpy", cse=True)
 
 
 def derive_finite_depth() -> Derivation:
@@ -144,7 +149,12 @@ def residual_gap_series(width: int, gamma_value: float) -> float:
     """
     width = int(check_range(width, "width d", 2, why="a gap needs two exponents"))
     gamma_value = check_range(gamma_value, "gamma", 0.0, open_low=True, why="the residual strength")
-    return float(derive_residual_gap()["gap"].subs({d: width, gamma: gamma_value}))
+    return float(_residual_gap()(width, gamma_value))
+
+
+@cache
+def _residual_gap():
+    return sp.lambdify((d, gamma), derive_residual_gap()["gap"], modules="numpy", cse=True)
 
 
 def derive_residual_gap() -> Derivation:
