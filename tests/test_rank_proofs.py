@@ -83,3 +83,10 @@ def test_centring_is_redundant_for_linear_layers():
     centred = daneshmand.representations(x, [5], 6, 2, centre=True, **common)[5]
     plain = daneshmand.representations(x - x.mean(1, keepdim=True), [5], 6, 2, centre=False, **common)[5]
     assert torch.allclose(centred, plain, atol=1e-12)
+
+
+def test_invariant_union_example():
+    example17 = rank.derive_invariant_union()
+    assert set(example17["swap_residuals"]) == {0}
+    swap = np.array([[0.0, 1.0], [1.0, 0.0]])
+    assert np.linalg.svd(np.linalg.matrix_power(swap, 7), compute_uv=False).tolist() == [1.0, 1.0]

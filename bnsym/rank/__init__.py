@@ -11,6 +11,7 @@ H is always d features x N samples, as in the paper, with M(H) = H H^T / N.
 * the other proof steps (:mod:`.proofs`): :func:`derive_rank_one_step` (Lemmas 5, 6), :func:`derive_regularity` and
   :func:`stationary_alpha` (Lemma 10, Examples 11, 12), :func:`derive_finite_depth` (Lemma 16, Cor. 15),
   :func:`derive_residual_gap` and :func:`residual_gap_series` (claim 4), :func:`derive_centring` (claim 9),
+  :func:`derive_invariant_union` (Example 17),
   :func:`uniform_sampler` (Lemma 3 (b));
 * correlations at initialisation: :func:`relu_cosines` (the mean-field map), :func:`asymmetric_unit_correlation`
   (Fig. 5), :func:`last_layer_gradient_cosines` (Prop. 19).
@@ -42,6 +43,7 @@ from .measures import (
 from .proofs import (
     derive_centring,
     derive_finite_depth,
+    derive_invariant_union,
     derive_rank_one_step,
     derive_regularity,
     derive_residual_gap,
@@ -60,6 +62,7 @@ __all__ = [
     "derive_delta_F",
     "derive_centring",
     "derive_finite_depth",
+    "derive_invariant_union",
     "derive_rank_bound",
     "derive_rank_bounds",
     "derive_rank_one_step",

@@ -9,7 +9,8 @@
 * :func:`derive_finite_depth` (Lemma 16 behind Corollary 15): a non-increasing integer sequence whose Cesaro mean
   exceeds a never falls below it.
 * :func:`residual_gap_series`: the small-gamma Lyapunov gap of products of I + gamma W (claim 4), gamma^2 + O(gamma^4);
-* :func:`derive_centring` (claim 9): with linear layers, centring after the first layer changes nothing.
+* :func:`derive_centring` (claim 9): with linear layers, centring after the first layer changes nothing;
+* :func:`derive_invariant_union` (Example 17): a set of matrices that is not strongly irreducible.
 """
 
 from __future__ import annotations
@@ -210,4 +211,20 @@ def derive_centring(samples: int = 4) -> Derivation:
     out.step("so a centred layer on a centred input is the uncentred layer (d = 2):",
              sp.Eq(sp.Symbol("||D (W H G) G - D W (H G)||"), sp.expand(centred_layer - dd * w * (h * g)).norm()),
              name="layer_residual")
+    return out
+
+
+def derive_invariant_union() -> Derivation:
+    """Example 17 (App. F): T = {a P}, P the swap of two coordinates, maps span(e_1) and span(e_2) onto each other,
+    so their union is invariant and T is not strongly irreducible (Def. 6); its products a^n P^n keep rank 2 and
+    never contract to rank one, which is why Bougerol's theorem (Lemma 18) needs both properties."""
+    out = Derivation("Example 17: a set that is not strongly irreducible")
+    a = sp.Symbol("a", positive=True)
+    p = sp.Matrix([[0, 1], [1, 0]])
+    e1, e2 = sp.Matrix([1, 0]), sp.Matrix([0, 1])
+    out.step("a P e_1 - a e_2 and a P e_2 - a e_1: V_1 = span(e_2) and V_2 = span(e_1) are swapped",
+             sp.Eq(sp.Symbol("residuals"), sp.Tuple((a * p * e1 - a * e2).norm(), (a * p * e2 - a * e1).norm())),
+             name="swap_residuals")
+    out.step("P^2 = I, so every product a^n P^n has both singular values a^n: no contraction to rank one",
+             sp.Eq(sp.Symbol("||P^2 - I||"), (p * p - sp.eye(2)).norm()), name="square_minus_identity")
     return out
