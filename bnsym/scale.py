@@ -152,6 +152,8 @@ class RankCollapse:
     crossover: Sizes  # the rank crossover, over widths d and the same values as batch sizes
     training: Sizes  # the digits training runs
     loss_curves: Sizes  # the training losses of Fig. 4; n_steps of rank pre-training
+    small_gamma: Sizes  # batch-norm chains at gamma = 0.01 (Fig. 3a)
+    proofs: Sizes  # the chains of Lemmas 5, 6, 10, Cor. 15 and the varying-width blocks; the residual Lyapunov gap
 
 
 @dataclass(frozen=True)
@@ -297,7 +299,9 @@ RANK_COLLAPSE = {
         cosines=Sizes(n_networks=16), init_ranks=Sizes(n_networks=4), asymmetric=Sizes(width=512, n_networks=4),
         crossover=Sizes(widths=(8, 16, 32)),
         training=Sizes(depths=(2, 16), epochs=3, learning_rates=(0.1,), n_networks=2, n_train=512),
-        loss_curves=Sizes(depth=16, n_steps=10)),
+        loss_curves=Sizes(depth=16, n_steps=10),
+        small_gamma=Sizes(widths=(8,), depth=1500, burn_in=1500),
+        proofs=Sizes(widths=(8, 16), depth=400, burn_in=100, n_networks=8)),
     "book": RankCollapse(
         lyapunov=Sizes(depth=600, n_networks=16),
         chains=Sizes(widths=(8, 16, 32, 64), depth=2000, burn_in=400, n_networks=8),
@@ -306,7 +310,9 @@ RANK_COLLAPSE = {
         cosines=Sizes(n_networks=32), init_ranks=Sizes(n_networks=8), asymmetric=Sizes(width=512, n_networks=8),
         crossover=Sizes(widths=(8, 16, 32, 64)),
         training=Sizes(depths=(2, 8, 16, 32), epochs=10, learning_rates=(0.03, 0.3), n_networks=2, n_train=1024),
-        loss_curves=Sizes(depth=32, n_steps=25)),
+        loss_curves=Sizes(depth=32, n_steps=25),
+        small_gamma=Sizes(widths=(8, 16), depth=6000, burn_in=4000),
+        proofs=Sizes(widths=(8, 16, 32), depth=2000, burn_in=400, n_networks=16)),
     "paper": RankCollapse(
         lyapunov=Sizes(depth=5000, n_networks=32),
         chains=Sizes(widths=(8, 16, 32, 64, 128, 256), depth=20_000, burn_in=2000, n_networks=16),
@@ -316,7 +322,9 @@ RANK_COLLAPSE = {
         crossover=Sizes(widths=(8, 16, 32, 64, 128)),
         training=Sizes(depths=(1, 2, 4, 8, 16, 32), epochs=75, learning_rates=(0.01, 0.03, 0.1, 0.3), n_networks=5,
                        n_train=1437),
-        loss_curves=Sizes(depth=50, n_steps=75)),
+        loss_curves=Sizes(depth=50, n_steps=75),
+        small_gamma=Sizes(widths=(8, 16, 32, 64), depth=40_000, burn_in=10_000),
+        proofs=Sizes(widths=(8, 16, 32, 64), depth=10_000, burn_in=2000, n_networks=32)),
 }
 
 PRODUCTS = {

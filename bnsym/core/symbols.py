@@ -63,6 +63,7 @@ d = sp.Symbol("d", integer=True, positive=True)  # width: H is d features x N sa
 gamma = sp.Symbol("gamma", positive=True)  # strength of the residual branch, H + gamma W H
 tau = sp.Symbol("tau", positive=True)  # threshold of the soft rank rank_tau (eq. 3)
 n_dof = sp.Symbol("nu", positive=True)  # degrees of freedom of a chi-square variable
+weight_bound = sp.Symbol("B_W", positive=True)  # weight entries in [-B_W, B_W] (Daneshmand Lemmas 5, 6; their B)
 alpha_reg = sp.Symbol("alpha_reg", positive=True)  # the regularity constant alpha of Def. 3 (not Yang's alpha)
 # the invariants of a d x d matrix M that Lemma 7's delta_F is written in
 frob2, trace_m3, diag_m2_sq = sp.symbols("||M||_F^2 Tr(M^3) Tr(diag(M^2)^2)", positive=True)

@@ -8,6 +8,11 @@ H is always d features x N samples, as in the paper, with M(H) = H H^T / N.
 * the BN chain: :func:`bn_chain` (H-chain and M-chain), :func:`delta_F` (Lemma 7), :func:`delta_F_spectral`
   (Prop. 8), :func:`second_order_drift`, :func:`chain_statistics`, :func:`bn_lyapunov`; derived in
   :func:`derive_delta_F`, :func:`derive_spectral_delta_F`, :func:`derive_rank_bound` (Lemma 13, Theorem 14);
+* the other proof steps (:mod:`.proofs`): :func:`derive_rank_one_step` (Lemmas 5, 6), :func:`derive_regularity` and
+  :func:`stationary_alpha` (Lemma 10, Examples 11, 12), :func:`derive_finite_depth` (Lemma 16, Cor. 15),
+  :func:`derive_residual_gap` and :func:`residual_gap_series` (claim 4), :func:`derive_centring` (claim 9),
+  :func:`derive_invariant_union` (Example 17),
+  :func:`uniform_sampler` (Lemma 3 (b));
 * correlations at initialisation: :func:`relu_cosines` (the mean-field map), :func:`asymmetric_unit_correlation`
   (Fig. 5), :func:`last_layer_gradient_cosines` (Prop. 19).
 
@@ -35,6 +40,17 @@ from .measures import (
     rank_tau,
     second_moment,
 )
+from .proofs import (
+    derive_centring,
+    derive_finite_depth,
+    derive_invariant_union,
+    derive_rank_one_step,
+    derive_regularity,
+    derive_residual_gap,
+    residual_gap_series,
+    stationary_alpha,
+    uniform_sampler,
+)
 
 __all__ = [
     "asymmetric_unit_correlation",
@@ -44,8 +60,14 @@ __all__ = [
     "delta_F",
     "delta_F_spectral",
     "derive_delta_F",
+    "derive_centring",
+    "derive_finite_depth",
+    "derive_invariant_union",
     "derive_rank_bound",
     "derive_rank_bounds",
+    "derive_rank_one_step",
+    "derive_regularity",
+    "derive_residual_gap",
     "derive_spectral_delta_F",
     "differentiable_rank_bound",
     "last_layer_gradient_cosines",
@@ -54,6 +76,9 @@ __all__ = [
     "rank_lower_bound",
     "rank_tau",
     "relu_cosines",
+    "residual_gap_series",
     "second_moment",
     "second_order_drift",
+    "stationary_alpha",
+    "uniform_sampler",
 ]

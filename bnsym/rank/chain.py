@@ -94,15 +94,19 @@ def _factor(w: torch.Tensor, gamma_value: float) -> torch.Tensor:
 def bn_chain(start: np.ndarray | torch.Tensor, depth: int, gamma: float = math.inf, n_chains: int = 1,
              seed: int = 0, kind: str = "H", every: int = 1,
              statistic: Callable[[torch.Tensor], torch.Tensor] | None = None,
-             dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> torch.Tensor:
+             dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu",
+             law: str = "gaussian") -> torch.Tensor:
     """Run ``n_chains`` batch-norm chains for ``depth`` layers; return ``statistic`` every ``every`` layers.
 
     ``kind="H"``: ``start`` is H_0 = X, d features x N samples, and the state is H_l (eq. 1 with no centring).
     ``kind="M"``: ``start`` is M_0 = X X^T / N and the state is M_l (eqs. 36-37).
     Both draw the same W_l for the same seed, so they can be compared path by path. ``statistic`` maps the state
     (n_chains, d, .) to a tensor; the default is M_l itself. Returns shape (depth // every, n_chains, ...).
+    ``law`` is the entry law of W (Definition 1): ``"gaussian"`` N(0, 1), or ``"uniform"`` U[-sqrt 3, sqrt 3], the
+    bounded support of Lemmas 5 and 6 (B = sqrt 3).
     """
     kind = check_choice(kind, "kind", ("H", "M"))
+    law = check_choice(law, "law", ("gaussian", "uniform"))
     depth = check_layers(depth, "depth")
     every = check_whole_number(every, "every", 1, depth, "the layers between records, at most depth")
     n_chains, gamma, seed = check_draws(n_chains, "n_chains", 1), check_gamma(gamma), check_seed(seed)
@@ -123,8 +127,11 @@ def bn_chain(start: np.ndarray | torch.Tensor, depth: int, gamma: float = math.i
     gen = generator(seed, device)
     records = []
     for layer in range(1, depth + 1):
-        w = torch.randn(n_chains, width, width, generator=gen, device=device, dtype=torch.float64).to(dtype)
-        a = _factor(w, gamma)
+        if law == "gaussian":
+            w = torch.randn(n_chains, width, width, generator=gen, device=device, dtype=torch.float64)
+        else:
+            w = (2 * torch.rand(n_chains, width, width, generator=gen, device=device, dtype=torch.float64) - 1) * 3**0.5
+        a = _factor(w.to(dtype), gamma)
         state = normalise_rows(a @ state) if kind == "H" else correlation(a @ state @ a.mT)
         if layer % every == 0:
             records.append(statistic(state))
