@@ -19,13 +19,12 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from ..core.activations import identity
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring
+from ..core.quadrature import gauss_jacobi
 from ..core.symbols import B, delta_k, delta_sum, rank_c, s, sigma0
 from ..core.symbols import t as _t
-from .laplace import bn_kernel_laplace
 
 RANK_RTOL = 1e-10  # an eigenvalue of Sigma^G below this fraction of the largest is outside its range
 
@@ -75,14 +74,49 @@ def linear_limit(sigma: np.ndarray) -> np.ndarray:
     return batch / keep.shape[1] * keep @ keep.T
 
 
+def spectral_map(sigma: np.ndarray, rtol: float = 1e-13, max_nodes: int = 4096) -> Estimate:
+    """F_k of eq. (11) for the eigenvalues ``sigma`` (> 0, C of them) of Sigma^G on its range: the eigenvalues of
+    V(Sigma) / B. With r_k = sigma_k / mean(sigma) and s = x / (2 mean(sigma) (1 - x)),
+
+        F_k = (r_k / 2) int_0^1 (1 - x)^(C/2 - 1) (1 - x + x r_k)^(-1) prod_j (1 - x + x r_j)^(-1/2) dx,
+
+    by Gauss-Jacobi rules for the weight (1 - x)^(C/2 - 1) (mass 2 / C), doubled until two agree to ``rtol``; that
+    difference is the error."""
+    ratio = np.asarray(sigma, dtype=float) / np.mean(sigma)
+    rank = ratio.size
+
+    def rule(n: int) -> np.ndarray:
+        nodes, weights = gauss_jacobi(n, rank / 2 - 1, 0.0)
+        x = (1 + nodes[:, None]) / 2
+        denominator = 1 - x + x * ratio  # (n, C)
+        product = np.exp(-0.5 * np.log(denominator).sum(axis=1))
+        return ratio / rank * ((weights * product) @ (1 / denominator))
+
+    n, previous = 16, rule(16)
+    while True:
+        n *= 2
+        current = rule(n)
+        error = np.abs(current - previous)
+        if error.max() <= rtol or n >= max_nodes:
+            return Estimate(current, error, "spectral")
+        previous = current
+
+
 def linear_trajectory(sigma: np.ndarray, depth: int) -> Estimate:
-    """Sigma^0..Sigma^depth of a linear batch-norm network at infinite width: V iterated by the Laplace route
-    (eq. (11)), shape (depth + 1, B, B), with the sum of the routes' error bounds up to each layer."""
-    phi = identity()
-    values, errors, bound = [np.asarray(sigma, dtype=float)], [np.zeros_like(sigma, dtype=float)], 0.0
+    """Sigma^0..Sigma^depth of a linear batch-norm network at infinite width, shape (depth + 1, B, B): the
+    eigenvectors of Sigma^G stay, its spectrum follows B F_k (:func:`spectral_map`); the error is the sum of the
+    maps' error bounds up to each layer (times B)."""
+    sigma = np.asarray(sigma, dtype=float)
+    batch = sigma.shape[0]
+    g = centring(batch)
+    lam, vecs = np.linalg.eigh(g @ sigma @ g)
+    keep = lam > RANK_RTOL * lam.max()
+    spectrum, vecs = lam[keep], vecs[:, keep]
+    values, errors, bound = [sigma], [np.zeros_like(sigma)], 0.0
     for _ in range(depth):
-        step = bn_kernel_laplace(phi, values[-1])
-        bound = bound + step.error
-        values.append(step.value)
-        errors.append(bound)
-    return Estimate(np.stack(values), np.stack(errors), "laplace")
+        step = spectral_map(spectrum)
+        spectrum = batch * step.value
+        bound = bound + batch * step.error.max()
+        values.append((vecs * spectrum) @ vecs.T)
+        errors.append(np.full_like(sigma, bound))
+    return Estimate(np.stack(values), np.stack(errors), "spectral")
