@@ -25,7 +25,7 @@ from .networks import (
     mean_off_diagonal,
     simulate_forward,
 )
-from .probes import backward_rayleigh, simulated_decay
+from .probes import backward_rayleigh, layer_jacobian, layer_jacobian_mean_square, simulated_decay
 
 __all__ = [
     "GradientRun",
@@ -39,6 +39,8 @@ __all__ = [
     "generator",
     "gram",
     "inputs_with_gram",
+    "layer_jacobian",
+    "layer_jacobian_mean_square",
     "mc_tolerance",
     "mean_and_se",
     "mean_diagonal",
