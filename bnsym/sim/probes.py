@@ -7,7 +7,7 @@ supplies the directions R G, L and M that theory and simulation share.
 * :func:`simulated_decay`: the forward response of wide networks to a perturbation Sigma + delta Lam;
 * :func:`backward_rayleigh`: Rayleigh quotients of the backward operator of simulated layers;
 * :func:`layer_jacobian`, :func:`layer_jacobian_mean_square`: the Jacobian of one layer and the mean of its
-  squared singular values.
+  squared singular values; :func:`neuron_gradient_ratios`, the per-neuron factors behind that mean.
 """
 
 from __future__ import annotations
@@ -126,3 +126,11 @@ def layer_jacobian_mean_square(phi: str | Activation, sigma: np.ndarray, width: 
     b = block.shape[-1]
     total = torch.einsum("mac,ma->m", w * w, block.square().sum((-1, -2)))
     return (total / (width * (b - 1 if batch_norm else b))).numpy()
+
+
+def neuron_gradient_ratios(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int,
+                           seed: int = 0) -> np.ndarray:
+    """abs(E_a)_F^2 / (B - 1) per neuron of one batch-normed layer (the blocks of :func:`layer_jacobian`): the
+    factor by which neuron a's batch norm and phi scale an isotropic centred gradient. Shape (M, N)."""
+    _, block = _layer_blocks(phi, sigma, width, n_networks, seed, True)
+    return (block.square().sum((-1, -2)) / (block.shape[-1] - 1)).numpy()
