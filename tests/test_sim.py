@@ -7,12 +7,16 @@ import pytest
 import torch
 
 from bnsym.core.activations import parse_activation
+from bnsym.core.batchnorm import batch_norm as bn
+from bnsym.core.device import Normals
 from bnsym.sim import (
     SAMPLERS,
     configure_torch,
     generator,
     gram,
     inputs_with_gram,
+    layer_jacobian,
+    layer_jacobian_mean_square,
     mean_diagonal,
     mean_off_diagonal,
     simulate_forward,
@@ -158,3 +162,25 @@ def test_simulate_forward_rejects_bad_arguments(sigma6):
         simulate_forward("relu", x0, depth=1, sampler="kernel")
     with pytest.raises(ValueError, match="shape"):
         simulate_forward("relu", x0[0, 0], depth=1, n_networks=2)
+
+
+@pytest.mark.parametrize("batch_norm", [True, False])
+@pytest.mark.parametrize("phi", ["relu", "tanh"])
+def test_layer_jacobian_is_autograd(phi, batch_norm):
+    """layer_jacobian's closed-form blocks against torch autograd of the same layer (same inputs and weights)."""
+    width, b = 6, 5
+    sigma = _random_psd(b, b, seed=1)
+    jac = layer_jacobian(phi, sigma, width, 2, seed=3, batch_norm=batch_norm)
+    x = inputs_with_gram(sigma, width, 2, seed=3, device="cpu")
+    w = Normals(4, "cpu")(2, width, width) / np.sqrt(width)
+    act = parse_activation(phi)
+    g = torch.as_tensor(np.eye(b) - 1.0 / b)
+    for m in range(2):
+        def layer(inputs, m=m):
+            h = w[m] @ inputs
+            return act.torch(bn(h, 0.0, dim=-1)) @ g if batch_norm else act.torch(h)
+        reference = torch.autograd.functional.jacobian(layer, x[m]).reshape(width * b, width * b)
+        assert torch.allclose(jac[m], reference, atol=1e-10)
+    mean_square = layer_jacobian_mean_square(phi, sigma, width, 2, seed=3, batch_norm=batch_norm)
+    rank = width * (b - 1 if batch_norm else b)
+    assert np.allclose(mean_square, torch.linalg.svdvals(jac).square().sum(-1).numpy() / rank, rtol=1e-12)

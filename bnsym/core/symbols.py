@@ -49,6 +49,8 @@ L_ab, n_a, n_b = sp.symbols("L_ab n_a n_b", real=True)  # kernel and mean of the
 m_pop, v_pop = sp.symbols("mbar vbar", real=True)  # population mean and variance of a neuron (eval-mode BN)
 p_const = sp.Symbol("p", positive=True)  # probability that a batch-norm input is not constant over the batch
 a_pi, b_pi = sp.symbols("a_Pi b_Pi", real=True)  # a gradient covariance Pi = a_Pi I + b_Pi 11^T
+rank_c = sp.Symbol("C", integer=True, positive=True)  # the rank of G Sigma G (linear batch norm, Lemma F.1)
+sigma0, delta_k, delta_sum = sp.symbols("sigma_0 delta_k S_delta", real=True)  # an eigenvalue and its perturbation
 
 # Philipp 2021 (gradient scale coefficient, dilution) -------------------------------------------------------
 

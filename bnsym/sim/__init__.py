@@ -25,7 +25,13 @@ from .networks import (
     mean_off_diagonal,
     simulate_forward,
 )
-from .probes import backward_rayleigh, simulated_decay
+from .probes import (
+    backward_rayleigh,
+    layer_jacobian,
+    layer_jacobian_mean_square,
+    neuron_gradient_ratios,
+    simulated_decay,
+)
 
 __all__ = [
     "GradientRun",
@@ -39,6 +45,9 @@ __all__ = [
     "generator",
     "gram",
     "inputs_with_gram",
+    "layer_jacobian",
+    "layer_jacobian_mean_square",
+    "neuron_gradient_ratios",
     "mc_tolerance",
     "mean_and_se",
     "mean_diagonal",

@@ -5,7 +5,9 @@ Sigma* from :mod:`bnsym.meanfield`, or simulated Grams) and the direction; :mod:
 supplies the directions R G, L and M that theory and simulation share.
 
 * :func:`simulated_decay`: the forward response of wide networks to a perturbation Sigma + delta Lam;
-* :func:`backward_rayleigh`: Rayleigh quotients of the backward operator of simulated layers.
+* :func:`backward_rayleigh`: Rayleigh quotients of the backward operator of simulated layers;
+* :func:`layer_jacobian`, :func:`layer_jacobian_mean_square`: the Jacobian of one layer and the mean of its
+  squared singular values; :func:`neuron_gradient_ratios`, the per-neuron factors behind that mean.
 """
 
 from __future__ import annotations
@@ -81,3 +83,54 @@ def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, se
             + (v * u).sum(-1) * ((dv @ lam_t) * dv).sum(-1)
         out[name] = (scale * quadratic).mean(-1).cpu().numpy() / float((lam * lam).sum())
     return out
+
+
+def _layer_blocks(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int, seed: int,
+                  batch_norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W, E): the weights (M, N, N) and the per-neuron blocks (M, N, B, B) of :func:`layer_jacobian`."""
+    configure_torch()
+    activation = parse_activation(phi)
+    x = inputs_with_gram(sigma, width, n_networks, seed=seed, device="cpu")  # (M, N, B)
+    b = x.shape[-1]
+    w = Normals(seed + 1, "cpu")(n_networks, width, width) / math.sqrt(width)
+    h = w @ x  # (M, N, B)
+    if not batch_norm:
+        return w, torch.diag_embed(activation.torch_derivative(h))
+    z, s = batch_norm_forward(h, 0.0)
+    v = z / math.sqrt(b)
+    g = torch.as_tensor(np.eye(b) - 1.0 / b, dtype=torch.float64)
+    inner = (torch.eye(b, dtype=torch.float64) - v.unsqueeze(-1) * v.unsqueeze(-2)) @ g / s.unsqueeze(-1)
+    return w, g @ (activation.torch_derivative(z).unsqueeze(-1) * inner)
+
+
+def layer_jacobian(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int, seed: int = 0,
+                   batch_norm: bool = True) -> torch.Tensor:
+    """Jacobians d x'/d x of one random layer x' = phi(BN(W x)) (or phi(W x) with ``batch_norm=False``), W_ac ~
+    N(0, 1/N), at inputs x (N x B) whose Gram is ``sigma``, as (M, N B, N B) float64 tensors on the CPU.
+
+    Neuron a's block is W_ac E_a with E_a = diag(phi'(z_a)) (1/s_a) (I - v_a v_a^T) G, z_a = BN(h_a) = s_a^-1 G h_a
+    and v_a = z_a / sqrt(B) (E_a = diag(phi'(h_a)) without batch norm). With batch norm the output is projected
+    by G per neuron (its mean over the batch carries no gradient: the next batch norm removes it), so the
+    squared singular values average, over the N (B - 1) nonzero ones, to the backward rate lambda_G as N -> oo.
+    """
+    w, block = _layer_blocks(phi, sigma, width, n_networks, seed, batch_norm)
+    b = block.shape[-1]
+    return torch.einsum("mac,maij->maicj", w, block).reshape(n_networks, width * b, width * b)
+
+
+def layer_jacobian_mean_square(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int,
+                               seed: int = 0, batch_norm: bool = True) -> np.ndarray:
+    """Per network, the mean squared singular value of :func:`layer_jacobian` over N (B - 1) of them (with batch
+    norm; N B without): abs(J)_F^2 = sum_ac W_ac^2 abs(E_a)_F^2, without building J. Shape (M,)."""
+    w, block = _layer_blocks(phi, sigma, width, n_networks, seed, batch_norm)
+    b = block.shape[-1]
+    total = torch.einsum("mac,ma->m", w * w, block.square().sum((-1, -2)))
+    return (total / (width * (b - 1 if batch_norm else b))).numpy()
+
+
+def neuron_gradient_ratios(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int,
+                           seed: int = 0) -> np.ndarray:
+    """abs(E_a)_F^2 / (B - 1) per neuron of one batch-normed layer (the blocks of :func:`layer_jacobian`): the
+    factor by which neuron a's batch norm and phi scale an isotropic centred gradient. Shape (M, N)."""
+    _, block = _layer_blocks(phi, sigma, width, n_networks, seed, True)
+    return (block.square().sum((-1, -2)) / (block.shape[-1] - 1)).numpy()

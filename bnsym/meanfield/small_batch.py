@@ -1,0 +1,71 @@
+"""Small batches, outside the standard regime (Yang et al. 2019, App. J): B = 2 and B = 3.
+
+Batch norm divides the centred pre-activation y = G h of each neuron by its length r = abs(y) (times sqrt(B)),
+so its Jacobian is sqrt(B) / r (I - v v^T) G with v = y / r, and a centred gradient of one neuron is scaled, on
+average over its direction, by (B / r^2) (B - 2) / (B - 1) (:func:`derive_small_batches`).
+
+* B = 2: G = v v^T, so the Jacobian vanishes: BN(h) = sign(h_1 - h_2) (1, -1) is piecewise constant and every
+  gradient through batch norm is 0.
+* B = 3: for linear phi at its fixed point r^2 = mu* chi^2_(B-1) with mu* = B/(B-1), and E[1/chi^2_2] = oo: the
+  mean-field rate lambda_G = (B-2)/(B-3) is infinite. The mean truncated at T is finite and grows like log T.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import sympy as sp
+from scipy.special import expn
+
+from ..core.derivation import Derivation
+from ..core.symbols import B, mu, u, x1, x2
+
+
+@cache
+def derive_small_batches() -> Derivation:
+    """The B = 2 Jacobian (zero), E[1/chi^2_(B-1)] and the linear rate (B-2)/(B-3), infinite at B = 3, and the
+    truncated mean E[min((B/r^2)(B-2)/(B-1), T)] at B = 3 (results "jacobian_2", "inverse_moment", "rate",
+    "rate_3", "truncated_3")."""
+    d = Derivation("Batch norm at B = 2 and B = 3")
+    gap = sp.Symbol("d", positive=True)  # h_1 - h_2 > 0 (the other sign is the mirror image)
+    y = sp.Matrix([gap / 2, -gap / 2])
+    out = sp.sqrt(2) * y / sp.sqrt(y.dot(y))
+    h = sp.Matrix([x1, x2])
+    bn2 = out.subs(gap, x1 - x2)
+    d.step("$B = 2$, $h_1 > h_2$: the batch-norm output",
+           sp.Eq(sp.MatrixSymbol("BN", 2, 1), sp.simplify(out), evaluate=False))
+    jacobian = sp.simplify(bn2.jacobian(h).subs(x1, x2 + gap))
+    d.step("its Jacobian: every gradient through batch norm vanishes",
+           sp.Eq(sp.MatrixSymbol("J", 2, 2), jacobian, evaluate=False), "jacobian_2")
+    k = B - 1
+    chi_density = u ** (k / 2 - 1) * sp.exp(-u / 2) / (2 ** (k / 2) * sp.gamma(k / 2))
+    inverse = sp.simplify(sp.integrate((chi_density / u).subs(B, sp.Symbol("b", positive=True)), (u, 0, sp.oo),
+                                       conds="none").subs(sp.Symbol("b", positive=True), B))
+    d.step("$E[1/\\chi^2_{B-1}]$ (for $B > 3$):", sp.Eq(sp.Symbol("E[1/chi^2]"), inverse), "inverse_moment")
+    rate = sp.factor(sp.expand_func(sp.gammasimp(B / (B / (B - 1)) * inverse * (B - 2) / (B - 1))))
+    d.step("$\\lambda_G$ of linear $\\phi$: $E[(B/r^2)(B-2)/(B-1)]$, $r^2 = \\mu^*\\chi^2_{B-1}$, $\\mu^* = B/(B-1)$",
+           sp.Eq(sp.Symbol("lambda_G"), rate), "rate")
+    at_three = sp.integrate((chi_density / u).subs(B, 3), (u, 0, sp.oo))
+    d.step("at $B = 3$ the integral diverges at $r \\to 0$", sp.Eq(sp.Symbol("E[1/chi^2_2]"), at_three), "rate_3")
+    threshold = sp.Symbol("T", positive=True)
+    ratio_scale = sp.Rational(3, 2) / mu  # (B/r^2)(B-2)/(B-1) = (3/2) / (mu chi^2) at B = 3
+    density = chi_density.subs(B, 3)
+    cut = ratio_scale / threshold  # chi^2 below this gives a ratio above T
+    truncated = (threshold * sp.integrate(density, (u, 0, cut))
+                 + sp.integrate(ratio_scale / u * density, (u, cut, sp.oo)))
+    # SymPy answers with Ei on the polar branch: Ei(x e^(i pi)) = -E_1(x) + i pi for x > 0
+    truncated = sp.expand(truncated.replace(
+        lambda e: isinstance(e, sp.Ei), lambda e: -sp.expint(1, -sp.unpolarify(e.args[0])) + sp.I * sp.pi))
+    d.step("truncated at $T$ (B = 3, $r^2 = \\mu\\chi^2_2$): finite, growing like $\\log T$",
+           sp.Eq(sp.Symbol("E[min(X, T)]"), truncated), "truncated_3")
+    d.result = rate
+    return d
+
+
+def truncated_rate_three(threshold: float | np.ndarray, mu_value: float = 1.5) -> float | np.ndarray:
+    """E[min(X, T)] at B = 3 for X = (B/r^2)(B-2)/(B-1), r^2 = mu chi^2_2 (mu = mu* = 3/2 for linear phi)."""
+    threshold_symbol = sp.Symbol("T", positive=True)
+    f = sp.lambdify((threshold_symbol, mu), derive_small_batches()["truncated_3"], [{"expint": expn}, "numpy"],
+                    cse=True)
+    return f(np.asarray(threshold, dtype=float), mu_value)
