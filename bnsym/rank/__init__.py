@@ -8,7 +8,8 @@ H is always d features x N samples, as in the paper, with M(H) = H H^T / N.
 * the BN chain: :func:`bn_chain` (H-chain and M-chain), :func:`delta_F` (Lemma 7), :func:`delta_F_spectral`
   (Prop. 8), :func:`second_order_drift`, :func:`chain_statistics`, :func:`bn_lyapunov`; derived in
   :func:`derive_delta_F`, :func:`derive_spectral_delta_F`, :func:`derive_rank_bound` (Lemma 13, Theorem 14);
-* the other proof steps (:mod:`.proofs`): :func:`derive_rank_one_step` (Lemmas 5, 6), :func:`derive_regularity` and
+* the other proof steps (``bnsym.rank.proofs``): :func:`derive_rank_one_step` (Lemmas 5, 6),
+  :func:`derive_regularity` and
   :func:`stationary_alpha` (Lemma 10, Examples 11, 12), :func:`derive_finite_depth` (Lemma 16, Cor. 15),
   :func:`derive_residual_gap` and :func:`residual_gap_series` (claim 4), :func:`derive_centring` (claim 9),
   :func:`derive_invariant_union` (Example 17),

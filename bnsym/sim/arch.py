@@ -237,7 +237,7 @@ def extrapolated_signal_propagation(net: object, Sigma0: np.ndarray, widths: tup
                                     gradient: bool = True) -> Extrapolated:
     """The twin's signal propagation (:func:`simulate_signal_propagation`, ``n_networks`` per width, a fresh seed
     per width) fitted per layer by weighted least squares as a + b / width: the O(1/n) bias of a smooth function
-    of the layer Grams (:func:`~bnsym.core.statistics.extrapolate_to_infinite_width`); the intercept a and its
+    of the layer Grams (``bnsym.core.statistics.extrapolate_to_infinite_width``); the intercept a and its
     standard error are the infinite-width estimate. ``gradient=False`` leaves S out (e.g. relu -> BN at eps = 0,
     whose gradient has no finite second moment); a non-finite S is a ValueError."""
     widths = tuple(_check_size(w, "width") for w in widths)
