@@ -285,7 +285,7 @@ NNGP = {
 BN_NTK = {
     "test": BnNtk(routes=Sizes(n_draws=2**10), reference=Sizes(width=256, n_networks=12),
                   finite=Sizes(widths=(64, 128, 256), n_networks=12, batch_size=8),
-                  batches=Sizes(n_draws=3, depths=(1,), batch_size=8)),
+                  batches=Sizes(n_draws=2, depths=(1,), batch_size=8)),
     "book": BnNtk(routes=Sizes(n_draws=2**12), reference=Sizes(width=1024, n_networks=32),
                   finite=Sizes(widths=(128, 256, 512, 1024), n_networks=32, batch_size=8),
                   batches=Sizes(n_draws=5, depths=(1, 3), batch_size=8)),
