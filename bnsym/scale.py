@@ -126,6 +126,16 @@ class Nngp:
 
 
 @dataclass(frozen=True)
+class BnNtk:
+    """Chapter 9b, the tangent kernel of batch-normalised networks."""
+
+    routes: Sizes  # forward against per-entry routes on the same samples (n_draws: quasi-Monte Carlo points)
+    reference: Sizes  # finite networks on the reference setting (12 inputs in batches of 7 and 5)
+    finite: Sizes  # finite networks against the theory, extrapolated in 1/N
+    batches: Sizes  # one pair of digits among n_draws sets of companions, at each depth
+
+
+@dataclass(frozen=True)
 class Trainability:
     """Chapter 10, trainability."""
 
@@ -184,6 +194,7 @@ class Scale:
     epsilon: Epsilon
     cross_batch: CrossBatch
     nngp: Nngp
+    bn_ntk: BnNtk
     trainability: Trainability
     rank_collapse: RankCollapse
     products: Products
@@ -271,6 +282,18 @@ NNGP = {
                   diabetes=Sizes(depths=(1, 2, 5, 10, 20)), sgd=Sizes(epochs=10)),
 }
 
+BN_NTK = {
+    "test": BnNtk(routes=Sizes(n_draws=2**10), reference=Sizes(width=256, n_networks=12),
+                  finite=Sizes(widths=(64, 128, 256), n_networks=12, batch_size=8),
+                  batches=Sizes(n_draws=2, depths=(1,), batch_size=8)),
+    "book": BnNtk(routes=Sizes(n_draws=2**12), reference=Sizes(width=1024, n_networks=32),
+                  finite=Sizes(widths=(128, 256, 512, 1024), n_networks=32, batch_size=8),
+                  batches=Sizes(n_draws=5, depths=(1, 3), batch_size=8)),
+    "paper": BnNtk(routes=Sizes(n_draws=2**12), reference=Sizes(width=2048, n_networks=128),
+                   finite=Sizes(widths=(256, 512, 1024, 2048, 4096), n_networks=128, batch_size=8),
+                   batches=Sizes(n_draws=10, depths=(1, 3, 10), batch_size=8)),
+}
+
 TRAINABILITY = {
     "test": Trainability(
         grid=Sizes(width=32, epochs=1, n_networks=2, depths=(4, 16), batch_sizes=(16, 64)),
@@ -350,7 +373,7 @@ PRODUCTS = {
 SCALES = {
     name: Scale(name, width=width, n_networks=n_networks, depth=depth, architectures=ARCHITECTURES[name],
                 dilution=DILUTION[name], explode=EXPLODE[name],
-                epsilon=EPSILON[name], cross_batch=CROSS_BATCH[name], nngp=NNGP[name],
+                epsilon=EPSILON[name], cross_batch=CROSS_BATCH[name], nngp=NNGP[name], bn_ntk=BN_NTK[name],
                 trainability=TRAINABILITY[name], rank_collapse=RANK_COLLAPSE[name], products=PRODUCTS[name])
     for name, width, n_networks, depth in (("test", 256, 8, 12), ("book", 1024, 32, 30), ("paper", 1000, 200, 50))
 }
