@@ -219,7 +219,7 @@ def _layer_statistics(run: TwinRun) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True)
 class Extrapolated:
-    """The twin's per-layer statistics (:data:`MEASURED`) at each width (``per_width[name][i]``, an Estimate over
+    """The twin's per-layer statistics (``MEASURED``) at each width (``per_width[name][i]``, an Estimate over
     the layers: the mean over networks and its standard error) and extrapolated to infinite width
     (``infinite[name]``). ``exact[name]`` marks the layers where the twin holds the statistic exactly (no spread
     over networks, e.g. a batch-normed layer's diagonal): there ``infinite`` is the widest width's value with
