@@ -83,6 +83,16 @@ def browser():
 # Waits for MathJax's typesetting and for every image, then reports what the page shows.
 INSPECT = r"""
 const done = arguments[arguments.length - 1];
+// A page (or the front page's redirect) may still be loading, with MathJax's deferred script not yet run: wait
+// until the document is complete and, where it holds math, until MathJax exists (at most 20 s), then inspect.
+const start = Date.now();
+const ready = () => document.readyState === "complete" &&
+  (!document.querySelector("main .math") || (window.MathJax && MathJax.startup));
+const settled = new Promise((resolve) => {
+  const poll = () => (ready() || Date.now() - start > 20000 ? resolve() : setTimeout(poll, 50));
+  poll();
+});
+settled.then(() => {
 const images = Array.from(document.images);
 images.forEach((img) => { img.loading = "eager"; });
 const typeset = window.MathJax && MathJax.startup ? MathJax.startup.promise : Promise.resolve();
@@ -108,6 +118,7 @@ Promise.all([typeset, ...images.map((img) => img.decode().catch(() => null))]).t
     links: Array.from(document.querySelectorAll("a[href]")).map((a) => a.href),
     sidebar: Array.from(document.querySelectorAll(".bd-sidebar-primary a[href]")).map((a) => a.href),
   });
+});
 });
 """
 
@@ -135,6 +146,10 @@ def _broken(links: list[str], origin: str) -> list[str]:
 @pytest.mark.parametrize("page", PAGES)
 def test_page(browser, site, page):
     browser.get(site + page)
+    if page == "index.html":  # the front door redirects to the front page: inspect that one, once it is there
+        from selenium.webdriver.support.ui import WebDriverWait  # selenium is there: the browser fixture needs it
+
+        WebDriverWait(browser, 20).until(lambda driver: "intro" in driver.current_url)
     seen = browser.execute_async_script(INSPECT)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOTS / (page.replace("/", "__").removesuffix(".html") + ".png")))
