@@ -65,18 +65,28 @@ class InitRun:
     output_grads: np.ndarray
 
 
-def _summand_sums(inp: torch.Tensor, grad_out: torch.Tensor, m: int) -> torch.Tensor:
-    """T1..T4 per network (m, 4) for a stride-1 3x3 conv with input (B, m C_i, H, W) and output gradient
-    (B, m C_o, H, W)."""
+def _patches(inp: torch.Tensor, grad_out: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input patches (B, m, C_i 9, P) and output gradients (B, m, C_o, P) of a stride-1 3x3 conv of m grouped
+    networks, input (B, m C_i, H, W), output gradient (B, m C_o, H, W), P = H W positions."""
     b, _, h, w = grad_out.shape
-    unf = F.unfold(inp, 3, padding=1).view(b, m, -1, h * w)  # (B, m, C_i 9, P)
-    g = grad_out.reshape(b, m, -1, h * w)  # (B, m, C_o, P)
-    n = b * h * w
+    return F.unfold(inp, 3, padding=1).view(b, m, -1, h * w), grad_out.reshape(b, m, -1, h * w)
+
+
+def kernel_gradient(inp: torch.Tensor, grad_out: torch.Tensor, m: int) -> torch.Tensor:
+    """dL/dK (m, C_o, C_i 9) = sum over b, x, y of the summands d^{bxy} of eq. (4), for a stride-1 3x3 conv of m
+    grouped networks (input (B, m C_i, H, W), output gradient (B, m C_o, H, W))."""
+    unf, g = _patches(inp, grad_out, m)
+    return torch.einsum("bmop,bmkp->mok", g, unf)
+
+
+def _summand_sums(inp: torch.Tensor, grad_out: torch.Tensor, m: int) -> torch.Tensor:
+    """T1..T4 per network (m, 4) of :func:`kernel_gradient`'s summands, each / (B X Y), averaged over the kernel."""
+    unf, g = _patches(inp, grad_out, m)
     t1 = torch.einsum("bmop,bmkp->mok", g.abs(), unf.abs())  # |d| = |g| |in| factorises
     t2 = torch.einsum("bmop,bmkp->bmok", g, unf).abs().sum(0)
     t3 = torch.einsum("bmop,bmkp->pmok", g, unf).abs().sum(0)
-    t4 = torch.einsum("bmop,bmkp->mok", g, unf).abs()
-    return torch.stack([t.mean((-2, -1)) for t in (t1, t2, t3, t4)], -1) / n
+    t4 = kernel_gradient(inp, grad_out, m).abs()
+    return torch.stack([t.mean((-2, -1)) for t in (t1, t2, t3, t4)], -1) / (g.shape[0] * g.shape[-1])
 
 
 def init_run(blocks_per_stage: int, channels: int, side: int, batch: int, n_networks: int, batch_norm: bool,
@@ -148,9 +158,7 @@ def _init_chunk(blocks_per_stage: int, channels: int, side: int, batch: int, n_n
     for layer, _stage in layer_numbers(n):
         out, inp = outputs[layer], inputs[layer]
         stats.append(_summand_sums(inp, out.grad, m))
-        unf = F.unfold(inp, 3, padding=1).view(batch, m, -1, out.shape[-2] * out.shape[-1])
-        kernel = torch.einsum("bmop,bmkp->mok", out.grad.reshape(batch, m, -1, unf.shape[-1]), unf)
-        grads[layer] = kernel.reshape(m, -1).cpu().numpy()
+        grads[layer] = kernel_gradient(inp, out.grad, m).reshape(m, -1).cpu().numpy()
         acts[layer] = inp.view(batch, m, -1, *inp.shape[-2:]).transpose(0, 1).cpu().numpy()
     sides = [side >> stage for _, stage in layer_numbers(n)]
     summands = SummandStats(tuple(layer for layer, _ in layer_numbers(n)), torch.stack(stats, 1).cpu().numpy(),
