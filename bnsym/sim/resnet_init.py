@@ -55,7 +55,7 @@ class SummandStats:
 @dataclass(frozen=True)
 class InitRun:
     """One batch through M networks at initialisation: Table 1 statistics, the kernel gradients of each recorded
-    layer (M, numel) and that layer's input activations (M, B, C, H, W), the logits (M, B, K) and dL_b/dz_bj
+    layer (M, numel) and that layer's output before batch norm, what BN measures (M, B, C, H, W), the logits (M, B, K) and dL_b/dz_bj
     (M, B, K) of the per-example cross-entropy."""
 
     summands: SummandStats
@@ -159,7 +159,7 @@ def _init_chunk(blocks_per_stage: int, channels: int, side: int, batch: int, n_n
         out, inp = outputs[layer], inputs[layer]
         stats.append(_summand_sums(inp, out.grad, m))
         grads[layer] = kernel_gradient(inp, out.grad, m).reshape(m, -1).cpu().numpy()
-        acts[layer] = inp.view(batch, m, -1, *inp.shape[-2:]).transpose(0, 1).cpu().numpy()
+        acts[layer] = out.detach().view(batch, m, -1, *out.shape[-2:]).transpose(0, 1).cpu().numpy()
     sides = [side >> stage for _, stage in layer_numbers(n)]
     summands = SummandStats(tuple(layer for layer, _ in layer_numbers(n)), torch.stack(stats, 1).cpu().numpy(),
                             np.array([batch * s * s for s in sides]))
