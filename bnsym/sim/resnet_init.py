@@ -55,8 +55,8 @@ class SummandStats:
 @dataclass(frozen=True)
 class InitRun:
     """One batch through M networks at initialisation: Table 1 statistics, the kernel gradients of each recorded
-    layer (M, numel) and that layer's output before batch norm, what BN measures (M, B, C, H, W), the logits (M, B, K) and dL_b/dz_bj
-    (M, B, K) of the per-example cross-entropy."""
+    layer (M, numel) and that layer's output before batch norm, what BN measures (M, B, C, H, W), the logits
+    (M, B, K) and dL_b/dz_bj (M, B, K) of the per-example cross-entropy."""
 
     summands: SummandStats
     kernel_grads: dict[int, np.ndarray]
