@@ -39,13 +39,14 @@ def test_summand_sums_match_explicit_summands():
 
 
 def test_kernel_gradients_are_autograds_and_output_gradients_sum_to_zero():
-    run = resnet_init.init_run(3, 4, 8, 4, 3, batch_norm=True, seed=1, chunk=2, device="cpu")
+    run = resnet_init.init_run(3, 4, 8, 4, 3, batch_norm=True, seed=1, extra_layers=(7,), chunk=2, device="cpu")
     assert run.logits.shape == run.output_grads.shape == (3, 4, 10)
     np.testing.assert_allclose(run.output_grads.sum(-1), 0.0, atol=1e-12)  # softmax minus one-hot
     t = run.summands.t
     assert t.shape == (3, 6, 4) and np.all(t[..., 3] <= t[..., 1] * (1 + 1e-12)) and np.all(t[..., 1] <= t[..., 0])
     assert run.activations[4].shape == (3, 4, 4, 8, 8) and run.activations[16].shape == (3, 4, 16, 2, 2)
-    assert run.kernel_grads[16].shape == (3, 16 * 16 * 9)
+    assert run.kernel_grads[16].shape == (3, 16 * 16 * 9) and run.kernel_grads[7].shape == (3, 4 * 4 * 9)
+    assert np.all(np.abs(run.kernel_grads[7]) <= run.abs_sums[7] * (1 + 1e-12))  # |sum d| <= sum |d|
 
 
 def test_kernel_gradient_against_autograd_of_one_conv():
@@ -60,6 +61,10 @@ def test_kernel_gradient_against_autograd_of_one_conv():
 def test_init_run_validates_its_input():
     with pytest.raises(ValueError, match="multiple of 4"):
         resnet_init.init_run(3, 4, 10, 4, 1, batch_norm=False, seed=0, device="cpu")
+    with pytest.raises(ValueError, match="strided"):
+        resnet_init.init_run(3, 4, 8, 4, 1, batch_norm=False, seed=0, extra_layers=(8,), device="cpu")
+    with pytest.raises(ValueError, match="extra layer"):
+        resnet_init.init_run(3, 4, 8, 4, 1, batch_norm=False, seed=0, extra_layers=(20,), device="cpu")
     with pytest.raises(ValueError, match="n_networks"):
         resnet_init.init_run(3, 4, 8, 4, 0, batch_norm=False, seed=0, device="cpu")
 

@@ -54,12 +54,14 @@ class SummandStats:
 
 @dataclass(frozen=True)
 class InitRun:
-    """One batch through M networks at initialisation: Table 1 statistics, the kernel gradients of each recorded
-    layer (M, numel) and that layer's output before batch norm, what BN measures (M, B, C, H, W), the logits
-    (M, B, K) and dL_b/dz_bj (M, B, K) of the per-example cross-entropy."""
+    """One batch through M networks at initialisation: Table 1 statistics; per recorded layer the kernel gradients
+    sum d (M, numel), the sums sum |d| of the summands' absolute values (M, numel) and the layer's output before
+    batch norm, what BN measures (M, B, C, H, W); the logits (M, B, K) and dL_b/dz_bj (M, B, K) of the per-example
+    cross-entropy."""
 
     summands: SummandStats
     kernel_grads: dict[int, np.ndarray]
+    abs_sums: dict[int, np.ndarray]
     activations: dict[int, np.ndarray]
     logits: np.ndarray
     output_grads: np.ndarray
@@ -90,26 +92,36 @@ def _summand_sums(inp: torch.Tensor, grad_out: torch.Tensor, m: int) -> torch.Te
 
 
 def init_run(blocks_per_stage: int, channels: int, side: int, batch: int, n_networks: int, batch_norm: bool,
-             seed: int, classes: int = 10, chunk: int = 8, device=None, dtype=torch.float64) -> InitRun:
+             seed: int, classes: int = 10, extra_layers: tuple[int, ...] = (), chunk: int = 8, device=None,
+             dtype=torch.float64) -> InitRun:
     """Forward and backward of a synthetic batch (inputs N(0, 1) of shape 3 x side x side, uniform labels) through
     each of ``n_networks`` fresh ResNet-(6n+2) with or without batch norm (``chunk`` networks at a time, batched,
-    each chunk its own inputs); statistics at :func:`layer_numbers`."""
+    each chunk its own inputs); statistics at :func:`layer_numbers`, kernel gradients also at ``extra_layers``
+    (stride-1 conv layers)."""
     n_networks = check_whole_number(n_networks, "n_networks", 1, 10**6, "networks are simulated in chunks")
-    runs = [_init_chunk(blocks_per_stage, channels, side, batch, min(chunk, n_networks - start), batch_norm,
-                        seed + start, classes, device, dtype) for start in range(0, n_networks, chunk)]
+    n = check_whole_number(blocks_per_stage, "blocks per stage n", 3, 10**4,
+                           "the middle block must not be a stage's first (strided) block")
+    strided = {2 + 2 * n, 2 + 4 * n}
+    for layer in extra_layers:
+        check_whole_number(layer, "an extra layer", 1, 6 * n + 1, f"ResNet-{6 * n + 2} has conv layers 1..{6 * n + 1}")
+        if layer in strided:
+            raise ValueError(f"layer {layer} is a strided conv (a stage's first); pick a stride-1 layer")
+    runs = [_init_chunk(n, channels, side, batch, min(chunk, n_networks - start), batch_norm,
+                        seed + start, classes, tuple(extra_layers), device, dtype)
+            for start in range(0, n_networks, chunk)]
     first = runs[0]
     return InitRun(SummandStats(first.summands.layers, np.concatenate([r.summands.t for r in runs]), first.summands.n),
                    {k: np.concatenate([r.kernel_grads[k] for r in runs]) for k in first.kernel_grads},
+                   {k: np.concatenate([r.abs_sums[k] for r in runs]) for k in first.abs_sums},
                    {k: np.concatenate([r.activations[k] for r in runs]) for k in first.activations},
                    np.concatenate([r.logits for r in runs]), np.concatenate([r.output_grads for r in runs]))
 
 
 def _init_chunk(blocks_per_stage: int, channels: int, side: int, batch: int, n_networks: int, batch_norm: bool,
-                seed: int, classes: int, device, dtype) -> InitRun:
+                seed: int, classes: int, extra_layers: tuple[int, ...], device, dtype) -> InitRun:
     """:func:`init_run` for ``n_networks`` networks in one batched pass."""
     configure_torch()
-    n = check_whole_number(blocks_per_stage, "blocks per stage n", 3, 10**4,
-                           "the middle block must not be a stage's first (strided) block")
+    n = blocks_per_stage
     side = check_whole_number(side, "side (input height and width)", 4, 10**4, "two stride-2 stages halve it twice")
     if side % 4:
         raise ValueError(f"side must be a multiple of 4 (two stride-2 stages halve it), got {side}")
@@ -118,7 +130,7 @@ def _init_chunk(blocks_per_stage: int, channels: int, side: int, batch: int, n_n
     x = torch.randn(batch, 3, side, side, generator=gen, device=device, dtype=dtype).repeat(1, m, 1, 1)
     x.requires_grad_()  # so that the recorded conv outputs keep their gradients
     y = torch.randint(classes, (m, batch), generator=gen, device=device)
-    recorded = dict(layer_numbers(n))
+    recorded = set(dict(layer_numbers(n))) | set(extra_layers)
     inputs, outputs = {}, {}
 
     def conv(h, layer, c_in, c_out, stride=1):
@@ -154,16 +166,19 @@ def _init_chunk(blocks_per_stage: int, channels: int, side: int, batch: int, n_n
     # the whole network's backward, but from the logits on: dL/dz is the leaf we inspect for Fig. 4
     (out_grad,) = torch.autograd.grad(loss.sum(), logits, retain_graph=False)
     (pooled @ w_fc.mT).backward(out_grad)
-    stats, grads, acts = [], {}, {}
-    for layer, _stage in layer_numbers(n):
+    stats, grads, abs_sums, acts = [], {}, {}, {}
+    for layer in sorted(recorded):
         out, inp = outputs[layer], inputs[layer]
-        stats.append(_summand_sums(inp, out.grad, m))
         grads[layer] = kernel_gradient(inp, out.grad, m).reshape(m, -1).cpu().numpy()
+        unf, g = _patches(inp, out.grad, m)
+        abs_sums[layer] = torch.einsum("bmop,bmkp->mok", g.abs(), unf.abs()).reshape(m, -1).cpu().numpy()
         acts[layer] = out.detach().view(batch, m, -1, *out.shape[-2:]).transpose(0, 1).cpu().numpy()
+    for layer, _stage in layer_numbers(n):
+        stats.append(_summand_sums(inputs[layer], outputs[layer].grad, m))
     sides = [side >> stage for _, stage in layer_numbers(n)]
     summands = SummandStats(tuple(layer for layer, _ in layer_numbers(n)), torch.stack(stats, 1).cpu().numpy(),
                             np.array([batch * s * s for s in sides]))
-    return InitRun(summands, grads, acts, logits.detach().cpu().numpy(), (out_grad * batch).cpu().numpy())
+    return InitRun(summands, grads, abs_sums, acts, logits.detach().cpu().numpy(), (out_grad * batch).cpu().numpy())
 
 
 @dataclass(frozen=True)
