@@ -47,6 +47,7 @@ def test_kernel_gradients_are_autograds_and_output_gradients_sum_to_zero():
     assert run.activations[4].shape == (3, 4, 4, 8, 8) and run.activations[16].shape == (3, 4, 16, 2, 2)
     assert run.kernel_grads[16].shape == (3, 16 * 16 * 9) and run.kernel_grads[7].shape == (3, 4 * 4 * 9)
     assert np.all(np.abs(run.kernel_grads[7]) <= run.abs_sums[7] * (1 + 1e-12))  # |sum d| <= sum |d|
+    assert run.input_means[7].shape == (3, 4) and np.all(run.input_means[7] >= 0)  # post-ReLU inputs
 
 
 def test_kernel_gradient_against_autograd_of_one_conv():

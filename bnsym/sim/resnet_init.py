@@ -55,13 +55,15 @@ class SummandStats:
 @dataclass(frozen=True)
 class InitRun:
     """One batch through M networks at initialisation: Table 1 statistics; per recorded layer the kernel gradients
-    sum d (M, numel), the sums sum |d| of the summands' absolute values (M, numel) and the layer's output before
+    sum d (M, numel), the sums sum |d| of the summands' absolute values (M, numel), the channel means of the layer's
+    input over batch and positions (M, C_in) and the layer's output before
     batch norm, what BN measures (M, B, C, H, W); the logits (M, B, K) and dL_b/dz_bj (M, B, K) of the per-example
     cross-entropy."""
 
     summands: SummandStats
     kernel_grads: dict[int, np.ndarray]
     abs_sums: dict[int, np.ndarray]
+    input_means: dict[int, np.ndarray]
     activations: dict[int, np.ndarray]
     logits: np.ndarray
     output_grads: np.ndarray
@@ -113,6 +115,7 @@ def init_run(blocks_per_stage: int, channels: int, side: int, batch: int, n_netw
     return InitRun(SummandStats(first.summands.layers, np.concatenate([r.summands.t for r in runs]), first.summands.n),
                    {k: np.concatenate([r.kernel_grads[k] for r in runs]) for k in first.kernel_grads},
                    {k: np.concatenate([r.abs_sums[k] for r in runs]) for k in first.abs_sums},
+                   {k: np.concatenate([r.input_means[k] for r in runs]) for k in first.input_means},
                    {k: np.concatenate([r.activations[k] for r in runs]) for k in first.activations},
                    np.concatenate([r.logits for r in runs]), np.concatenate([r.output_grads for r in runs]))
 
@@ -166,19 +169,21 @@ def _init_chunk(blocks_per_stage: int, channels: int, side: int, batch: int, n_n
     # the whole network's backward, but from the logits on: dL/dz is the leaf we inspect for Fig. 4
     (out_grad,) = torch.autograd.grad(loss.sum(), logits, retain_graph=False)
     (pooled @ w_fc.mT).backward(out_grad)
-    stats, grads, abs_sums, acts = [], {}, {}, {}
+    stats, grads, abs_sums, means, acts = [], {}, {}, {}, {}
     for layer in sorted(recorded):
         out, inp = outputs[layer], inputs[layer]
         grads[layer] = kernel_gradient(inp, out.grad, m).reshape(m, -1).cpu().numpy()
         unf, g = _patches(inp, out.grad, m)
         abs_sums[layer] = torch.einsum("bmop,bmkp->mok", g.abs(), unf.abs()).reshape(m, -1).cpu().numpy()
+        means[layer] = inp.mean((0, 2, 3)).view(m, -1).cpu().numpy()
         acts[layer] = out.detach().view(batch, m, -1, *out.shape[-2:]).transpose(0, 1).cpu().numpy()
     for layer, _stage in layer_numbers(n):
         stats.append(_summand_sums(inputs[layer], outputs[layer].grad, m))
     sides = [side >> stage for _, stage in layer_numbers(n)]
     summands = SummandStats(tuple(layer for layer, _ in layer_numbers(n)), torch.stack(stats, 1).cpu().numpy(),
                             np.array([batch * s * s for s in sides]))
-    return InitRun(summands, grads, abs_sums, acts, logits.detach().cpu().numpy(), (out_grad * batch).cpu().numpy())
+    return InitRun(summands, grads, abs_sums, means, acts, logits.detach().cpu().numpy(),
+                   (out_grad * batch).cpu().numpy())
 
 
 @dataclass(frozen=True)
