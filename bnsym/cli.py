@@ -13,6 +13,7 @@ from importlib import metadata
 
 import numpy as np
 
+from .cache import cached
 from .core.grammar import SPEC_GRAMMAR
 from .sweep.cli import add_sweep_parser, run_sweep_command
 
@@ -248,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                 if args.plot:
                     _plot(result, args.plot)
             else:
-                result = predict(args.phi, args.batch_size, args.eps, args.method, args.sigma_w2)
+                arguments = {"phi": args.phi, "batch_size": args.batch_size, "eps": args.eps,
+                             "method": args.method, "sigma_w2": args.sigma_w2}
+                result = cached("predict", arguments, lambda: predict(**arguments))  # once per question and code
         text = json.dumps(result, allow_nan=False) if args.json else None
     except ValueError as error:
         print(f"bnsym: error: {error}", file=sys.stderr)

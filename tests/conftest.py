@@ -197,6 +197,14 @@ def generic_sigma() -> np.ndarray:
     return random_psd(6, 8, seed=3)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_answer_cache(tmp_path_factory):
+    """The command line's cached answers (bnsym.cache) go to a folder of this session, not the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BNSYM_CACHE_DIR", str(tmp_path_factory.mktemp("answer-cache")))
+        yield
+
+
 def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
     """bnsym.cli.main(argv) in process: (exit status, stdout, stderr); argparse errors exit through SystemExit."""
     from bnsym.cli import main

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 from conftest import run_cli as _run
 
 import bnsym
+from bnsym import cache
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_ARGUMENTS = {
@@ -201,3 +204,51 @@ def test_import_and_help_need_no_theory():
     import bnsym.sweep
 
     assert bnsym.gradient_rate("relu", 8) > 1 and callable(bnsym.sweep.run) and "fixed_point" in dir(bnsym)
+
+
+def test_predict_again_is_fast_identical_and_imports_no_theory(tmp_path):
+    """The second `bnsym predict` reads the answer the first derived (bnsym.cache): the same bytes, without torch,
+    SymPy or SciPy, well under the bound (about 0.2 s of CPU on a quiet machine; the first takes about 7 s)."""
+    env = {**os.environ, "BNSYM_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    argv = ["predict", "--phi", "relu", "--batch-size", "32"]
+    first = subprocess.run([str(_console_script()), *argv], capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0 and first.stderr == "", first.stderr
+    start = time.perf_counter()
+    again = subprocess.run([str(_console_script()), *argv], capture_output=True, text=True, timeout=300, env=env)
+    wall = time.perf_counter() - start
+    assert again.stdout == first.stdout and wall < 3.0, (wall, again.stdout, again.stderr)
+    probe = ("import sys; from bnsym.cli import main; main(%r); "
+             "print('imported:', sorted({'torch', 'sympy', 'scipy'} & set(sys.modules)))" % argv)
+    seen = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env)
+    assert seen.stdout == first.stdout + "imported: []\n", seen.stdout + seen.stderr
+
+
+def test_cached_answer_tracks_the_code_and_survives_corruption(tmp_path, monkeypatch):
+    """An answer is computed once per (arguments, code version); a corrupt record is set aside and recomputed."""
+    monkeypatch.setenv("BNSYM_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def compute() -> dict:
+        calls.append(1)
+        return {"value": 0.1 + 0.2, "order": {"z": 1, "a": 2}}
+
+    first = cache.cached("probe", {"x": "1"}, compute)
+    assert cache.cached("probe", {"x": "1"}, compute) == first and len(calls) == 1
+    assert list(cache.cached("probe", {"x": "1"}, compute)["order"]) == ["z", "a"]  # the order computed
+    cache.cached("probe", {"x": "2"}, compute)
+    assert len(calls) == 2
+    (record,) = [path for path in (tmp_path / "probe").glob("*.json")
+                 if json.loads(path.read_text())["config"] == {"x": "1"}]
+    record.write_text(record.read_text()[:30])
+    assert cache.cached("probe", {"x": "1"}, compute) == first and len(calls) == 3
+    assert list((tmp_path / "probe").glob("*.corrupt-*"))
+    monkeypatch.setattr(cache, "code_version", lambda: "another version")
+    cache.cached("probe", {"x": "1"}, compute)
+    assert len(calls) == 4
+
+
+def test_unwritable_cache_still_answers(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("BNSYM_CACHE_DIR", str(blocker))
+    assert cache.cached("probe", {}, lambda: {"v": 1}) == {"v": 1}

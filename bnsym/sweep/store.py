@@ -130,9 +130,10 @@ class Store:
         return record if record["error"] is None else None
 
     def save(self, record: Mapping[str, Any]) -> None:
-        """Write a record atomically: a temporary file (unpredictable name, created with O_EXCL) renamed over it."""
+        """Write a record atomically: a temporary file (unpredictable name, created with O_EXCL) renamed over it.
+        Its dicts keep their order (the command line's cached answers read back in the order computed)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(record, sort_keys=True, allow_nan=False)
+        text = json.dumps(record, allow_nan=False)
         handle, temporary = tempfile.mkstemp(prefix=f".{record['key']}.", suffix=".tmp", dir=self.directory)
         try:
             with os.fdopen(handle, "w") as file:
