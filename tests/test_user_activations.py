@@ -12,7 +12,7 @@ from test_backward import _mean_field_rayleigh
 
 import bnsym
 from bnsym.core.activations import parse_activation
-from bnsym.sim import mc_tolerance
+from bnsym.sim import mc_tolerance, mean_and_se
 
 NEW = ["gelu", "gelu_tanh", "silu", "swish(beta=2)", "softplus", "softplus(beta=2)", "elu", "elu(alpha=0.5)", "mish",
        "hardtanh"]
@@ -44,6 +44,36 @@ def test_fixed_point_and_gradient_rate_against_independent_methods(spec):
     mean, se = _mean_field_rayleigh(phi.numpy, phi.numpy_derivative, BATCH, sigma, n=DRAWS, seed=3)["G"]
     rate = bnsym.gradient_rate(phi, BATCH, with_error=True)
     assert abs(rate.value - mean) <= mc_tolerance(DRAWS, len(NEW)) * np.hypot(se, rate.error)
+
+
+NETWORKS, WIDTH = 128, 256  # finite networks per activation; one layer each
+
+
+@pytest.mark.parametrize("spec", NEW)
+def test_fixed_point_and_gradient_rate_against_finite_networks(spec):
+    """Theory against finite networks (bnsym.sim) at B = 8, one random layer of width N fed the Gram Sigma*: its
+    pre-activations are then exactly N(0, Sigma*) row by row, so the mean over networks of its output Gram's mean
+    diagonal and off-diagonal estimate q* and q* c* (Sigma* is a fixed point: V(Sigma*) = Sigma*), and the mean of
+    its backward operator's Rayleigh quotient in the G direction estimates lambda_G, all three without finite-width
+    bias (chapters 1 and 4). SE across networks; k from mc_tolerance over the three checks of every activation."""
+    phi, seed = parse_activation(spec), 10 * NEW.index(spec)  # independent draws per activation
+    point = bnsym.fixed_point(phi, BATCH)
+    sigma = torch.as_tensor(point.matrix)
+    x0 = bnsym.sim.inputs_with_gram(sigma, WIDTH, NETWORKS, seed=seed, device="cpu")
+    layer = bnsym.sim.simulate_forward(phi, x0, depth=1, seed=seed + 1, sampler="weights", device="cpu")[:, 1].numpy()
+    off_diagonal = ~np.eye(BATCH, dtype=bool)
+    estimates = {"q*": (point.q, point.error, mean_and_se(np.diagonal(layer, axis1=1, axis2=2).mean(-1))),
+                 "q* c*": (point.q * point.c, point.error, mean_and_se(layer[:, off_diagonal].mean(-1)))}
+    quotients = bnsym.sim.backward_rayleigh(phi, sigma.expand(NETWORKS, BATCH, BATCH), WIDTH, seed=seed + 2,
+                                           device="cpu")
+    rate = bnsym.gradient_rate(phi, BATCH, with_error=True)
+    estimates["lambda_G"] = (rate.value, rate.error, mean_and_se(quotients["G"]))
+    k = mc_tolerance(NETWORKS, 3 * len(NEW))
+    z = {name: (simulated.value - theory) / np.hypot(simulated.error, error)
+         for name, (theory, error, simulated) in estimates.items()}
+    print(f"{spec}: z = " + ", ".join(f"{name} {value:+.2f} (SE/value {est[2].error / abs(est[0]):.1e})"
+                                      for (name, value), est in zip(z.items(), estimates.values())) + f", k = {k:.2f}")
+    assert all(abs(value) <= k for value in z.values()), (z, k)
 
 
 def test_formula_sympy_torch_and_numpy_forms_agree():
