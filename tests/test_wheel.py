@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -32,7 +33,9 @@ def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path):
     where = subprocess.run([python, "-c", "import bnsym; print(bnsym.__file__)"], cwd=outside, check=True,
                            capture_output=True, text=True).stdout
     assert Path(where.strip()).is_relative_to(env)
+    fresh = {**os.environ, "BNSYM_CACHE_DIR": str(tmp_path / "cache")}  # the installed theory computes the answer
     done = subprocess.run([env / "bin" / "bnsym", "predict", "--phi", "gelu", "--batch-size", "8", "--json"],
-                          cwd=outside, capture_output=True, text=True, timeout=300)
+                          cwd=outside, capture_output=True, text=True, timeout=300, env=fresh)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["gradient_rate"] > 1
+    assert list((tmp_path / "cache" / "predict").glob("*.json"))  # and kept it
