@@ -56,16 +56,17 @@ def cached(task: str, arguments: Mapping[str, Any], compute: Callable[[], dict])
     """
     version = code_version()
     key = config_key(task, dict(arguments), version)
-    store = Store(cache_directory() / task)
     try:
+        store = Store(cache_directory() / task)
         record = store.done(key, version)
-    except (OSError, ValueError):  # an unreadable cache, or a corrupt record that cannot be moved aside
-        record = None
+    except (OSError, RuntimeError, ValueError):  # no home folder, a file in the way, an unreadable cache, or a
+        store = record = None  # corrupt record that cannot be moved aside
     if record is not None:
         return record["result"]
     result = compute()
     try:
-        store.save({"key": key, "task": task, "config": dict(arguments), "result": result, "error": None})
+        if store is not None:
+            store.save({"key": key, "task": task, "config": dict(arguments), "result": result, "error": None})
     except (OSError, ValueError):  # a read-only or full disk: the answer stands without the cache
         pass
     return result

@@ -247,8 +247,9 @@ def test_cached_answer_tracks_the_code_and_survives_corruption(tmp_path, monkeyp
     assert len(calls) == 4
 
 
-def test_unwritable_cache_still_answers(tmp_path, monkeypatch):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a folder")
-    monkeypatch.setenv("BNSYM_CACHE_DIR", str(blocker))
+@pytest.mark.parametrize("blocked", ["", "probe"])
+def test_unwritable_cache_still_answers(tmp_path, monkeypatch, blocked):
+    """A file where the cache folder, or its task's folder, should be: the answer is computed all the same."""
+    (tmp_path / "probe").write_text("not a folder")
+    monkeypatch.setenv("BNSYM_CACHE_DIR", str(tmp_path / "probe" if blocked == "" else tmp_path))
     assert cache.cached("probe", {}, lambda: {"v": 1}) == {"v": 1}
