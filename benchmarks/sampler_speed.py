@@ -10,7 +10,9 @@ The Gram sampler's time per network and layer is also set against a memory roofl
 implementation moves about ROOFLINE_PASSES reads or writes of an N x B float64 tensor per network and layer
 (forward: draw Z, H = Z R^T, batch norm and phi in one sweep, X^T X; backward: phi' and the batch-norm
 backward in two sweeps, delta^T delta and H^T delta, draw Z', Y = Z' R'^T, X^T Y, X C + Y), at the device's
-measured copy bandwidth.
+measured copy bandwidth. That bound ignores the two costs that do not shrink with fusion: the sampler's
+WORK_PRODUCTS (B, N) by (N, B)-sized products per network and layer, and its 2 N (B - 1) normals; the work bound
+times both at the device's measured rates (a cache-sized batch of such products, bnsym's normal generator).
 
     python benchmarks/sampler_speed.py                  # N = 1024, B = 32, M = 32, depth 10, 1 and 2 threads
     python benchmarks/sampler_speed.py --device cuda    # on a GPU, with a run at BNSYM_SCALE=paper sizes
@@ -32,6 +34,8 @@ SIZES = {"default": {"width": 1024, "batch": 32, "networks": 32, "depth": 10},
          "smoke": {"width": 64, "batch": 8, "networks": 2, "depth": 2}}
 TARGET_RATIO = 20.0  # issue 18: the Gram sampler at least 20x faster than explicit weights, forward + backward
 ROOFLINE_PASSES = 22
+WORK_PRODUCTS = 7  # forward: R Z and the Gram; backward: the Gram of M / s, z^T M, X^T Z' and [R' | C^T] [Z'; X] (two)
+WORK_CHUNK, WORK_LOOPS = 8, 20  # networks per timed product batch (as a CPU chunk), products or draws per timing
 
 
 def copy_bandwidth(device: str, megabytes: int = 256, repeats: int = 5) -> float:
@@ -50,6 +54,21 @@ def normal_sources(m: int, n: int, device: str, repeats: int) -> dict[str, float
     times = time_interleaved({"torch": lambda: torch.randn(m, n, n, generator=gen, device=device, dtype=torch.float64),
                               "bnsym": lambda: normals(m, n, n)}, repeats, sync)
     return {key: min(value) for key, value in times.items()}
+
+
+def work_bound(n: int, b: int, device: str, repeats: int) -> dict[str, float]:
+    """Seconds per network and layer of the Gram sampler's irreducible work at this device's rates: WORK_PRODUCTS
+    products of a (B, N) by an (N, B) matrix (batched as a chunk of WORK_CHUNK networks) and 2 N (B - 1) normals
+    (:class:`~bnsym.core.device.Normals`), each the fastest of ``repeats`` timings."""
+    x = torch.randn(WORK_CHUNK, b, n, dtype=torch.float64, device=device)
+    normals, noise = Normals(0, device), torch.empty(WORK_CHUNK, b - 1, n, dtype=torch.float64, device=device)
+    times = time_interleaved({"product": lambda: [x @ x.mT for _ in range(WORK_LOOPS)],
+                              "normals": lambda: [normals(out=noise) for _ in range(WORK_LOOPS)]},
+                             repeats, synchronizer(device))
+    product = min(times["product"]) / (WORK_LOOPS * WORK_CHUNK)
+    normal = min(times["normals"]) / (WORK_LOOPS * noise.numel())
+    return {"product_per_network_s": product, "normal_s": normal,
+            "work_bound_per_network_layer_s": WORK_PRODUCTS * product + 2 * n * (b - 1) * normal}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -76,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             elapsed = time.perf_counter() - start
             bandwidth = copy_bandwidth(device, megabytes=8 if args.smoke else 256)
             draws = normal_sources(m, n, device, args.repeats)
+            work = work_bound(n, b, device, args.repeats)
         for kind in runs:
             fb = kind == "forward+backward"
             rows.append(row(kind, "gram sampler", times[(kind, "gram")], "explicit weights",
@@ -97,10 +117,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
         rooflines.append({"threads": used, "copy_bandwidth_GB_s": bandwidth / 1e9,
                           "gram_forward_backward_per_network_layer_s": per_network_layer,
                           "roofline_per_network_layer_s": roofline,
-                          "fraction_of_roofline": roofline / per_network_layer,
+                          "fraction_of_roofline": roofline / per_network_layer, **work,
+                          "fraction_of_work_bound": work["work_bound_per_network_layer_s"] / per_network_layer,
                           "wall_clock_of_timed_runs_s": elapsed})
         print(f"threads={used}: gram forward+backward {per_network_layer * 1e6:.1f} us per network-layer, "
-              f"roofline {roofline * 1e6:.1f} us at {bandwidth / 1e9:.1f} GB/s copy bandwidth")
+              f"roofline {roofline * 1e6:.1f} us at {bandwidth / 1e9:.1f} GB/s copy bandwidth, work bound "
+              f"{work['work_bound_per_network_layer_s'] * 1e6:.1f} us")
     if device != "cpu":  # a chapter's Monte Carlo at BNSYM_SCALE=paper (chapter 3's gradient runs), on the GPU
         paper = SCALES["paper"]
         x_paper = inputs_with_gram(np.eye(b), paper.width, paper.n_networks, seed=0, device=device)
@@ -117,7 +139,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
                                      "bnsym.core.device.Normals; the estimate subtracts the difference of the two "
                                      "for the explicit sampler's depth * M * N^2 draws",
                  roofline_model=f"{ROOFLINE_PASSES} reads or writes of an N x B float64 tensor per network-layer "
-                                "(an ideal fused implementation), at the measured copy bandwidth")
+                                "(an ideal fused implementation), at the measured copy bandwidth",
+                 work_model=f"{WORK_PRODUCTS} products of a (B, N) by an (N, B) matrix (timed in batches of "
+                            f"{WORK_CHUNK} networks) and 2 N (B - 1) normals per network-layer, at the measured rates")
 
 
 if __name__ == "__main__":

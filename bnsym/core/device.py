@@ -45,11 +45,19 @@ class Normals:
         else:
             self._gen = generator(seed, self.device)
 
-    def __call__(self, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    def __call__(self, *shape: int, dtype: torch.dtype = torch.float64,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        """A fresh (shape) tensor of normals, or ``out`` filled in place (shape and dtype then come from ``out``;
+        on the CPU it must be contiguous, or each ``out[i]`` must be): the same stream either way."""
+        if out is not None:
+            shape, dtype = tuple(out.shape), out.dtype
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"normals are drawn in float32 or float64, not {dtype}")
         if self.device.type != "cpu":
-            return torch.randn(*shape, generator=self._gen, device=self.device, dtype=dtype)
-        out = torch.empty(shape, dtype=dtype)
-        self._rng.standard_normal(out=out.numpy(), dtype=out.numpy().dtype)
+            draw = torch.randn(*shape, generator=self._gen, device=self.device, dtype=dtype)
+            return draw if out is None else out.copy_(draw)
+        if out is None:
+            out = torch.empty(shape, dtype=dtype)
+        for block in (out,) if out.is_contiguous() else out.unbind(0):  # numpy fills C-contiguous arrays only
+            self._rng.standard_normal(out=block.numpy(), dtype=block.numpy().dtype)
         return out

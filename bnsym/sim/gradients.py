@@ -77,74 +77,112 @@ def batch_norm_backward(z: torch.Tensor, s: torch.Tensor, grad_z: torch.Tensor, 
     return centred.addcmul_(z, correlation, value=-1).div_(s)
 
 
-def conditional_transpose_product(x: torch.Tensor, h: torch.Tensor, inverse_root: torch.Tensor, delta: torch.Tensor,
-                                  delta_gram: torch.Tensor, normals: Normals,
-                                  robust: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """A draw of W^T delta given X = x and H_c = W X G, W ~ N(0, 1/N) i.i.d.: exact, O(N B^2).
-
-    W^T delta = X K_c^+ (H_c^T delta - X^T Y) / N + Y,  K_c = G X^T X G / N = (F F^T)^+,
-    and Y = W'^T delta has i.i.d. rows N(0, delta^T delta / N) (a centred Gram: rows of delta sum to 0).
-    ``inverse_root`` F and ``delta_gram`` = delta^T delta / N are passed in because the caller has them.
-    x, h, delta and the result are stored neurons last, (M, B, N), i.e. transposed.
-    Returns the draw and whether the factor of delta_gram was exact (see :class:`CentredFactor`).
-    """
-    factor = centred_factor(delta_gram, robust)
-    y = factor.root @ normals(x.shape[0], factor.root.shape[-1], x.shape[-1], dtype=x.dtype)
-    coefficients = inverse_root @ (inverse_root.mT @ (h @ delta.mT - x @ y.mT)) / x.shape[-1]
-    return y.add_(coefficients.mT @ x), factor.exact.all()  # (torch.baddbmm is twice as slow on the CPU)
+def _centre_both(k: torch.Tensor) -> torch.Tensor:
+    """G K G for (..., B, B) matrices K, G = I - 11^T / B: K minus its row and column means plus its grand mean."""
+    return k - k.mean(-1, keepdim=True) - k.mean(-2, keepdim=True) + k.mean((-2, -1), keepdim=True)
 
 
-def _chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, sampler: str,
-               gen: torch.Generator, normals: Normals, robust: bool, bar,
-               store: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Forward then backward pass of one chunk of networks: (forward Grams, gradient Grams, exact).
-
-    Activations are stored neurons last, (M, B, N). ``exact`` (a device scalar) is False where a Cholesky
-    factor of the "gram" sampler failed. ``store`` (the "gram" sampler), a (3 L + 1, >= M, B, N) tensor, holds
-    x^0..x^L, z^1..z^L and H_c^1..H_c^L; one store serves every chunk of a run, since on the CPU each fresh page
-    of memory costs a page fault, and re-allocating the stored activations chunk after chunk cost a third of
-    the run.
-    """
+def _weights_chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, gen: torch.Generator,
+                       bar) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward then backward pass of one chunk of networks with explicit weights (the W of the chunk are kept for
+    the backward pass): (forward Grams, gradient Grams). Activations are stored neurons last, (M, B, N)."""
     m, n, b = x.shape
-
-    def slot(index: int) -> torch.Tensor | None:
-        return None if store is None else store[index, :m]
-
-    x = x.mT.contiguous() if store is None else slot(0).copy_(x.mT)
-    xs, grams, saved = [x], [gram_of_rows(x)], []
-    exact = torch.ones((), dtype=torch.bool, device=x.device)
-    for layer in range(depth):
-        if sampler == "weights":
-            w = torch.randn(m, n, n, generator=gen, device=x.device, dtype=x.dtype) / math.sqrt(n)
-            h, memo = x @ w.mT, w
-        else:
-            h, factor = _gram_preactivations(x, normals, robust, out=slot(2 * depth + 1 + layer))
-            exact = exact & factor.exact.all()
-            memo = (h, factor.inverse_root)
-        # the Gram sampler draws G h, already centred
-        z, s = batch_norm_forward(h, eps, -2, centre=sampler != "gram", out=slot(depth + 1 + layer))
-        saved.append((z, s, memo))
-        x = activation.torch(z) if store is None else slot(layer + 1).copy_(activation.torch(z))
-        xs.append(x)
+    x = x.mT.contiguous()
+    grams, saved = [gram_of_rows(x)], []
+    for _ in range(depth):
+        w = torch.randn(m, n, n, generator=gen, device=x.device, dtype=x.dtype) / math.sqrt(n)
+        z, s = batch_norm_forward(x @ w.mT, eps, -2)
+        saved.append((z, s, w))
+        x = activation.torch(z)
         grams.append(gram_of_rows(x))
         bar.update(1)
-    if sampler == "weights":  # dL/dx^L = g
-        grad_x = torch.randn(m, n, b, generator=gen, device=x.device, dtype=x.dtype).mT
-    else:
-        grad_x = normals(m, b, n, dtype=x.dtype)
+    grad_x = torch.randn(m, n, b, generator=gen, device=x.device, dtype=x.dtype).mT  # dL/dx^L = g
     gradients = [None] * (depth + 1)
     for layer in range(depth, 0, -1):
-        z, s, memo = saved[layer - 1]
+        z, s, w = saved[layer - 1]
         # grad_x is a fresh tensor of this pass: multiply and back-propagate through batch norm in place
         delta = batch_norm_backward(z, s, grad_x.mul_(activation.torch_derivative(z)), dim=-2, inplace=True)
         gradients[layer] = gram_of_rows(delta)
-        if sampler == "weights":
-            grad_x = delta @ memo
-        else:
-            grad_x, ok = conditional_transpose_product(xs[layer - 1], *memo, delta, gradients[layer], normals, robust)
-            exact = exact & ok
+        grad_x = delta @ w
         bar.update(1)
     gradients[0] = gram_of_rows(grad_x)
+    return torch.stack(grams, 1), torch.stack(gradients, 1)
+
+
+def _gram_workspace(depth: int, chunk: int, b: int, n: int, dtype: torch.dtype,
+                    device: torch.device | str) -> dict[str, torch.Tensor]:
+    """The buffers of a "gram" run, allocated once and shared by its chunks of networks (on the CPU each fresh page
+    of memory costs a page fault: re-allocating them chunk after chunk cost a third of the run).
+
+    ``stacked[l]`` (chunk, 2B - 1, N) holds x^l in its last B rows; the backward pass draws its Z' into the first
+    B - 1, so that W^T delta = [R' | C^T] [Z'; X] is one product. ``z[l - 1]`` holds BN(h^l); ``h``, ``noise``,
+    ``grad`` (dL/dx^l) and ``scratch`` serve every layer.
+    """
+    def empty(*shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype, device=device)
+
+    return {"stacked": empty(depth + 1, chunk, 2 * b - 1, n), "z": empty(depth, chunk, b, n),
+            "h": empty(chunk, b, n), "noise": empty(chunk, b - 1, n), "grad": empty(chunk, b, n),
+            "scratch": empty(chunk, b, n)}
+
+
+def _gram_backward(stacked: torch.Tensor, z: torch.Tensor, s: torch.Tensor, inverse_root: torch.Tensor,
+                   grad: torch.Tensor, scratch: torch.Tensor, activation: Activation, normals: Normals,
+                   robust: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer back: dL/dx^l in ``grad`` becomes a draw of dL/dx^{l-1} = W^T delta given X = x^{l-1} and
+    H_c = W X G, W ~ N(0, 1/N) i.i.d. (exact, O(N B^2)), in place. Returns (the Gram of delta, whether its factor
+    was exact).
+
+    With M = dL/dz - z mean_b(z dL/dz) (per neuron), batch norm's backward is delta = G M / s, so the two products
+    the draw needs come without delta itself: Pi = delta^T delta / N = G (M/s)^T (M/s) G / N and
+    H_c^T delta = z^T M G (H_c = z s). Then, with Y = W'^T delta = Z' R'^T (R' R'^T = Pi, Z' (N, B-1) i.i.d.
+    N(0, 1): rows i.i.d. N(0, Pi)) and K_c^+ = F F^T (``inverse_root`` F),
+
+        W^T delta = X K_c^+ (H_c^T delta - X^T Y) / N + Y = [Z' | X] [R' | C^T]^T,  C = F F^T (H_c^T delta - X^T Y) / N.
+
+    Stored neurons last: ``stacked`` (M, 2B - 1, N) holds X^T in its last B rows and receives Z'^T in the first
+    B - 1; z, ``grad`` and ``scratch`` are (M, B, N).
+    """
+    b, n = z.shape[-2], z.shape[-1]
+    grad.mul_(activation.torch_derivative(z))  # dL/dz
+    correlation = torch.mul(grad, z, out=scratch).mean(-2, keepdim=True)
+    grad.addcmul_(z, correlation, value=-1)  # M
+    cross = z @ grad.mT
+    cross = cross - cross.mean(-1, keepdim=True)  # H_c^T delta = z^T M G
+    delta_gram = _centre_both(gram_of_rows(grad.mul_(s.reciprocal())))  # (a product is faster than a quotient)
+    factor = centred_factor(delta_gram, robust)
+    noise = normals(out=stacked[:, :b - 1])
+    x = stacked[:, b - 1:]
+    coefficients = inverse_root @ (inverse_root.mT @ (cross - (x @ noise.mT) @ factor.root.mT)) / n
+    torch.matmul(torch.cat([factor.root, coefficients.mT], -1), stacked, out=grad)
+    return delta_gram, factor.exact.all()
+
+
+def _gram_chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activation, normals: Normals, robust: bool,
+                    bar, work: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward then backward pass of one chunk of networks with the Gram sampler, in the buffers ``work`` of
+    :func:`_gram_workspace`: (forward Grams, gradient Grams, exact), ``exact`` (a device scalar) False where a
+    Cholesky factor failed."""
+    m, n, b = x.shape
+    stacked, zs, grad, scratch = work["stacked"][:, :m], work["z"][:, :m], work["grad"][:m], work["scratch"][:m]
+    stacked[0, :, b - 1:].copy_(x.mT)
+    grams, saved = [gram_of_rows(stacked[0, :, b - 1:])], []
+    exact = torch.ones((), dtype=torch.bool, device=x.device)
+    for layer in range(depth):
+        h, factor = _gram_preactivations(grams[-1], n, normals, robust, out=work["h"][:m], noise=work["noise"][:m])
+        exact = exact & factor.exact.all()
+        z, s = batch_norm_forward(h, eps, -2, centre=False, out=zs[layer])  # the sampler draws G h, already centred
+        grams.append(gram_of_rows(stacked[layer + 1, :, b - 1:].copy_(activation.torch(z))))
+        saved.append((s, factor.inverse_root))
+        bar.update(1)
+    normals(out=grad)  # dL/dx^L = g
+    gradients = [None] * (depth + 1)
+    for layer in range(depth, 0, -1):
+        gradients[layer], ok = _gram_backward(stacked[layer - 1], zs[layer - 1], *saved[layer - 1], grad, scratch,
+                                              activation, normals, robust)
+        exact = exact & ok
+        bar.update(1)
+    gradients[0] = gram_of_rows(grad)
     return torch.stack(grams, 1), torch.stack(gradients, 1), exact
 
 
@@ -191,15 +229,17 @@ def simulate_gradients(
     def run(robust: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         gen, normals = generator(seed, device), Normals(seed, device)
         grams, gradients, exact = [], [], torch.ones((), dtype=torch.bool, device=device)
-        store = (torch.empty(3 * depth + 1, min(chunk, m), b, n, dtype=dtype, device=device)
-                 if sampler == "gram" else None)
+        work = _gram_workspace(depth, min(chunk, m), b, n, dtype, device) if sampler == "gram" else None
         with progress_bar(total=2 * depth * math.ceil(m / chunk), desc=f"forward+backward ({sampler})",
                           show=progress) as bar:
             for part in x.split(chunk):
-                g, p, ok = _chunk_run(part, depth, eps, activation, sampler, gen, normals, robust, bar, store)
+                if sampler == "gram":
+                    g, p, ok = _gram_chunk_run(part, depth, eps, activation, normals, robust, bar, work)
+                    exact = exact & ok
+                else:
+                    g, p = _weights_chunk_run(part, depth, eps, activation, gen, bar)
                 grams.append(g)
                 gradients.append(p)
-                exact = exact & ok
         return torch.cat(grams), torch.cat(gradients), exact
 
     grams, gradients, exact = run(robust=n < b - 1)  # N < B - 1: G K G is singular, Cholesky cannot succeed

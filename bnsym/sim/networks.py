@@ -177,18 +177,20 @@ def _weights_preactivations(x: torch.Tensor, gen: torch.Generator, chunk: int) -
     return torch.cat(products) / math.sqrt(n)
 
 
-def _gram_preactivations(x: torch.Tensor, normals: Normals, robust: bool,
-                         out: torch.Tensor | None = None) -> tuple[torch.Tensor, CentredFactor]:
+def _gram_preactivations(k: torch.Tensor, width: int, normals: Normals, robust: bool,
+                         out: torch.Tensor | None = None,
+                         noise: torch.Tensor | None = None) -> tuple[torch.Tensor, CentredFactor]:
     """Centred pre-activations H_c = W x G of one layer, drawn without W: H_c = Z R^T, R R^T = G K G, K = gram(x).
 
     Given x, the rows of W x are i.i.d. N(0, K), so those of W x G are i.i.d. N(0, G K G): with
     Z (M, N, B-1) i.i.d. N(0, 1) and R from :func:`centred_factor` this is exact, at cost O(N B^2) instead of
     O(N^2 B). Batch norm sees h only through G h, so the network has the law of the "weights" sampler's.
-    x and H_c are stored neurons last, (M, B, N): H_c^T = R Z^T. Returns H_c^T and the factor (the backward
-    pass needs its pseudo-inverse; ``exact`` says where it holds); ``out``: where to write H_c^T.
+    Takes K (M, B, B) and N = ``width`` (the caller has K: the previous layer's recorded Gram). H_c is stored
+    neurons last, (M, B, N): H_c^T = R Z^T. Returns H_c^T and the factor (the backward pass needs its
+    pseudo-inverse; ``exact`` says where it holds); ``out``: where to write H_c^T, ``noise``: where to draw Z^T.
     """
-    factor = centred_factor(gram_of_rows(x), robust)
-    noise = normals(x.shape[0], factor.root.shape[-1], x.shape[-1], dtype=x.dtype)
+    factor = centred_factor(k, robust)
+    noise = normals(k.shape[0], factor.root.shape[-1], width, dtype=k.dtype, out=noise)
     return torch.matmul(factor.root, noise, out=out), factor
 
 
@@ -267,7 +269,7 @@ def simulate_forward(
             if sampler == "weights":
                 h = _weights_preactivations(out, gen, chunk)
             else:
-                h, factor = _gram_preactivations(out, normals, robust)
+                h, factor = _gram_preactivations(grams[-1], n, normals, robust)
                 exact = exact & factor.exact.all()
             # the Gram sampler draws G h, centred over the whole batch: only separate batches need centring
             out = activation.torch(batch_norm(h, eps, sizes, -2, centre=sampler != "gram" or sizes is not None))
