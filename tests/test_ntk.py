@@ -185,9 +185,27 @@ def test_bn_ntk_cuts_a_data_set_into_batches():
     copies = x[prior.train_rows]
     net = serial(Dense(), BatchNorm(), Activation("relu"))
     gram = copies @ copies.T / 16
-    np.testing.assert_array_equal(prior.train[:8, 8:], arch.ntk_cross(net, gram, (8, 8))[:8, 8:])
-    np.testing.assert_array_equal(prior.train[8:, 8:], arch.ntk(net, gram[8:, 8:]))
+    # bn_ntk scales the inputs by a power of 2 (the NTK is blind to it): equal to rounding, not bit for bit
+    np.testing.assert_allclose(prior.train[:8, 8:], arch.ntk_cross(net, gram, (8, 8))[:8, 8:], rtol=1e-9)
+    np.testing.assert_allclose(prior.train[8:, 8:], arch.ntk(net, gram[8:, 8:]), rtol=1e-9)
     np.testing.assert_array_equal(prior.train[8:, :8], prior.train[:8, 8:].T)
+
+
+def test_bn_ntk_batches_test_points_among_themselves():
+    """6 test points make one batch of 8, completed by the first 2 training points: its blocks with the two training
+    batches are the NTK across batches of the joint inputs, and its diagonal that of the test batch alone."""
+    x = np.random.default_rng(5).standard_normal((16, 16))
+    x_test = np.random.default_rng(6).standard_normal((6, 16))
+    prior = bn_ntk("relu", x, 1, 8, X_test=x_test)
+    assert prior.train is None and prior.cross.shape == (6, 16) and prior.test_diagonal.shape == (6,)
+    net = serial(Dense(), BatchNorm(), Activation("relu"))
+    test_batch = np.concatenate([x_test, x[:2]])
+    for start in (0, 8):
+        joint = np.concatenate([test_batch, x[start:start + 8]])
+        expected = arch.ntk_cross(net, joint @ joint.T / 16, (8, 8))[:6, 8:]
+        np.testing.assert_allclose(prior.cross[:, start:start + 8], expected, rtol=1e-9)
+    own = arch.ntk(net, test_batch @ test_batch.T / 16)
+    np.testing.assert_allclose(prior.test_diagonal, np.diag(own)[:6], rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["relu", "tanh"])
