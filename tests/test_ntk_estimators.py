@@ -14,7 +14,7 @@ from bnsym.nngp import batch_layout
 from bnsym.ntk import bn_ntk
 from bnsym.ntk_estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow_weights
 from bnsym.sim import mc_tolerance
-from bnsym.sim.ntk import train_centred
+from bnsym.sim.ntk import train_on_batches
 
 torch.set_num_threads(1)
 
@@ -54,8 +54,9 @@ def test_the_regressor_is_the_flow_of_the_kernel(data):
 
 def test_trained_wide_networks_approach_the_estimator(data):
     """The centred network f - f_0, trained by full-batch gradient descent to t = lr x steps on fixed batches, has
-    the estimator's prediction at time t as its wide limit: the seed-mean distance shrinks with width, and at the
-    widest it agrees within the seeds' standard error (Bonferroni over the test points) plus the Euler error."""
+    the estimator's prediction at time t as its wide limit: each network's distance to it shrinks with the width,
+    and at the widest their mean agrees with it within the seeds' standard error (Bonferroni over the test points)
+    plus the Euler error of the steps (here 0.3% of the prediction)."""
     X, y, X_test = data
     layout = batch_layout(X, 8, X_test)
     net = repeat([Dense(), BatchNorm(), Activation("relu")], 1)
@@ -64,12 +65,13 @@ def test_trained_wide_networks_approach_the_estimator(data):
     target = model.predict(X_test)
     seeds, distances = 4, []
     for width in (64, 512):
-        runs = train_centred(net, layout.batches[:2], y[layout.rows], layout.batches[2:], width, seeds, lr, steps)
+        runs = train_on_batches(net, layout.batches[:2], y[layout.rows][..., None], layout.batches[2:], width,
+                                seeds, lr, steps)
         runs = runs.reshape(seeds, -1)[:, :len(X_test)]
-        distances.append(np.sqrt(np.mean((runs.mean(0) - target) ** 2)))
+        distances.append(np.sqrt(np.mean((runs - target) ** 2)))
     assert distances[1] < distances[0] / 2, distances
     se = runs.std(0, ddof=1) / np.sqrt(seeds)
-    euler = 0.05 * np.abs(target).max()  # 50 Euler steps of the flow against its exact solution: a few percent
+    euler = 0.01 * np.abs(target).max()
     assert np.all(np.abs(runs.mean(0) - target) <= mc_tolerance(seeds, len(X_test)) * se + euler)
 
 
