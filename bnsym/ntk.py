@@ -19,7 +19,7 @@ from .core.layers import Activation as Layer
 from .core.layers import BatchNorm, Dense, repeat
 from .core.progress import progress_bar
 from .core.validation import check_activation, check_batch_size, check_covariance, check_whole_number
-from .nngp import BatchedPrior, batch_layout
+from .nngp import BatchedPrior, _check_inputs, batch_layout, input_covariance
 
 MAX_DEPTH = 10**4
 
@@ -57,3 +57,17 @@ def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, X_
     sampling = check_sampling(points, replicates, seed)
     layout = batch_layout(X, batch, X_test)
     return layout.assemble(*_blocks(activation, layout.batches, layout.pairs, depth, sampling))
+
+
+def arccos_ntk(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | None, depth: int) -> np.ndarray:
+    """The NTK of the same network without batch norm, [Dense, phi] * depth: Jacot et al.'s recursion Theta^l =
+    K^l + Theta^(l-1) o E[phi'(h) phi'(h)^T] (arc-cosine kernels for positive-homogeneous phi), which
+    :func:`bnsym.arch.ntk` takes exactly where no BN couples the inputs, on the joint Gram of X1 and X2. Returns
+    Theta between the rows of X1 and X2 (X2 = None: X1 with itself)."""
+    activation = check_activation(parse_activation(phi), slope=True)
+    depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of Dense-phi layers")
+    X1 = _check_inputs(X1, "X1")
+    both = X1 if X2 is None else np.concatenate([X1, _check_inputs(X2, "X2", X1.shape[1])])
+    theta = ntk_route(repeat([Dense(), Layer(activation)], depth), input_covariance(both, both), check_sampling(
+        2**12, 16, 0)).value
+    return theta if X2 is None else theta[: len(X1), len(X1):]

@@ -72,8 +72,8 @@ class _BatchNormNTK(BaseEstimator):
                       replicates=self.replicates_, seed=self.seed_)
 
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
-        """The NTK of the training copies and the gradient-flow weights; the parameters they used are kept as the
-        fitted ``phi_``, ``depth_``, ``batch_size_``, ``t_``, ``points_``, ``replicates_``, ``seed_``, which
+        """The NTK of the training copies (``kernel_``) and the gradient-flow weights; the parameters they used are
+        kept as the fitted ``phi_``, ``depth_``, ``batch_size_``, ``t_``, ``points_``, ``replicates_``, ``seed_``, which
         ``predict`` reads (set_params changes nothing until refit)."""
         self.phi_ = self._validate()
         check_distinct(X, "the BN-NTK")
@@ -82,7 +82,7 @@ class _BatchNormNTK(BaseEstimator):
         self.points_, self.replicates_, self.seed_ = int(self.points), int(self.replicates), int(self.seed)
         self.X_train_ = X
         kernel = self._kernel()
-        self.train_rows_ = kernel.train_rows
+        self.train_rows_, self.kernel_ = kernel.train_rows, kernel.train
         self.weights_ = check_finite_result(flow_weights(kernel.train, targets[kernel.train_rows], self.t_),
                                             "the gradient-flow weights (centre and scale the targets)")
 
