@@ -24,16 +24,17 @@ from .nngp import BatchedPrior, _check_inputs, batch_layout, input_covariance
 MAX_DEPTH = 10**4
 
 
-def _blocks(phi: Activation, batches: np.ndarray, pairs: np.ndarray, depth: int,
-            sampling: Sampling) -> tuple[np.ndarray, np.ndarray]:
+def _blocks(phi: Activation, batches: np.ndarray, pairs: np.ndarray, depth: int, sampling: Sampling,
+            first: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The NTK blocks of k batches (k, B, d): within each batch (k, B, B) and across the pairs (P, 2) of batch
     indices (P, B, B), as :func:`bnsym.nngp.block_prior` returns the prior's. Sampled: one tangent propagation per
-    block (the joint 2B x 2B one for a pair), each passing :func:`bnsym.arch.ntk.ntk_route`'s error check."""
+    block (the joint 2B x 2B one for a pair), each passing :func:`bnsym.arch.ntk.ntk_route`'s error check. Within
+    blocks only from batch ``first`` on (the earlier ones, not needed, are left 0)."""
     k, batch, dim = batches.shape
     net = repeat([Dense(), BatchNorm(), Layer(phi)], depth)
     grams = [check_covariance(x @ x.T / dim) for x in batches]
     within, cross = np.zeros((k, batch, batch)), np.zeros((len(pairs), batch, batch))
-    jobs = [(i, None) for i in range(k)] + [(p, tuple(pair)) for p, pair in enumerate(pairs)]
+    jobs = [(i, None) for i in range(first, k)] + [(p, tuple(pair)) for p, pair in enumerate(pairs)]
     for index, pair in progress_bar(jobs, desc="BN-NTK blocks", leave=False):
         if pair is None:
             within[index] = ntk_route(net, grams[index], sampling).value
@@ -56,7 +57,8 @@ def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, X_
     depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of Dense-BN-phi layers")
     sampling = check_sampling(points, replicates, seed)
     layout = batch_layout(X, batch, X_test)
-    return layout.assemble(*_blocks(activation, layout.batches, layout.pairs, depth, sampling))
+    first = 0 if X_test is None else len(layout.rows)  # with test points the training blocks are not used
+    return layout.assemble(*_blocks(activation, layout.batches, layout.pairs, depth, sampling, first))
 
 
 def arccos_ntk(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | None, depth: int) -> np.ndarray:

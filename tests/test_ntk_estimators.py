@@ -43,9 +43,9 @@ def test_the_regressor_is_the_flow_of_the_kernel(data):
     """predict = Theta(x*, X) Theta^-1 (I - exp(-t Theta)) y with the kernels of bn_ntk, through the training copies
     (16 points, B = 8: two batches); at t = inf the training copies are interpolated by the within-training kernel."""
     X, y, X_test = data
+    train, test = bn_ntk("relu", X, 1, 8), bn_ntk("relu", X, 1, 8, X_test=X_test)
     for t in (2.0, math.inf):
         model = BatchNormNTKRegressor(depth=1, batch_size=8, t=t, normalise_y=False).fit(X, y)
-        train, test = bn_ntk("relu", X, 1, 8), bn_ntk("relu", X, 1, 8, X_test=X_test)
         weights = np.linalg.solve(train.train, (np.eye(16) - expm(-t * train.train)) @ y) if math.isfinite(t) \
             else np.linalg.solve(train.train, y)
         np.testing.assert_allclose(model.predict(X_test), test.cross @ weights, rtol=1e-6, atol=1e-9)
@@ -108,13 +108,22 @@ BATCH_ORDER = ("a train-mode BN network's output for x depends on which points s
                "change when the points to predict are reordered or predicted in subsets (bnsym.nngp's docstring)")
 
 
-@pytest.mark.skip(reason="the sampled NTK route does not resolve the checks' few-feature data (iris: d = 4 < B - 1) "
-                         "at eps = 0 within 1% even with 2^13 points, and takes minutes per fit: the checks run "
-                         "once the Laplace route computes the blocks")
+# the checks that fit nothing; the others fit few-feature data (iris: d = 4 < B - 1), which the sampled NTK route
+# does not resolve within its 1% error check at eps = 0 (and minutes a fit): they run once the Laplace route
+# computes the blocks
+WITHOUT_FITTING = {"check_estimator_cloneable", "check_estimator_tags_renamed", "check_valid_tag_types",
+                   "check_estimator_repr", "check_no_attributes_set_in_init", "check_estimators_unfitted",
+                   "check_parameters_default_constructible", "check_get_params_invariance", "check_set_params",
+                   "check_mixin_order"}
+
+
 @parametrize_with_checks(
     [BatchNormNTKRegressor(depth=1, batch_size=16), BatchNormNTKClassifier(depth=1, batch_size=16)],
     expected_failed_checks=lambda estimator: {"check_methods_sample_order_invariance": BATCH_ORDER,
                                               "check_methods_subset_invariance": BATCH_ORDER})
 def test_scikit_learn_estimator_checks(estimator, check):
-    """Every check of scikit-learn's that applies; the two batch-order ones fail by design."""
+    """The checks of scikit-learn's that fit nothing (the two batch-order ones fail by design)."""
+    name = getattr(check, "func", check).__name__
+    if name not in WITHOUT_FITTING:
+        pytest.skip("fits few-feature data, which the sampled NTK route does not resolve at eps = 0")
     check(estimator)
