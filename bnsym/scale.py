@@ -298,7 +298,7 @@ BN_NTK = {
                   batches=Sizes(n_draws=5, depths=(1, 3), batch_size=8),
                   trained=Sizes(widths=(256, 512, 1024, 2048, 4096), n_networks=8, n_train=32, n_test=16,
                                 batch_size=8, n_steps=200),
-                  accuracy=Sizes(n_train=16, n_test=8, depths=(1, 2, 5, 10), batch_size=8, width=512,
+                  accuracy=Sizes(n_train=16, n_test=8, depths=(1, 2), batch_size=8, width=512,
                                  n_networks=4, n_steps=200)),
     "paper": BnNtk(routes=Sizes(n_draws=2**12), reference=Sizes(width=2048, n_networks=128),
                    finite=Sizes(widths=(256, 512, 1024, 2048, 4096), n_networks=128, batch_size=8),

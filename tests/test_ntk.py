@@ -9,7 +9,7 @@ from bnsym import arch
 from bnsym.arch import Activation, BatchNorm, Dense, Residual, repeat, serial
 from bnsym.arch.ntk import ntk_per_entry
 from bnsym.core.statistics import mc_tolerance
-from bnsym.ntk import bn_ntk
+from bnsym.ntk import arccos_ntk, bn_ntk
 from bnsym.sim.ntk import empirical_ntk
 
 torch.set_num_threads(1)
@@ -226,3 +226,11 @@ def test_at_a_bsb1_input_the_ntk_is_exact_and_agrees_with_finite_networks(name):
         depth1 = arch.ntk(serial(Dense(), BatchNorm(), Activation("relu")), sigma0)
         reference, se = _yang_reference(sigma0, 2**12, 32)
         assert np.all(np.abs(depth1 - reference) <= mc_tolerance(32, len(upper[0])) * se)
+
+
+def test_arccos_ntk_is_jacots_recursion():
+    """The no-BN NTK of a data set, between two sets of rows, against the written-out relu recursion."""
+    x = np.random.default_rng(8).standard_normal((7, 5))
+    reference = _relu_ntk_reference(x @ x.T / 5, 3, 1.0, 0.0)
+    np.testing.assert_allclose(arccos_ntk("relu", x[:4], x[4:], 3), reference[:4, 4:], rtol=1e-10)
+    np.testing.assert_allclose(arccos_ntk("relu", x, None, 3), reference, rtol=1e-10)
