@@ -197,15 +197,35 @@ class BatchedPrior:
     test_diagonal: np.ndarray | None = None
 
 
-def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], batch_size: int,
-                   X_test: np.ndarray | None = None, nodes: int | None = None,
-                   device: torch.device | str | None = None) -> dict[int, BatchedPrior]:
-    """The BN-NNGP prior K^l at each depth l of ``depths``: of the training rows of ``X`` (without ``X_test``), or
-    between ``X_test`` and them. One recursion serves every depth.
+@dataclass(frozen=True)
+class BatchLayout:
+    """How :func:`bn_nngp_priors` and :func:`bnsym.ntk.bn_ntk` batch a data set (the module docstring): ``batches``
+    (k + kt, B, d) the k training batches (rows ``rows`` (k, B) of X) then the kt test batches, inputs scaled by a
+    power of 2 (blind to it with eps = 0); ``pairs`` (P, 2) the blocks to compute, every pair of training batches
+    without test points, every (test batch, training batch) pair with them; ``n_test`` the test points."""
 
-    Batching as the module docstring says. Without test points: all pairs of training batches. With them: all
-    (test batch, training batch) pairs (the training block is not recomputed).
-    """
+    batches: np.ndarray
+    rows: np.ndarray
+    pairs: np.ndarray
+    n_test: int | None
+
+    def assemble(self, within: np.ndarray, cross: np.ndarray) -> BatchedPrior:
+        """The :class:`BatchedPrior` of the blocks ``within`` (k + kt, B, B) and ``cross`` (P, B, B)."""
+        k, batch = self.rows.shape
+        if self.n_test is None:
+            full = np.zeros((k, batch, k, batch))
+            full[np.arange(k), :, np.arange(k), :] = within
+            full[self.pairs[:, 0], :, self.pairs[:, 1], :] = cross
+            full[self.pairs[:, 1], :, self.pairs[:, 0], :] = cross.transpose(0, 2, 1)
+            return BatchedPrior(self.rows.ravel(), train=full.reshape(k * batch, k * batch))
+        kt = len(self.batches) - k
+        cross = cross.reshape(kt, k, batch, batch).transpose(0, 2, 1, 3).reshape(kt * batch, k * batch)
+        diagonal = np.diagonal(within[k:], axis1=-2, axis2=-1).ravel()
+        return BatchedPrior(self.rows.ravel(), cross=cross[: self.n_test], test_diagonal=diagonal[: self.n_test])
+
+
+def batch_layout(X: np.ndarray, batch_size: int, X_test: np.ndarray | None = None) -> BatchLayout:
+    """The batches and blocks of ``X`` (and ``X_test``) at ``batch_size``, validated (:class:`BatchLayout`)."""
     batch = check_batch_size(batch_size)
     X = _check_inputs(X, "X")
     X_test = None if X_test is None else _check_inputs(X_test, "X_test", X.shape[1])
@@ -218,25 +238,25 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     rows = fill_batches(len(X), batch)
     if X_test is None:
         pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=int).reshape(-1, 2)
-        priors = {}
-        for depth, (within, cross) in block_prior(phi, X[rows], pairs, depths, nodes, device).items():
-            full = np.zeros((k, batch, k, batch))
-            full[np.arange(k), :, np.arange(k), :] = within
-            full[pairs[:, 0], :, pairs[:, 1], :] = cross
-            full[pairs[:, 1], :, pairs[:, 0], :] = cross.transpose(0, 2, 1)
-            priors[depth] = BatchedPrior(rows.ravel(), train=full.reshape(k * batch, k * batch))
-        return priors
-    t = len(X_test)
-    filler = np.arange(kt * batch - t) % len(X)
+        return BatchLayout(X[rows], rows, pairs, None)
+    filler = np.arange(kt * batch - len(X_test)) % len(X)
     test_batches = np.concatenate([X_test, X[filler]]).reshape(kt, batch, -1)
     pairs = np.array([(k + a, i) for a in range(kt) for i in range(k)], dtype=int)
-    priors = {}
-    for depth, (within, cross) in block_prior(phi, np.concatenate([X[rows], test_batches]), pairs, depths, nodes,
-                                              device).items():
-        cross = cross.reshape(kt, k, batch, batch).transpose(0, 2, 1, 3).reshape(kt * batch, k * batch)
-        diagonal = np.diagonal(within[k:], axis1=-2, axis2=-1).ravel()
-        priors[depth] = BatchedPrior(rows.ravel(), cross=cross[:t], test_diagonal=diagonal[:t])
-    return priors
+    return BatchLayout(np.concatenate([X[rows], test_batches]), rows, pairs, len(X_test))
+
+
+def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], batch_size: int,
+                   X_test: np.ndarray | None = None, nodes: int | None = None,
+                   device: torch.device | str | None = None) -> dict[int, BatchedPrior]:
+    """The BN-NNGP prior K^l at each depth l of ``depths``: of the training rows of ``X`` (without ``X_test``), or
+    between ``X_test`` and them. One recursion serves every depth.
+
+    Batching as the module docstring says (:func:`batch_layout`). Without test points: all pairs of training
+    batches. With them: all (test batch, training batch) pairs (the training block is not recomputed).
+    """
+    layout = batch_layout(X, batch_size, X_test)
+    blocks = block_prior(phi, layout.batches, layout.pairs, depths, nodes, device)
+    return {depth: layout.assemble(within, cross) for depth, (within, cross) in blocks.items()}
 
 
 def bn_nngp_prior(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int,
@@ -320,6 +340,46 @@ def _validate_data(estimator: BaseEstimator, *arrays: object, **options: object)
         raise ValueError(f"{'X, y' if len(arrays) > 1 else 'X'}: {error}") from None
 
 
+def regression_targets(estimator: BaseEstimator, X: object, y: object) -> tuple[np.ndarray, np.ndarray]:
+    """A kernel regressor's validated X and targets y (n, outputs), centred and scaled where its ``normalise_y``;
+    y's shape, mean and scale are kept on the estimator for :func:`target_units`."""
+    X, y = _validate_data(estimator, X, y, multi_output=True, y_numeric=True, dtype=float)
+    estimator._y_shape = y.shape[1:]
+    y = y.reshape(len(y), -1)
+    normalise = check_flag(estimator.normalise_y, "normalise_y")
+    magnitude = np.ldexp(1.0, np.frexp(np.abs(y).max(0))[1])  # powers of 2: y / magnitude cannot overflow
+    estimator._y_mean = (y / magnitude).mean(0) * magnitude if normalise else np.zeros(y.shape[1])
+    estimator._y_scale = (y / magnitude).std(0) * magnitude if normalise else np.ones(y.shape[1])
+    estimator._y_scale = np.where(estimator._y_scale > 0, estimator._y_scale, 1.0)
+    return X, (y - estimator._y_mean) / estimator._y_scale
+
+
+def target_units(estimator: BaseEstimator, mean: np.ndarray, what: str) -> np.ndarray:
+    """A prediction (t, outputs) of normalised targets back in the targets' units and shape, checked finite."""
+    mean = (mean * estimator._y_scale + estimator._y_mean).reshape(len(mean), *estimator._y_shape)
+    return check_finite_result(mean, f"{what} in the targets' units")
+
+
+def classification_targets(estimator: BaseEstimator, X: object, y: object) -> tuple[np.ndarray, np.ndarray]:
+    """A kernel classifier's validated X and the one-hot codes of the labels y, centred by 1 / (number of
+    classes); the classes are kept as ``classes_``."""
+    X, y = _validate_data(estimator, X, y, dtype=float)
+    check_classification_targets(y)
+    encoder = LabelEncoder().fit(y)
+    estimator.classes_ = encoder.classes_
+    if len(estimator.classes_) < 2:
+        raise ValueError(f"y has 1 class ({estimator.classes_[0]!r}); a classifier needs at least 2 classes")
+    return X, np.eye(len(estimator.classes_))[encoder.transform(y)] - 1.0 / len(estimator.classes_)
+
+
+def check_distinct(X: np.ndarray, what: str) -> None:
+    """At least 2 distinct inputs: batch norm of identical inputs divides by a zero batch variance."""
+    distinct = len(np.unique(X, axis=0))
+    if distinct < 2:
+        raise ValueError(f"{what} needs at least 2 distinct inputs, got n_samples = {len(X)} with {distinct} "
+                         "distinct: batch norm of identical inputs divides by a zero batch variance")
+
+
 class _BatchNormNNGP(BaseEstimator):
     """What the regressor and the classifier share: validation, the batched prior, the posterior."""
 
@@ -335,10 +395,7 @@ class _BatchNormNNGP(BaseEstimator):
         """The prior and posterior of (X, targets); the parameters they used are kept as the fitted ``phi_``,
         ``depth_``, ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until refit)."""
         phi = self._validate()
-        if len(np.unique(X, axis=0)) < 2:
-            raise ValueError(f"the BN-NNGP needs at least 2 distinct inputs, got n_samples = {len(X)} with "
-                             f"{len(np.unique(X, axis=0))} distinct: batch norm of identical inputs divides by a zero "
-                             "batch variance")
+        check_distinct(X, "the BN-NNGP")
         self.phi_, self.depth_, self.nodes_ = self.phi, _check_depth(self.depth), self.nodes
         self.batch_size_ = check_batch_size(self.batch_size)
         self.X_train_ = X
@@ -386,15 +443,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPRegressor:
         """Condition the prior on (X, y); y of shape (n,) or (n, outputs)."""
-        X, y = _validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=float)
-        self._y_shape = y.shape[1:]
-        y = y.reshape(len(y), -1)
-        normalise = check_flag(self.normalise_y, "normalise_y")
-        magnitude = np.ldexp(1.0, np.frexp(np.abs(y).max(0))[1])  # powers of 2: y / magnitude cannot overflow
-        self._y_mean = (y / magnitude).mean(0) * magnitude if normalise else np.zeros(y.shape[1])
-        self._y_scale = (y / magnitude).std(0) * magnitude if normalise else np.ones(y.shape[1])
-        self._y_scale = np.where(self._y_scale > 0, self._y_scale, 1.0)
-        self._fit_targets(X, (y - self._y_mean) / self._y_scale)
+        self._fit_targets(*regression_targets(self, X, y))
         return self
 
     def predict(self, X: np.ndarray, return_std: bool = False):
@@ -402,8 +451,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         check_is_fitted(self, "posterior_")
         X = _validate_data(self, X, reset=False, dtype=float)
         mean, std = self._predict_latent(X, return_std)
-        mean = (mean * self._y_scale + self._y_mean).reshape(len(X), *self._y_shape)
-        check_finite_result(mean, "the posterior mean in the targets' units")
+        mean = target_units(self, mean, "the posterior mean")
         if not return_std:
             return mean
         std = (std[:, None] * self._y_scale).reshape(len(X), *self._y_shape)
@@ -426,14 +474,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPClassifier:
         """Condition the prior on one-hot codes of the labels y, centred by 1 / (number of classes)."""
-        X, y = _validate_data(self, X, y, dtype=float)
-        check_classification_targets(y)
-        encoder = LabelEncoder().fit(y)
-        self.classes_ = encoder.classes_
-        if len(self.classes_) < 2:
-            raise ValueError(f"y has 1 class ({self.classes_[0]!r}); a classifier needs at least 2 classes")
-        codes = np.eye(len(self.classes_))[encoder.transform(y)] - 1.0 / len(self.classes_)
-        self._fit_targets(X, codes)
+        self._fit_targets(*classification_targets(self, X, y))
         return self
 
     def _scores(self, X: np.ndarray) -> np.ndarray:

@@ -2,52 +2,74 @@
 set cut into batches.
 
 The network is the BN-NNGP's, [Dense, BN, phi] * depth with f = v . x^L / sqrt(N) (weight variance 1, no bias,
-eps = 0), every W^l and v trained in the NTK parametrisation; the training points are batched as
-:func:`bnsym.nngp.fill_batches` does. The block of two batches is :func:`bnsym.arch.ntk_cross` on their joint input
-Gram X X^T / d; within a batch, :func:`bnsym.arch.ntk`.
+eps = 0), every W^l and v trained in the NTK parametrisation; the training points, and test points among
+themselves, are batched as :func:`bnsym.nngp.batch_layout` does. Each block is computed by :func:`_blocks`: within
+a batch :func:`bnsym.arch.ntk`, between two batches :func:`bnsym.arch.ntk_cross` on their joint input Gram.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .arch.graph import Sampling
 from .arch.network import check_sampling
 from .arch.ntk import ntk_route
 from .core.activations import Activation, parse_activation
 from .core.layers import Activation as Layer
 from .core.layers import BatchNorm, Dense, repeat
-from .core.validation import (
-    check_activation,
-    check_batch_size,
-    check_covariance,
-    check_real_array,
-    check_whole_number,
-)
-from .nngp import BatchedPrior, fill_batches
+from .core.progress import progress_bar
+from .core.validation import check_activation, check_batch_size, check_covariance, check_whole_number
+from .nngp import BatchedPrior, _check_inputs, batch_layout, input_covariance
+
+MAX_DEPTH = 10**4
 
 
-def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, points: int = 2**12,
-           replicates: int = 16, seed: int = 0) -> BatchedPrior:
-    """The NTK over the m = k B training copies of ``X`` (n, d) cut into k batches of ``batch_size`` (``train``,
-    with their rows ``train_rows``), the network and batching of the module docstring. One joint 2B x 2B tangent
-    propagation per pair of batches (sampled: seconds each at B = 8); routes, arguments and errors as for
-    :func:`bnsym.arch.ntk_cross`, whose error check every block passes."""
-    X = check_real_array(X, "X (n, d)", 2)
+def _blocks(phi: Activation, batches: np.ndarray, pairs: np.ndarray, depth: int, sampling: Sampling,
+            first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The NTK blocks of k batches (k, B, d): within each batch (k, B, B) and across the pairs (P, 2) of batch
+    indices (P, B, B), as :func:`bnsym.nngp.block_prior` returns the prior's. Sampled: one tangent propagation per
+    block (the joint 2B x 2B one for a pair), each passing :func:`bnsym.arch.ntk.ntk_route`'s error check. Within
+    blocks only from batch ``first`` on (the earlier ones, not needed, are left 0)."""
+    k, batch, dim = batches.shape
+    net = repeat([Dense(), BatchNorm(), Layer(phi)], depth)
+    grams = [check_covariance(x @ x.T / dim) for x in batches]
+    within, cross = np.zeros((k, batch, batch)), np.zeros((len(pairs), batch, batch))
+    jobs = [(i, None) for i in range(first, k)] + [(p, tuple(pair)) for p, pair in enumerate(pairs)]
+    for index, pair in progress_bar(jobs, desc="BN-NTK blocks", leave=False):
+        if pair is None:
+            within[index] = ntk_route(net, grams[index], sampling).value
+        else:
+            x = np.concatenate([batches[pair[0]], batches[pair[1]]])
+            joint = ntk_route(net, x @ x.T / dim, sampling, (batch, batch)).value
+            cross[index] = joint[:batch, batch:]
+    return within, cross
+
+
+def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, X_test: np.ndarray | None = None,
+           points: int = 2**12, replicates: int = 16, seed: int = 0) -> BatchedPrior:
+    """The NTK Theta of the training copies of ``X`` (n, d) cut into batches of ``batch_size`` (``train``, rows
+    ``train_rows``), or with ``X_test`` between the test points, batched among themselves, and the training copies
+    (``cross`` (t, m), ``test_diagonal`` (t,)); batching as :func:`bnsym.nngp.bn_nngp_priors`, the same
+    :class:`~bnsym.nngp.BatchedPrior`. Theta does not see the inputs' scale (eps = 0, no bias). Sampled: seconds per
+    block at B = 8; routes, arguments and errors as for :func:`bnsym.arch.ntk_cross`."""
     batch = check_batch_size(batch_size)
     activation = check_activation(parse_activation(phi), batch, slope=True)
-    depth = check_whole_number(depth, "depth", 1, 10**4)
+    depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of Dense-BN-phi layers")
     sampling = check_sampling(points, replicates, seed)
-    net = repeat([Dense(), BatchNorm(), Layer(activation)], depth)
-    rows = fill_batches(len(X), batch)
-    k = len(rows)
-    full = np.zeros((k, batch, k, batch))
-    for i in range(k):
-        for j in range(i, k):
-            x = X[np.concatenate([rows[i], rows[j]])] if j > i else X[rows[i]]
-            gram = check_covariance(x @ x.T / X.shape[1])
-            if j == i:
-                full[i, :, i, :] = ntk_route(net, gram, sampling).value
-            else:
-                block = ntk_route(net, gram, sampling, (batch, batch)).value[:batch, batch:]
-                full[i, :, j, :], full[j, :, i, :] = block, block.T
-    return BatchedPrior(rows.ravel(), train=full.reshape(k * batch, k * batch))
+    layout = batch_layout(X, batch, X_test)
+    first = 0 if X_test is None else len(layout.rows)  # with test points the training blocks are not used
+    return layout.assemble(*_blocks(activation, layout.batches, layout.pairs, depth, sampling, first))
+
+
+def arccos_ntk(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | None, depth: int) -> np.ndarray:
+    """The NTK of the same network without batch norm, [Dense, phi] * depth: Jacot et al.'s recursion Theta^l =
+    K^l + Theta^(l-1) o E[phi'(h) phi'(h)^T] (arc-cosine kernels for positive-homogeneous phi), which
+    :func:`bnsym.arch.ntk` takes exactly where no BN couples the inputs, on the joint Gram of X1 and X2. Returns
+    Theta between the rows of X1 and X2 (X2 = None: X1 with itself)."""
+    activation = check_activation(parse_activation(phi), slope=True)
+    depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of Dense-phi layers")
+    X1 = _check_inputs(X1, "X1")
+    both = X1 if X2 is None else np.concatenate([X1, _check_inputs(X2, "X2", X1.shape[1])])
+    theta = ntk_route(repeat([Dense(), Layer(activation)], depth), input_covariance(both, both), check_sampling(
+        2**12, 16, 0)).value
+    return theta if X2 is None else theta[: len(X1), len(X1):]

@@ -133,6 +133,8 @@ class BnNtk:
     reference: Sizes  # finite networks on the reference setting (12 inputs in batches of 7 and 5)
     finite: Sizes  # finite networks against the theory, extrapolated in 1/N
     batches: Sizes  # one pair of digits among n_draws sets of companions, at each depth
+    trained: Sizes  # wide networks trained by gradient descent on digits against the NTK estimator
+    accuracy: Sizes  # the accuracy table (BN-NTK, BN-NNGP, no-BN NTK, SGD nets of width `width`)
 
 
 @dataclass(frozen=True)
@@ -286,13 +288,25 @@ NNGP = {
 BN_NTK = {
     "test": BnNtk(routes=Sizes(n_draws=2**10), reference=Sizes(width=256, n_networks=12),
                   finite=Sizes(widths=(64, 128, 256), n_networks=12, batch_size=8),
-                  batches=Sizes(n_draws=2, depths=(1,), batch_size=8)),
+                  batches=Sizes(n_draws=2, depths=(1,), batch_size=8),
+                  trained=Sizes(widths=(64, 256, 1024), n_networks=4, n_train=16, n_test=8, batch_size=8,
+                                n_steps=100),
+                  accuracy=Sizes(n_train=8, n_test=8, depths=(1, 2), batch_size=8, width=256, n_networks=2,
+                                 n_steps=100)),
     "book": BnNtk(routes=Sizes(n_draws=2**12), reference=Sizes(width=1024, n_networks=32),
                   finite=Sizes(widths=(128, 256, 512, 1024), n_networks=32, batch_size=8),
-                  batches=Sizes(n_draws=5, depths=(1, 3), batch_size=8)),
+                  batches=Sizes(n_draws=5, depths=(1, 3), batch_size=8),
+                  trained=Sizes(widths=(256, 512, 1024, 2048, 4096), n_networks=8, n_train=32, n_test=16,
+                                batch_size=8, n_steps=200),
+                  accuracy=Sizes(n_train=16, n_test=8, depths=(1, 2), batch_size=8, width=512,
+                                 n_networks=4, n_steps=200)),
     "paper": BnNtk(routes=Sizes(n_draws=2**12), reference=Sizes(width=2048, n_networks=128),
                    finite=Sizes(widths=(256, 512, 1024, 2048, 4096), n_networks=128, batch_size=8),
-                   batches=Sizes(n_draws=10, depths=(1, 3, 10), batch_size=8)),
+                   batches=Sizes(n_draws=10, depths=(1, 3, 10), batch_size=8),
+                   trained=Sizes(widths=(512, 1024, 2048, 4096), n_networks=16, n_train=256, n_test=64,
+                                 batch_size=32, n_steps=400),
+                   accuracy=Sizes(n_train=64, n_test=64, depths=(1, 2, 5, 10), batch_size=8, width=1024,
+                                  n_networks=8, n_steps=400)),
 }
 
 TRAINABILITY = {

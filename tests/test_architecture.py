@@ -59,7 +59,8 @@ def _room(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-THEORY = ("meanfield", "dilution", "products", "rank", "nngp", "arch")  # every paper's theory, a package or a module
+# every paper's theory, a package or a module
+THEORY = ("meanfield", "dilution", "products", "rank", "nngp", "ntk", "ntk_estimators", "arch")
 
 
 def test_core_imports_nothing_but_core():

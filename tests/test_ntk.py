@@ -9,7 +9,7 @@ from bnsym import arch
 from bnsym.arch import Activation, BatchNorm, Dense, Residual, repeat, serial
 from bnsym.arch.ntk import ntk_per_entry
 from bnsym.core.statistics import mc_tolerance
-from bnsym.ntk import bn_ntk
+from bnsym.ntk import arccos_ntk, bn_ntk
 from bnsym.sim.ntk import empirical_ntk
 
 torch.set_num_threads(1)
@@ -185,9 +185,27 @@ def test_bn_ntk_cuts_a_data_set_into_batches():
     copies = x[prior.train_rows]
     net = serial(Dense(), BatchNorm(), Activation("relu"))
     gram = copies @ copies.T / 16
-    np.testing.assert_array_equal(prior.train[:8, 8:], arch.ntk_cross(net, gram, (8, 8))[:8, 8:])
-    np.testing.assert_array_equal(prior.train[8:, 8:], arch.ntk(net, gram[8:, 8:]))
+    # bn_ntk scales the inputs by a power of 2 (the NTK is blind to it): equal to rounding, not bit for bit
+    np.testing.assert_allclose(prior.train[:8, 8:], arch.ntk_cross(net, gram, (8, 8))[:8, 8:], rtol=1e-9)
+    np.testing.assert_allclose(prior.train[8:, 8:], arch.ntk(net, gram[8:, 8:]), rtol=1e-9)
     np.testing.assert_array_equal(prior.train[8:, :8], prior.train[:8, 8:].T)
+
+
+def test_bn_ntk_batches_test_points_among_themselves():
+    """6 test points make one batch of 8, completed by the first 2 training points: its blocks with the two training
+    batches are the NTK across batches of the joint inputs, and its diagonal that of the test batch alone."""
+    x = np.random.default_rng(5).standard_normal((16, 16))
+    x_test = np.random.default_rng(6).standard_normal((6, 16))
+    prior = bn_ntk("relu", x, 1, 8, X_test=x_test)
+    assert prior.train is None and prior.cross.shape == (6, 16) and prior.test_diagonal.shape == (6,)
+    net = serial(Dense(), BatchNorm(), Activation("relu"))
+    test_batch = np.concatenate([x_test, x[:2]])
+    for start in (0, 8):
+        joint = np.concatenate([test_batch, x[start:start + 8]])
+        expected = arch.ntk_cross(net, joint @ joint.T / 16, (8, 8))[:6, 8:]
+        np.testing.assert_allclose(prior.cross[:, start:start + 8], expected, rtol=1e-9)
+    own = arch.ntk(net, test_batch @ test_batch.T / 16)
+    np.testing.assert_allclose(prior.test_diagonal, np.diag(own)[:6], rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["relu", "tanh"])
@@ -208,3 +226,11 @@ def test_at_a_bsb1_input_the_ntk_is_exact_and_agrees_with_finite_networks(name):
         depth1 = arch.ntk(serial(Dense(), BatchNorm(), Activation("relu")), sigma0)
         reference, se = _yang_reference(sigma0, 2**12, 32)
         assert np.all(np.abs(depth1 - reference) <= mc_tolerance(32, len(upper[0])) * se)
+
+
+def test_arccos_ntk_is_jacots_recursion():
+    """The no-BN NTK of a data set, between two sets of rows, against the written-out relu recursion."""
+    x = np.random.default_rng(8).standard_normal((7, 5))
+    reference = _relu_ntk_reference(x @ x.T / 5, 3, 1.0, 0.0)
+    np.testing.assert_allclose(arccos_ntk("relu", x[:4], x[4:], 3), reference[:4, 4:], rtol=1e-10)
+    np.testing.assert_allclose(arccos_ntk("relu", x, None, 3), reference, rtol=1e-10)
