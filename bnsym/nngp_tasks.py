@@ -32,7 +32,7 @@ from .core.progress import progress_bar
 from .core.validation import check_device, check_whole_number, shown
 from .meanfield.crossbatch import cross_batch_kernel_laplace, phi_kernel_torch
 
-CHUNK_BATCHES = 8  # batches per chunk: a tile holds up to 64 pairs of batches
+CHUNK_BATCHES = 4  # batches per chunk: a tile holds up to 16 pairs of batches (tasks of seconds at B = 32)
 MAX_CHUNK_BATCHES = 4096
 MAX_TILE_ENTRIES = 2**27  # float64 entries of the joint 2B x 2B covariances of one tile (1 GiB)
 RETRIES = 3  # reruns of a task that raised on a worker (a lost worker is rescheduled by Dask on its own)
