@@ -21,9 +21,10 @@ in the order given; a short last test batch is completed with training inputs wh
 the data only through cross-batch blocks, which tend to c*_cross 11^T with depth at the rate lambda_x^2
 (the cross-batch chapter): deep BN priors give such points less and less informative posteriors.
 
-The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (``return_std=True``),
-``score``, ``get_params``/``set_params``; the posterior goes through a Cholesky factor (SciPy) and the log
-marginal likelihood is reported as ``log_marginal_likelihood_``.
+The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (``return_std`` or ``return_cov``),
+``sample_y``, ``predict_proba`` (classifier), ``score``, ``log_marginal_likelihood()``, ``get_params``/``set_params``;
+the posterior goes through a Cholesky factor (SciPy). The prior's pairs of batches are computed as tasks
+(:mod:`bnsym.nngp_tasks`), here or on a Dask cluster (``client=``), on the CPU or a GPU (``device=``).
 """
 
 from __future__ import annotations
@@ -450,12 +451,11 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         normalise_y: centre and scale the targets (the prior's variance is O(1)).
         nodes: Gauss-Jacobi nodes per axis of the Laplace integral, every layer (None: the default rules).
         device: the torch device of the prior's tasks (None: CUDA where there is one, else the CPU).
-        client: where the prior is computed (:func:`bn_nngp_priors`): None (here), True (a local Dask cluster), a
-            scheduler address, or a ``distributed.Client``; the same result bit for bit.
+        client: where the prior is computed: None (here), True (a local Dask cluster), an address, a Client.
 
     Predictions depend on which test points share a batch: the points to predict are cut into batches of
     ``batch_size`` in the order given, so reordering them, or predicting a subset, changes the result (the tag
-    ``batch_order_dependent`` says so).
+    ``batch_order_dependent`` says so). Any ``client`` gives the same result bit for bit (:func:`bn_nngp_priors`).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
