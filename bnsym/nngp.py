@@ -58,7 +58,7 @@ from .core.validation import (
     check_whole_number,
 )
 from .meanfield.kernels import gaussian_kernel
-from .nngp_tasks import CHUNK_BATCHES, allocate, check_chunk_batches, run_blocks
+from .nngp_tasks import allocate, check_chunk_batches, run_blocks
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
@@ -142,17 +142,17 @@ def first_layer_nodes(batch_size: int, n_features: int) -> int:
 
 def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
                 nodes: int | None = None, device: torch.device | str | None = None, *, client: object = None,
-                chunk_batches: int = CHUNK_BATCHES) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+                chunk_batches: int | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """K^l blocks of k batches (k, B, d) at each l in ``depths``: within-batch (k, B, B) and cross (P, B, B) blocks.
 
     ``pairs`` (P, 2) holds batch indices (i, j), i != j. Each layer maps the joint 2B x 2B covariance of every
     pair with the cross-batch map (Laplace route, ``nodes`` per axis; None: :func:`first_layer_nodes`, then
     :func:`default_nodes`); the within-batch blocks are the cross blocks of each batch with an identical copy of
-    itself. The work is cut into tasks of ``chunk_batches`` batches and run here or on ``client``
-    (:mod:`bnsym.nngp_tasks`: the same bits either way).
+    itself. The work is cut into tasks of ``chunk_batches`` batches (None: :func:`bnsym.nngp_tasks.check_chunk_batches`)
+    and run here or on ``client`` (:mod:`bnsym.nngp_tasks`: the same bits either way).
     """
     batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes)
-    chunk = check_chunk_batches(chunk_batches, batches.shape[1])
+    chunk = check_chunk_batches(chunk_batches, batches.shape[1], len(batches))
     within = np.zeros((len(depths), *batches.shape[:2], batches.shape[1]))
     cross = np.zeros((len(depths), len(pairs), batches.shape[1], batches.shape[1]))
 
@@ -205,7 +205,7 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
                    X_test: np.ndarray | None = None, nodes: int | None = None,
                    device: torch.device | str | None = None, *, test_covariance: bool = False,
                    client: object = None, out: str | os.PathLike | None = None, max_memory: int = MAX_MEMORY,
-                   chunk_batches: int = CHUNK_BATCHES) -> dict[int, BatchedPrior]:
+                   chunk_batches: int | None = None) -> dict[int, BatchedPrior]:
     """The BN-NNGP prior K^l at each depth l of ``depths``: of the training rows of ``X`` (without ``X_test``), or
     between ``X_test`` and them (and among the test points with ``test_covariance``). One recursion serves every
     depth.
@@ -222,9 +222,9 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     X_test = None if X_test is None else _check_inputs(X_test, "X_test", X.shape[1])
     test_covariance = check_flag(test_covariance, "test_covariance")
     max_memory = check_whole_number(max_memory, "max_memory", 0, 2**62, "bytes of kernel matrices held in memory")
-    chunk = check_chunk_batches(chunk_batches, batch)
     depths = _check_depths(depths)
     k = -(-len(X) // batch)
+    chunk = check_chunk_batches(chunk_batches, batch, k + (0 if X_test is None else -(-len(X_test) // batch)))
     # batch norm (eps = 0) makes the prior blind to the inputs' scale: a power of 2 brings max |x| near 1, exactly
     scale = 2.0 ** -math.frexp(max(np.abs(X).max(), 0.0 if X_test is None else np.abs(X_test).max()))[1]
     X, X_test = X * scale, None if X_test is None else X_test * scale

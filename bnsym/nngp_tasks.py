@@ -32,7 +32,7 @@ from .core.progress import progress_bar
 from .core.validation import check_device, check_whole_number, shown
 from .meanfield.crossbatch import cross_batch_kernel_laplace, phi_kernel_torch
 
-CHUNK_BATCHES = 4  # batches per chunk: a tile holds up to 16 pairs of batches (tasks of seconds at B = 32)
+CHUNK_BATCHES = 4  # most batches per chunk by default: tiles of up to 16 pairs (tasks of seconds at B = 32)
 MAX_CHUNK_BATCHES = 4096
 MAX_TILE_ENTRIES = 2**27  # float64 entries of the joint 2B x 2B covariances of one tile (1 GiB)
 RETRIES = 3  # reruns of a task that raised on a worker (a lost worker is rescheduled by Dask on its own)
@@ -40,15 +40,19 @@ RETRIES = 3  # reruns of a task that raised on a worker (a lost worker is resche
 Blocks = dict[int, np.ndarray]  # depth -> blocks (P, B, B)
 
 
-def check_chunk_batches(chunk_batches: object, batch_size: int) -> int:
-    """Batches per chunk, a whole number >= 1 whose tile of pairs fits in ``MAX_TILE_ENTRIES``."""
-    chunk = check_whole_number(chunk_batches, "chunk_batches", 1, MAX_CHUNK_BATCHES,
-                               "batches per task; a tile task holds the pairs of two chunks")
+def check_chunk_batches(chunk_batches: object, batch_size: int, n_batches: int) -> int:
+    """Batches per chunk, a whole number >= 1 whose tile of pairs fits in ``MAX_TILE_ENTRIES``; None: k // 4 of the
+    k batches, from 1 to ``CHUNK_BATCHES`` (at least four chunks, so that two workers share even a small prior)."""
+    if chunk_batches is None:
+        chunk = min(max(n_batches // 4, 1), CHUNK_BATCHES)
+    else:
+        chunk = check_whole_number(chunk_batches, "chunk_batches", 1, MAX_CHUNK_BATCHES,
+                                   "batches per task; a tile task holds the pairs of two chunks")
     entries = chunk * chunk * (2 * batch_size) ** 2
     if entries > MAX_TILE_ENTRIES:
         raise ValueError(f"chunk_batches = {chunk} at batch_size B = {batch_size} makes tiles of {chunk * chunk} "
                          f"pairs, {entries:,} entries of joint covariances, above {MAX_TILE_ENTRIES:,} (1 GiB of "
-                         "float64): use a smaller chunk_batches")
+                         "float64): use a smaller chunk_batches or batch_size")
     return chunk
 
 
