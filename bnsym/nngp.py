@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
 from scipy.special import log_ndtr
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import Tags, check_random_state
 from sklearn.utils.multiclass import check_classification_targets
@@ -385,6 +385,13 @@ class _BatchNormNNGP(BaseEstimator):
     def __sklearn_tags__(self) -> BatchOrderTags:
         tags = super().__sklearn_tags__()
         return BatchOrderTags(**{field.name: getattr(tags, field.name) for field in fields(tags)})
+
+    def __sklearn_clone__(self) -> _BatchNormNNGP:
+        """An unfitted copy with copies of the parameters, sharing ``client`` (a ``distributed.Client`` cannot be
+        deep-copied, and it only says where to compute)."""
+        params = self.get_params(deep=False)
+        client = params.pop("client")
+        return type(self)(**{name: clone(value, safe=False) for name, value in params.items()}, client=client)
 
     def _validate(self) -> Activation:
         phi = _homogeneous(self.phi, check_batch_size(self.batch_size))

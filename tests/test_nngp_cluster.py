@@ -9,6 +9,7 @@ import pytest
 import torch
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin
+from sklearn.base import clone
 from sklearn.datasets import load_digits
 
 from bnsym.nngp import BatchNormNNGPClassifier, bn_nngp_priors
@@ -65,6 +66,7 @@ def test_same_bits_with_two_workers(digits, reference, cluster):
     there = BatchNormNNGPClassifier(depth=1, batch_size=B, client=client).fit(X, y)
     assert np.array_equal(here.predict_proba(X_test), there.predict_proba(X_test))
     assert here.log_marginal_likelihood() == there.log_marginal_likelihood()
+    assert clone(there).client is client  # a Client cannot be deep-copied: clones share it
 
 
 class KillOnce(SchedulerPlugin):
