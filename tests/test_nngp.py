@@ -129,6 +129,8 @@ def test_huge_targets_are_normalised_without_overflow(data):
     ({"depth": 0}, "depth"),
     ({"batch_size": 3}, "below 4"),
     ({"noise": -1.0}, "noise"),
+    ({"device": "nonsense"}, "device must name a torch device"),
+    ({"device": "cuda:4096"}, "not available"),
 ])
 def test_bad_parameters(data, params, match):
     X, y = data
