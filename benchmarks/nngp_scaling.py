@@ -3,7 +3,8 @@
 Times ``bnsym.nngp.bn_nngp_priors(..., client=...)`` on n generated standard normal inputs (d = 64; the cost does not
 depend on their values), batches of B, depth L: k = n / B batches make k (k - 1) / 2 pairs of batches, each iterated
 through L cross-batch layer maps, so the time should grow as n^2 once the pairs dominate. Each worker count has its
-own LocalCluster of single-threaded worker processes, started (and warmed up) before timing. Reported: the time at
+own LocalCluster of single-threaded worker processes (glibc's adaptive malloc kept:
+``bnsym.nngp_tasks.untrimmed_workers``), started (and warmed up) before timing. Reported: the time at
 each n, the exponent p of a least-squares fit time = c n^p over the sizes run, and the parallel efficiency
 t(1 worker) / (2 t(2 workers)). Sizes whose predicted time (the last measured one times (n / n_last)^2) would take
 the whole run past ``budget`` seconds are not run, and the JSON says so.
@@ -22,6 +23,7 @@ from distributed import Client, LocalCluster
 from harness import parse, row, time_interleaved, write
 
 from bnsym.nngp import bn_nngp_priors
+from bnsym.nngp_tasks import untrimmed_workers
 
 SIZES = {"default": {"n": "256,512,1024,2048,4096", "batch": 32, "depth": 10, "budget": 600.0},
          "smoke": {"n": "32,64", "batch": 16, "depth": 2, "budget": 60.0}}
@@ -34,8 +36,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     sizes = [int(n) for n in args.size["n"].split(",")]
     batch, depth, budget = args.size["batch"], args.size["depth"], args.size["budget"]
     x = np.random.default_rng(0).standard_normal((max(sizes), FEATURES))
-    clusters = {w: LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=":0")
-                for w in WORKERS}
+    with untrimmed_workers():
+        clusters = {w: LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=":0")
+                    for w in WORKERS}
     clients = {w: Client(cluster) for w, cluster in clusters.items()}
     rows, skipped, times = [], [], {w: {} for w in WORKERS}
     try:

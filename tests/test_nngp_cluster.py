@@ -13,6 +13,7 @@ from sklearn.base import clone
 from sklearn.datasets import load_digits
 
 from bnsym.nngp import BatchNormNNGPClassifier, bn_nngp_priors
+from bnsym.nngp_tasks import untrimmed_workers
 
 DEPTHS, B, CHUNK = [1, 2], 8, 2  # 96 digits: 12 batches, 6 chunks, 21 tiles of pairs
 
@@ -41,8 +42,8 @@ def reference(digits):
 @pytest.fixture(scope="module")
 def cluster():
     """Two single-threaded worker processes, bnsym imported in each before any test times out on it."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
-            Client(local) as client:
+    with untrimmed_workers(), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0") as local, Client(local) as client:
         client.run(lambda: __import__("bnsym.nngp"))
         yield local, client
 
