@@ -111,7 +111,7 @@ def on_one_thread(task: Callable[..., Any], *args: Any) -> Any:
 
 @contextmanager
 def untrimmed_workers() -> Iterator[None]:
-    """Dask worker processes spawned inside keep glibc's adaptive malloc. Dask sets MALLOC_TRIM_THRESHOLD_ = 64 KiB
+    """Dask worker processes spawned inside keep glibc's adaptive malloc. Dask sets ``MALLOC_TRIM_THRESHOLD_`` = 64 KiB
     in them, which also freezes the mmap threshold: each of a task's many large temporaries is then a fresh mmap
     with its page faults (one worker computed a prior 1.6 to 2 times slower than this process did)."""
     import dask
