@@ -21,23 +21,27 @@ in the order given; a short last test batch is completed with training inputs wh
 the data only through cross-batch blocks, which tend to c*_cross 11^T with depth at the rate lambda_x^2
 (the cross-batch chapter): deep BN priors give such points less and less informative posteriors.
 
-The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (``return_std=True``),
-``score``, ``get_params``/``set_params``; the posterior goes through a Cholesky factor (SciPy) and the log
-marginal likelihood is reported as ``log_marginal_likelihood_``.
+The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (``return_std`` or ``return_cov``),
+``sample_y``, ``predict_proba`` (classifier), ``score``, ``log_marginal_likelihood()``, ``get_params``/``set_params``;
+the posterior goes through a Cholesky factor (SciPy). The prior's pairs of batches are computed as tasks
+(:mod:`bnsym.nngp_tasks`), here or on a Dask cluster (``client=``), on the CPU or a GPU (``device=``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from scipy.special import log_ndtr
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.preprocessing import LabelEncoder
+from sklearn.utils import Tags, check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -48,17 +52,19 @@ from .core.validation import (
     check_device,
     check_finite_result,
     check_flag,
+    check_memory,
     check_range,
     check_real_array,
     check_whole_number,
 )
-from .meanfield.crossbatch import cross_batch_kernel_laplace
 from .meanfield.kernels import gaussian_kernel
+from .nngp_tasks import allocate, check_chunk_batches, run_blocks
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
 MAX_NODES = 1024  # Gauss-Jacobi nodes per axis: nodes^2 points per entry of every block
-MAX_ENTRIES = 2**27  # float64 entries of the joint 2B x 2B covariances mapped at once (1 GiB)
+ARGMAX_NODES = 64  # Gauss-Hermite nodes of the class probabilities
+MAX_MEMORY = 2**31  # bytes of prior matrices held in memory; more go to memory-mapped files
 
 
 class KernelConditioningWarning(UserWarning):
@@ -104,15 +110,6 @@ def _check_inputs(X: object, name: str, n_features: int | None = None) -> np.nda
     return X
 
 
-def _check_size(n_batches: int, n_pairs: int, batch_size: int) -> None:
-    """The joint covariances of the batches and their pairs must fit in MAX_ENTRIES."""
-    entries = (n_batches + n_pairs) * (2 * batch_size) ** 2
-    if entries > MAX_ENTRIES:
-        raise ValueError(f"{n_batches} batches and {n_pairs} pairs of them at batch_size B = {batch_size} make "
-                         f"{entries:,} entries of joint covariances, above {MAX_ENTRIES:,} (1 GiB of float64): use "
-                         "fewer points or a smaller batch size")
-
-
 def fill_batches(n: int, batch_size: int) -> np.ndarray:
     """Row indices (k, B) of k = ceil(n / B) batches: 0..n-1 in order, the last batch wrapping around to 0, 1, ..."""
     n, batch_size = check_whole_number(n, "n", 1, 2**53), check_batch_size(batch_size)
@@ -144,15 +141,37 @@ def first_layer_nodes(batch_size: int, n_features: int) -> int:
 
 
 def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
-                nodes: int | None = None,
-                device: torch.device | str | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+                nodes: int | None = None, device: torch.device | str | None = None, *, client: object = None,
+                chunk_batches: int | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """K^l blocks of k batches (k, B, d) at each l in ``depths``: within-batch (k, B, B) and cross (P, B, B) blocks.
 
     ``pairs`` (P, 2) holds batch indices (i, j), i != j. Each layer maps the joint 2B x 2B covariance of every
     pair with the cross-batch map (Laplace route, ``nodes`` per axis; None: :func:`first_layer_nodes`, then
-    :func:`default_nodes`), all pairs in one batched tensor op; the within-batch blocks are the cross blocks of
-    each batch with an identical copy of itself, in the same op.
+    :func:`default_nodes`); the within-batch blocks are the cross blocks of each batch with an identical copy of
+    itself. The work is cut into tasks of ``chunk_batches`` batches (None: :func:`bnsym.nngp_tasks.check_chunk_batches`)
+    and run here or on ``client`` (:mod:`bnsym.nngp_tasks`: the same bits either way).
     """
+    batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes)
+    chunk = check_chunk_batches(chunk_batches, batches.shape[1], len(batches))
+    within = np.zeros((len(depths), *batches.shape[:2], batches.shape[1]))
+    cross = np.zeros((len(depths), len(pairs), batches.shape[1], batches.shape[1]))
+
+    def on_within(rows: np.ndarray, blocks: dict[int, np.ndarray]) -> None:
+        for i, depth in enumerate(depths):
+            within[i, rows] = blocks[depth]
+
+    def on_cross(rows: np.ndarray, blocks: dict[int, np.ndarray]) -> None:
+        for i, depth in enumerate(depths):
+            cross[i, rows] = blocks[depth]
+
+    run_blocks(phi, batches, pairs, depths, first, nodes, device, client, chunk, on_within, on_cross)
+    return {depth: (within[i], cross[i]) for i, depth in enumerate(depths)}
+
+
+def _check_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
+                  nodes: int | None) -> tuple[np.ndarray, np.ndarray, list[int], Activation, int, int]:
+    """:func:`block_prior`'s arguments checked: batches (k, B, d), pairs (P, 2) of distinct batch indices, depths,
+    phi, and the nodes of the first and later layers."""
     batches = check_real_array(batches, "batches (k, B, d)", 3)
     if batches.ndim != 3:
         raise ValueError(f"batches must have shape (k, B, d), got {batches.shape}")
@@ -162,25 +181,8 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     if not (np.all(pairs == np.round(pairs)) and np.all((0 <= pairs) & (pairs < len(batches)))
             and np.all(pairs[:, 0] != pairs[:, 1])):
         raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
-    pairs = pairs.astype(int)
-    _check_size(len(batches), len(pairs), batch)
     first = nodes or first_layer_nodes(batch, batches.shape[-1])
-    nodes = nodes or default_nodes(batch)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
-    x = torch.as_tensor(batches, device=torch.device(device))
-    left, right = torch.as_tensor(pairs[:, 0], device=x.device), torch.as_tensor(pairs[:, 1], device=x.device)
-    within = x @ x.mT / x.shape[-1]
-    cross = x[left] @ x[right].mT / x.shape[-1]
-    out = {}
-    for layer in range(1, depths[-1] + 1):
-        joint = torch.cat([torch.cat([within, within], -1), torch.cat([within, within], -1)], -2)
-        joint_pairs = torch.cat([torch.cat([within[left], cross], -1), torch.cat([cross.mT, within[right]], -1)], -2)
-        rule = first if layer == 1 else nodes
-        blocks = cross_batch_kernel_laplace(phi, torch.cat([joint, joint_pairs]), batch, nodes=rule, blocks="cross")
-        within, cross = (blocks[: len(x)] + blocks[: len(x)].mT) / 2, blocks[len(x):]
-        if layer in depths:
-            out[layer] = (within.cpu().numpy(), cross.cpu().numpy())
-    return out
+    return batches, pairs.astype(int), depths, phi, first, nodes or default_nodes(batch)
 
 
 @dataclass(frozen=True)
@@ -188,13 +190,15 @@ class BatchedPrior:
     """The prior covariance over the training copies, and between test points and them.
 
     ``train`` (m, m) over the m = k B training copies (rows ``train_rows`` of the training set); with test points,
-    ``cross`` (t, m) between the t test points and the training copies and ``test_diagonal`` (t,) their variances.
+    ``cross`` (t, m) between the t test points and the training copies, ``test_diagonal`` (t,) their variances and,
+    where asked for, ``test`` (t, t) their covariance. Any of the matrices may be a np.memmap.
     """
 
     train_rows: np.ndarray
     train: np.ndarray | None = None
     cross: np.ndarray | None = None
     test_diagonal: np.ndarray | None = None
+    test: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -224,14 +228,15 @@ class BatchLayout:
         return BatchedPrior(self.rows.ravel(), cross=cross[: self.n_test], test_diagonal=diagonal[: self.n_test])
 
 
-def batch_layout(X: np.ndarray, batch_size: int, X_test: np.ndarray | None = None) -> BatchLayout:
-    """The batches and blocks of ``X`` (and ``X_test``) at ``batch_size``, validated (:class:`BatchLayout`)."""
+def batch_layout(X: np.ndarray, batch_size: int, X_test: np.ndarray | None = None,
+                 test_covariance: bool = False) -> BatchLayout:
+    """The batches and blocks of ``X`` (and ``X_test``) at ``batch_size``, validated (:class:`BatchLayout`); with
+    ``test_covariance``, every pair of test batches too (after the (test, training) pairs)."""
     batch = check_batch_size(batch_size)
     X = _check_inputs(X, "X")
     X_test = None if X_test is None else _check_inputs(X_test, "X_test", X.shape[1])
+    test_covariance = check_flag(test_covariance, "test_covariance")
     k = -(-len(X) // batch)
-    kt = 0 if X_test is None else -(-len(X_test) // batch)
-    _check_size(k + kt, k * (k - 1) // 2 if X_test is None else k * kt, batch)
     # batch norm (eps = 0) makes the prior blind to the inputs' scale: a power of 2 brings max |x| near 1, exactly
     scale = 2.0 ** -math.frexp(max(np.abs(X).max(), 0.0 if X_test is None else np.abs(X_test).max()))[1]
     X, X_test = X * scale, None if X_test is None else X_test * scale
@@ -239,32 +244,97 @@ def batch_layout(X: np.ndarray, batch_size: int, X_test: np.ndarray | None = Non
     if X_test is None:
         pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=int).reshape(-1, 2)
         return BatchLayout(X[rows], rows, pairs, None)
+    kt = -(-len(X_test) // batch)
     filler = np.arange(kt * batch - len(X_test)) % len(X)
     test_batches = np.concatenate([X_test, X[filler]]).reshape(kt, batch, -1)
-    pairs = np.array([(k + a, i) for a in range(kt) for i in range(k)], dtype=int)
-    return BatchLayout(np.concatenate([X[rows], test_batches]), rows, pairs, len(X_test))
+    pairs = [(k + a, i) for a in range(kt) for i in range(k)]
+    pairs += [(k + a, k + b) for a in range(kt) for b in range(a + 1, kt)] if test_covariance else []
+    return BatchLayout(np.concatenate([X[rows], test_batches]), rows, np.array(pairs, dtype=int), len(X_test))
 
 
 def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], batch_size: int,
                    X_test: np.ndarray | None = None, nodes: int | None = None,
-                   device: torch.device | str | None = None) -> dict[int, BatchedPrior]:
+                   device: torch.device | str | None = None, *, test_covariance: bool = False,
+                   client: object = None, out: str | os.PathLike | None = None, max_memory: int = MAX_MEMORY,
+                   chunk_batches: int | None = None) -> dict[int, BatchedPrior]:
     """The BN-NNGP prior K^l at each depth l of ``depths``: of the training rows of ``X`` (without ``X_test``), or
-    between ``X_test`` and them. One recursion serves every depth.
+    between ``X_test`` and them (and among the test points with ``test_covariance``). One recursion serves every
+    depth.
 
-    Batching as the module docstring says (:func:`batch_layout`). Without test points: all pairs of training
-    batches. With them: all (test batch, training batch) pairs (the training block is not recomputed).
+    Batching as the module docstring says. Without test points: all pairs of training batches. With them: all
+    (test batch, training batch) pairs (the training block is not recomputed), and with ``test_covariance`` all
+    pairs of test batches. The pairs are computed in tasks (:mod:`bnsym.nngp_tasks`) here or on ``client`` (None:
+    here; a ``distributed.Client``; a scheduler address; True: a LocalCluster, as :func:`bnsym.sweep.runner.connect`),
+    with the same result bit for bit. Matrices larger in all than ``max_memory`` bytes, or any with ``out`` (a
+    folder), are memory-mapped files (``out/<kind>-depth<l>.npy``, or unnamed temporary files).
     """
-    layout = batch_layout(X, batch_size, X_test)
-    blocks = block_prior(phi, layout.batches, layout.pairs, depths, nodes, device)
-    return {depth: layout.assemble(within, cross) for depth, (within, cross) in blocks.items()}
+    layout = batch_layout(X, batch_size, X_test, test_covariance)
+    max_memory = check_whole_number(max_memory, "max_memory", 0, 2**62, "bytes of kernel matrices held in memory")
+    depths = _check_depths(depths)
+    rows, pairs = layout.rows, layout.pairs
+    k, batch = rows.shape
+    chunk = check_chunk_batches(chunk_batches, batch, len(layout.batches))
+    if layout.n_test is None:
+        arrays = allocate({f"train-depth{d}": (k * batch, k * batch) for d in depths}, out, max_memory)
+        train = {d: arrays[f"train-depth{d}"].reshape(k, batch, k, batch) for d in depths}
+
+        def on_within(index: np.ndarray, blocks: dict[int, np.ndarray]) -> None:
+            for d in depths:
+                train[d][index, :, index, :] = blocks[d]
+
+        def on_cross(index: np.ndarray, blocks: dict[int, np.ndarray]) -> None:
+            left, right = pairs[index, 0], pairs[index, 1]
+            for d in depths:
+                train[d][left, :, right, :] = blocks[d]
+                train[d][right, :, left, :] = blocks[d].transpose(0, 2, 1)
+
+        _run(phi, layout.batches, pairs, depths, nodes, device, client, chunk, on_within, on_cross)
+        return {d: BatchedPrior(rows.ravel(), train=arrays[f"train-depth{d}"]) for d in depths}
+    t, kt = layout.n_test, len(layout.batches) - k
+    shapes = {f"cross-depth{d}": (kt * batch, k * batch) for d in depths}
+    shapes.update({f"test-depth{d}": (kt * batch, kt * batch) for d in depths if test_covariance})
+    arrays = allocate(shapes, out, max_memory)
+    diagonal = {d: np.zeros((kt, batch)) for d in depths}
+    cross = {d: arrays[f"cross-depth{d}"].reshape(kt, batch, k, batch) for d in depths}
+    test = {d: arrays[f"test-depth{d}"].reshape(kt, batch, kt, batch) for d in depths if test_covariance}
+
+    def on_test_within(index: np.ndarray, blocks: dict[int, np.ndarray]) -> None:
+        keep = index >= k
+        for d in depths:
+            diagonal[d][index[keep] - k] = np.diagonal(blocks[d][keep], axis1=-2, axis2=-1)
+            if test_covariance:
+                test[d][index[keep] - k, :, index[keep] - k, :] = blocks[d][keep]
+
+    def on_test_cross(index: np.ndarray, blocks: dict[int, np.ndarray]) -> None:
+        left, right = pairs[index, 0] - k, pairs[index, 1]
+        train_side = right < k
+        for d in depths:
+            cross[d][left[train_side], :, right[train_side], :] = blocks[d][train_side]
+            if test_covariance:
+                among, other = ~train_side, right[~train_side] - k
+                test[d][left[among], :, other, :] = blocks[d][among]
+                test[d][other, :, left[among], :] = blocks[d][among].transpose(0, 2, 1)
+
+    _run(phi, layout.batches, pairs, depths, nodes, device, client, chunk, on_test_within,
+         on_test_cross)
+    return {d: BatchedPrior(rows.ravel(), cross=arrays[f"cross-depth{d}"][:t], test_diagonal=diagonal[d].ravel()[:t],
+                            test=arrays[f"test-depth{d}"][:t, :t] if test_covariance else None) for d in depths}
+
+
+def _run(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: list[int], nodes: int | None,
+         device: torch.device | str | None, client: object, chunk: int, on_within, on_cross) -> None:
+    """:func:`bnsym.nngp_tasks.run_blocks` on checked arguments (as :func:`block_prior` checks them)."""
+    batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes)
+    run_blocks(phi, batches, pairs, depths, first, nodes, device, client, chunk, on_within, on_cross,
+               desc=f"BN-NNGP prior ({len(batches)} batches, {len(pairs)} pairs)")
 
 
 def bn_nngp_prior(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int,
                   X_test: np.ndarray | None = None, nodes: int | None = None,
-                  device: torch.device | str | None = None) -> BatchedPrior:
-    """:func:`bn_nngp_priors` at one depth."""
+                  device: torch.device | str | None = None, **options: object) -> BatchedPrior:
+    """:func:`bn_nngp_priors` at one depth (``options``: its keyword-only arguments)."""
     depth = _check_depth(depth)
-    return bn_nngp_priors(phi, X, [depth], batch_size, X_test, nodes, device)[depth]
+    return bn_nngp_priors(phi, X, [depth], batch_size, X_test, nodes, device, **options)[depth]
 
 
 def arccos_nngp_kernel(phi: str | Activation, X1: np.ndarray, X2: np.ndarray | None, depth: int) -> np.ndarray:
@@ -380,8 +450,26 @@ def check_distinct(X: np.ndarray, what: str) -> None:
                          "distinct: batch norm of identical inputs divides by a zero batch variance")
 
 
+@dataclass
+class BatchOrderTags(Tags):
+    """scikit-learn's tags, and ``batch_order_dependent``: predictions depend on which test points share a batch."""
+
+    batch_order_dependent: bool = True
+
+
 class _BatchNormNNGP(BaseEstimator):
     """What the regressor and the classifier share: validation, the batched prior, the posterior."""
+
+    def __sklearn_tags__(self) -> BatchOrderTags:
+        tags = super().__sklearn_tags__()
+        return BatchOrderTags(**{field.name: getattr(tags, field.name) for field in fields(tags)})
+
+    def __sklearn_clone__(self) -> _BatchNormNNGP:
+        """An unfitted copy with copies of the parameters, sharing ``client`` (a ``distributed.Client`` cannot be
+        deep-copied, and it only says where to compute)."""
+        params = self.get_params(deep=False)
+        client = params.pop("client")
+        return type(self)(**{name: clone(value, safe=False) for name, value in params.items()}, client=client)
 
     def _validate(self) -> Activation:
         phi = _homogeneous(self.phi, check_batch_size(self.batch_size))
@@ -389,28 +477,47 @@ class _BatchNormNNGP(BaseEstimator):
         check_range(self.noise, "noise", 0.0, why="the observation noise variance")
         _check_nodes(self.nodes)
         check_flag(getattr(self, "normalise_y", False), "normalise_y")
+        if self.device is not None:
+            check_device(self.device)
         return phi
 
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
         """The prior and posterior of (X, targets); the parameters they used are kept as the fitted ``phi_``,
-        ``depth_``, ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until refit)."""
+        ``depth_``, ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until refit;
+        ``device`` and ``client`` say where to compute, and are read anew by each call)."""
         phi = self._validate()
         check_distinct(X, "the BN-NNGP")
         self.phi_, self.depth_, self.nodes_ = self.phi, _check_depth(self.depth), self.nodes
         self.batch_size_ = check_batch_size(self.batch_size)
         self.X_train_ = X
-        prior = bn_nngp_prior(phi, X, self.depth_, self.batch_size_, nodes=self.nodes_)
+        prior = bn_nngp_prior(phi, X, self.depth_, self.batch_size_, nodes=self.nodes_, device=self.device,
+                              client=self.client)
         self.train_rows_ = prior.train_rows
         self.posterior_ = gp_posterior(prior.train, targets[prior.train_rows], self.noise)
         self.jitter_ = self.posterior_.jitter
         self.log_marginal_likelihood_ = self.posterior_.log_marginal_likelihood
 
-    def _predict_latent(self, X: np.ndarray, return_std: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        prior = bn_nngp_prior(self.phi_, self.X_train_, self.depth_, self.batch_size_, X_test=X, nodes=self.nodes_)
+    def log_marginal_likelihood(self, theta: None = None) -> float:
+        """log p(y | X) of the fitted prior, ``log_marginal_likelihood_`` (summed over output columns). The prior
+        has no hyperparameter vector theta: compare the evidence of other parameters by fitting them."""
+        if theta is not None:
+            raise ValueError("theta must be None: the BN-NNGP prior has no hyperparameter vector; fit an estimator "
+                             "with other parameters (depth, batch_size, noise) to compare their evidence")
+        check_is_fitted(self, "posterior_")
+        return self.log_marginal_likelihood_
+
+    def _predict_latent(self, X: np.ndarray, return_std: bool = False,
+                        return_cov: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """The posterior mean (t, outputs) of the latent function at X, and its standard deviation (t,) or
+        covariance (t, t) (shared by every output column: one kernel, one noise)."""
+        prior = bn_nngp_prior(self.phi_, self.X_train_, self.depth_, self.batch_size_, X_test=X, nodes=self.nodes_,
+                              device=self.device, client=self.client, test_covariance=return_cov)
         mean = prior.cross @ self.posterior_.alpha
-        if not return_std:
+        if not (return_std or return_cov):
             return mean, None
         v = solve_triangular(self.posterior_.factor[0], prior.cross.T, lower=True)
+        if return_cov:
+            return mean, prior.test - v.T @ v
         variance = prior.test_diagonal - np.sum(v * v, axis=0)
         return mean, np.sqrt(np.clip(variance, 0.0, None))
 
@@ -425,18 +532,27 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         noise: the observation noise variance added to the diagonal of the prior covariance.
         normalise_y: centre and scale the targets (the prior's variance is O(1)).
         nodes: Gauss-Jacobi nodes per axis of the Laplace integral, every layer (None: the default rules).
+        device: the torch device of the prior's tasks (None: CUDA where there is one, else the CPU).
+        client: where the prior is computed: None (here), True (a local Dask cluster), an address, a Client.
+
+    Predictions depend on which test points share a batch: the points to predict are cut into batches of
+    ``batch_size`` in the order given, so reordering them, or predicting a subset, changes the result (the tag
+    ``batch_order_dependent`` says so). Any ``client`` gives the same result bit for bit (:func:`bn_nngp_priors`).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
-                 normalise_y: bool = True, nodes: int | None = None) -> None:
+                 normalise_y: bool = True, nodes: int | None = None, device: str | None = None,
+                 client: object = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
         self.noise = noise
         self.normalise_y = normalise_y
         self.nodes = nodes
+        self.device = device
+        self.client = client
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> BatchOrderTags:
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
         return tags
@@ -446,49 +562,108 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         self._fit_targets(*regression_targets(self, X, y))
         return self
 
-    def predict(self, X: np.ndarray, return_std: bool = False):
-        """Posterior mean (and the latent function's posterior standard deviation with ``return_std``)."""
+    def predict(self, X: np.ndarray, return_std: bool = False, return_cov: bool = False):
+        """Posterior mean (t, ...) of y at X; with ``return_std`` also the latent function's posterior standard
+        deviation (t, ...), or with ``return_cov`` its posterior covariance (t, t) ((t, t, outputs) for 2-D y), in
+        the targets' units, as scikit-learn's GaussianProcessRegressor (not both). Batch order matters (below)."""
         check_is_fitted(self, "posterior_")
+        if check_flag(return_std, "return_std") and check_flag(return_cov, "return_cov"):
+            raise ValueError("return_std and return_cov: ask for one (the standard deviations are the square roots "
+                             "of the covariance's diagonal)")
         X = _validate_data(self, X, reset=False, dtype=float)
-        mean, std = self._predict_latent(X, return_std)
+        mean, spread = self._predict_latent(X, return_std, return_cov)
         mean = target_units(self, mean, "the posterior mean")
-        if not return_std:
-            return mean
-        std = (std[:, None] * self._y_scale).reshape(len(X), *self._y_shape)
-        return mean, check_finite_result(std, "the posterior standard deviation in the targets' units")
+        if return_std:
+            std = (spread[:, None] * self._y_scale).reshape(len(X), *self._y_shape)
+            return mean, check_finite_result(std, "the posterior standard deviation in the targets' units")
+        if return_cov:
+            cov = (spread[..., None] * self._y_scale**2).reshape(len(X), len(X), *self._y_shape)
+            return mean, check_finite_result(cov, "the posterior covariance in the targets' units")
+        return mean
+
+    def sample_y(self, X: np.ndarray, n_samples: int = 1, random_state: int | np.random.RandomState | None = 0):
+        """``n_samples`` draws of the latent function at X from the posterior, (t, n_samples) ((t, outputs,
+        n_samples) for 2-D y), as scikit-learn's GaussianProcessRegressor: mean + U sqrt(max(Lambda, 0)) z with
+        U Lambda U^T the posterior covariance and z standard normal from ``random_state``."""
+        check_is_fitted(self, "posterior_")
+        n_samples = check_whole_number(n_samples, "n_samples", 1, 2**40, "draws of the latent function")
+        X = _validate_data(self, X, reset=False, dtype=float)
+        outputs = len(self._y_mean)
+        check_memory(1, len(X) * outputs, n_samples, "(test points x outputs, n_samples)")
+        mean, cov = self._predict_latent(X, return_cov=True)
+        eigenvalues, vectors = np.linalg.eigh(cov)
+        root = vectors * np.sqrt(np.clip(eigenvalues, 0.0, None))
+        z = check_random_state(random_state).standard_normal((len(X), outputs * n_samples))
+        draws = (mean[:, :, None] + (root @ z).reshape(len(X), outputs, n_samples)) * self._y_scale[:, None]
+        draws = (draws + self._y_mean[:, None]).reshape(len(X), *self._y_shape, n_samples)
+        return check_finite_result(draws, "the posterior draws in the targets' units")
 
 
 class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     """Classification by BN-NNGP regression on centred one-hot targets; ``predict`` returns the argmax label.
 
-    Args as :class:`BatchNormNNGPRegressor` (without ``normalise_y``).
+    Args as :class:`BatchNormNNGPRegressor` (without ``normalise_y``); predictions depend on which test points
+    share a batch, as there.
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
-                 nodes: int | None = None) -> None:
+                 nodes: int | None = None, device: str | None = None, client: object = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
         self.noise = noise
         self.nodes = nodes
+        self.device = device
+        self.client = client
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPClassifier:
         """Condition the prior on one-hot codes of the labels y, centred by 1 / (number of classes)."""
         self._fit_targets(*classification_targets(self, X, y))
         return self
 
-    def _scores(self, X: np.ndarray) -> np.ndarray:
+    def _latent(self, X: np.ndarray, return_std: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         check_is_fitted(self, "posterior_")
         X = _validate_data(self, X, reset=False, dtype=float)
-        return self._predict_latent(X, return_std=False)[0]
+        return self._predict_latent(X, return_std=return_std)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """The posterior mean of the centred one-hot code, (n, classes); for two classes the difference
         (second minus first), as scikit-learn's binary classifiers return."""
-        scores = self._scores(X)
+        scores = self._latent(X)[0]
         return scores[:, 1] - scores[:, 0] if len(self.classes_) == 2 else scores
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """The label with the largest posterior mean."""
-        scores = self._scores(X)
+        scores = self._latent(X)[0]
         return self.classes_[np.argmax(scores, axis=1)]
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """P(class c has the largest latent value at x | data), (n, classes): :func:`argmax_probabilities` of the
+        posterior means m_c(x) and the common posterior standard deviation s(x) (the class outputs are independent
+        GPs with one kernel and one noise, so at one point they are independent normals of one variance). Its
+        argmax is ``predict``'s label."""
+        mean, std = self._latent(X, return_std=True)
+        return argmax_probabilities(mean, std)
+
+
+def argmax_probabilities(mean: np.ndarray, std: np.ndarray, nodes: int = ARGMAX_NODES) -> np.ndarray:
+    """P(f_c = max_j f_j) for independent f_j ~ N(m_j, s^2) (rows of ``mean`` (n, C), ``std`` (n,)):
+
+        P_c = int phi(z) prod_{j != c} Phi((m_c - m_j) / s + z) dz,
+
+    by ``nodes``-point Gauss-Hermite quadrature (error below 1e-9 of each row's sum here), each row then divided by
+    its sum; s = 0 gives the indicator of the largest mean. The same probabilities as counting the argmax of
+    posterior draws, without their Monte Carlo error sqrt(P (1 - P) / draws)."""
+    z, weights = np.polynomial.hermite_e.hermegauss(nodes)
+    weights = weights / math.sqrt(2 * math.pi)
+    difference = mean[:, :, None] - mean[:, None, :]  # (n, C, C): m_c - m_j
+    spread = std[:, None, None]
+    shift = np.where(spread > 0, difference / np.where(spread > 0, spread, 1.0),
+                     np.where(difference > 0, np.inf, np.where(difference < 0, -np.inf, 0.0)))
+    classes = mean.shape[1]
+    shift[:, np.arange(classes), np.arange(classes)] = np.inf  # j = c: a factor Phi(inf) = 1
+    probabilities = np.empty_like(mean)
+    for c in range(classes):
+        log_terms = log_ndtr(shift[:, c, :, None] + z).sum(1)  # (n, nodes)
+        probabilities[:, c] = np.exp(log_terms) @ weights
+    return probabilities / probabilities.sum(1, keepdims=True)

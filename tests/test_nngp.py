@@ -7,6 +7,7 @@ import pytest
 import torch
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
+from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import bnsym
@@ -16,7 +17,9 @@ from bnsym.nngp import (
     BatchNormNNGPRegressor,
     KernelConditioningWarning,
     arccos_nngp_kernel,
+    argmax_probabilities,
     bn_nngp_prior,
+    bn_nngp_priors,
     fill_batches,
     gp_posterior,
 )
@@ -126,6 +129,8 @@ def test_huge_targets_are_normalised_without_overflow(data):
     ({"depth": 0}, "depth"),
     ({"batch_size": 3}, "below 4"),
     ({"noise": -1.0}, "noise"),
+    ({"device": "nonsense"}, "device must name a torch device"),
+    ({"device": "cuda:4096"}, "not available"),
 ])
 def test_bad_parameters(data, params, match):
     X, y = data
@@ -174,6 +179,111 @@ def test_arccos_kernel_is_the_no_bn_limit(data):
     layer2 = gauss_hermite_kernel(bnsym.parse_activation("relu"), layer1)
     assert np.abs(arccos_nngp_kernel("relu", X, None, 2) - layer2.value).max() < 1e-6 + 3 * layer2.error.max()
 
+
+
+def test_prior_in_tasks_is_the_same_in_memory_on_disk_and_in_any_chunks(data, tmp_path):
+    """Memory-mapped results hold the same bits; other chunkings agree to rounding (each pair's arithmetic is its
+    own); the test covariance of a whole number of test batches is the training prior of the test points alone."""
+    X, _ = data
+    memory = bn_nngp_priors("relu", X, [1, 2], 4, chunk_batches=2)
+    temporary = bn_nngp_priors("relu", X, [1, 2], 4, chunk_batches=2, max_memory=0)
+    named = bn_nngp_priors("relu", X, [1, 2], 4, chunk_batches=2, out=tmp_path)
+    for depth in (1, 2):
+        assert isinstance(temporary[depth].train, np.memmap) and isinstance(named[depth].train, np.memmap)
+        assert np.array_equal(temporary[depth].train, memory[depth].train)
+        assert np.array_equal(np.load(tmp_path / f"train-depth{depth}.npy"), memory[depth].train)
+        np.testing.assert_allclose(bn_nngp_priors("relu", X, [depth], 4, chunk_batches=1)[depth].train,
+                                   memory[depth].train, rtol=1e-12, atol=1e-14)
+    joint = bn_nngp_prior("relu", X[:4], 2, 4, X_test=X[4:], test_covariance=True)
+    np.testing.assert_allclose(joint.test, bn_nngp_prior("relu", X[4:], 2, 4).train, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(np.diag(joint.test), joint.test_diagonal)
+
+
+def test_progress_bar_shows_when_enabled(data, monkeypatch, capsys):
+    X, _ = data
+    monkeypatch.setenv("BNSYM_PROGRESS", "1")
+    bn_nngp_prior("relu", X, 1, 4)
+    assert "BN-NNGP prior (3 batches, 3 pairs)" in capsys.readouterr().err
+    monkeypatch.setenv("BNSYM_PROGRESS", "0")
+    bn_nngp_prior("relu", X, 1, 4)
+    assert "BN-NNGP" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("client, match", [(1, "client must be None"), ("tcp://127.0.0.1:1", "no Dask scheduler")])
+def test_a_bad_client_is_refused(data, client, match):
+    X, _ = data
+    with pytest.raises(ValueError, match=match):
+        bn_nngp_prior("relu", X, 1, 4, client=client)
+
+
+@pytest.mark.parametrize("params, match", [({"chunk_batches": 0}, "chunk_batches"),
+                                           ({"chunk_batches": 4096}, "smaller chunk_batches"),
+                                           ({"max_memory": -1}, "max_memory")])
+def test_bad_task_options(data, params, match):
+    X, _ = data
+    with pytest.raises(ValueError, match=match):
+        bn_nngp_prior("relu", X, 1, 4, **params)
+
+
+def test_predict_std_and_cov_agree_and_are_not_asked_for_together(data):
+    X, y = data
+    model = BatchNormNNGPRegressor(depth=2, batch_size=4, noise=1e-3).fit(X, y)
+    mean, std = model.predict(X[:8], return_std=True)
+    same_mean, cov = model.predict(X[:8], return_cov=True)
+    assert cov.shape == (8, 8) and np.array_equal(mean, same_mean) and np.allclose(cov, cov.T, atol=1e-12)
+    np.testing.assert_allclose(np.diag(cov), std**2, rtol=1e-8, atol=1e-12 * np.var(y))
+    with pytest.raises(ValueError, match="ask for one"):
+        model.predict(X[:8], return_std=True, return_cov=True)
+    two = BatchNormNNGPRegressor(depth=2, batch_size=4, noise=1e-3).fit(X, np.stack([y, 3 * y], 1))
+    mean2, cov2 = two.predict(X[:8], return_cov=True)
+    assert mean2.shape == (8, 2) and cov2.shape == (8, 8, 2)
+    np.testing.assert_allclose(cov2[..., 1], 9 * cov2[..., 0], rtol=1e-10)
+
+
+def test_sample_y_matches_the_posterior_mean_and_covariance(data):
+    """Sample means and covariances of 4000 draws against predict's, within mc_tolerance of their standard errors."""
+    X, y = data
+    model = BatchNormNNGPRegressor(depth=2, batch_size=4, noise=1e-2).fit(X[:8], y[:8])
+    mean, cov = model.predict(X[8:], return_cov=True)
+    n = 4000
+    draws = model.sample_y(X[8:], n_samples=n, random_state=1)
+    assert draws.shape == (4, n) and np.array_equal(draws, model.sample_y(X[8:], n, random_state=1))
+    upper = np.triu_indices(4)
+    k = mc_tolerance(n, n_comparisons=4 + len(upper[0]))
+    assert np.all(np.abs(draws.mean(1) - mean) < k * np.sqrt(np.diag(cov) / n))
+    centred = draws - draws.mean(1, keepdims=True)
+    products = (centred[:, None, :] * centred[None, :, :])[upper]  # (pairs, n)
+    se = products.std(1, ddof=1) / np.sqrt(n)
+    assert np.all(np.abs(products.mean(1) - cov[upper]) < k * se + 1e-12)
+    assert model.sample_y(X[8:], 3).shape == (4, 3)
+    assert BatchNormNNGPRegressor(batch_size=4).fit(X, np.stack([y, y], 1)).sample_y(X[:5], 2).shape == (5, 2, 2)
+
+
+def test_argmax_probabilities_against_posterior_draws():
+    """The quadrature of P(f_c is the largest) against counting the argmax of 20000 independent normal draws."""
+    rng = np.random.default_rng(5)
+    mean, std = rng.normal(0, 1, (6, 4)), np.array([0.3, 1.0, 2.0, 0.5, 1e-3, 1.5])
+    probabilities = argmax_probabilities(mean, std)
+    n = 20000
+    draws = mean[:, :, None] + std[:, None, None] * rng.standard_normal((6, 4, n))
+    counts = np.stack([(draws.argmax(1) == c).mean(1) for c in range(4)], 1)
+    se = np.sqrt(np.clip(counts * (1 - counts), 1 / n, None) / n)
+    assert np.all(np.abs(counts - probabilities) < mc_tolerance(n, counts.size) * se)
+    np.testing.assert_array_equal(argmax_probabilities(mean, np.zeros(6)), np.eye(4)[mean.argmax(1)])
+
+
+def test_predict_proba_sums_to_one_and_agrees_with_predict():
+    rng = np.random.default_rng(2)
+    X = np.concatenate([rng.normal(-2, 1, (12, 3)), rng.normal(0, 1, (12, 3)), rng.normal(2, 1, (12, 3))])
+    y = np.repeat([0, 1, 2], 12)
+    model = BatchNormNNGPClassifier(depth=1, batch_size=4).fit(X, y)
+    probabilities = model.predict_proba(X[:20])
+    assert probabilities.shape == (20, 3) and np.allclose(probabilities.sum(1), 1.0)
+    np.testing.assert_array_equal(model.classes_[probabilities.argmax(1)], model.predict(X[:20]))
+    assert model.log_marginal_likelihood() == model.log_marginal_likelihood_
+    with pytest.raises(ValueError, match="theta must be None"):
+        model.log_marginal_likelihood(np.zeros(2))
+    assert get_tags(model).batch_order_dependent and get_tags(BatchNormNNGPRegressor()).batch_order_dependent
 
 
 BATCH_ORDER = ("a train-mode BN network's output for x depends on which points share x's batch, so predictions "
