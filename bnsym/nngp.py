@@ -58,6 +58,7 @@ from .meanfield.kernels import gaussian_kernel
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
 MAX_NODES = 1024  # Gauss-Jacobi nodes per axis: nodes^2 points per entry of every block
+MAX_ROWS = 2**27  # training or test points: their indices, and far more their covariances, are held at once
 MAX_ENTRIES = 2**27  # float64 entries of the joint 2B x 2B covariances mapped at once (1 GiB)
 
 
@@ -80,6 +81,8 @@ def _check_depth(depth: object) -> int:
 
 def _check_depths(depths: object) -> list[int]:
     """Sorted distinct depths, each a whole number >= 1 (at least one)."""
+    if isinstance(depths, torch.Tensor):
+        depths = depths.tolist()
     if isinstance(depths, (str, bytes)) or not isinstance(depths, Iterable):
         raise ValueError(f"depths must be a list of depths, got {depths!r:.80}")
     checked = sorted({_check_depth(depth) for depth in np.ravel(np.asarray(depths, dtype=object)).tolist()})
@@ -115,7 +118,8 @@ def _check_size(n_batches: int, n_pairs: int, batch_size: int) -> None:
 
 def fill_batches(n: int, batch_size: int) -> np.ndarray:
     """Row indices (k, B) of k = ceil(n / B) batches: 0..n-1 in order, the last batch wrapping around to 0, 1, ..."""
-    n, batch_size = check_whole_number(n, "n", 1, 2**53), check_batch_size(batch_size)
+    n = check_whole_number(n, "n", 1, MAX_ROWS, "the row indices are held at once")
+    batch_size = check_batch_size(batch_size)
     k = -(-n // batch_size)
     return np.arange(k * batch_size).reshape(k, batch_size) % n
 
@@ -167,6 +171,9 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     first = nodes or first_layer_nodes(batch, batches.shape[-1])
     nodes = nodes or default_nodes(batch)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
+    # each batch is normalised on its own, so each may be rescaled on its own: a power of 2 brings its max |x| near
+    # 1, exactly (a batch 1e-300 times another would otherwise underflow when the data set is scaled as one)
+    batches = batches * np.ldexp(1.0, -np.frexp(np.abs(batches).max((1, 2)))[1])[:, None, None]
     x = torch.as_tensor(batches, device=torch.device(device))
     left, right = torch.as_tensor(pairs[:, 0], device=x.device), torch.as_tensor(pairs[:, 1], device=x.device)
     within = x @ x.mT / x.shape[-1]
@@ -316,7 +323,7 @@ def _validate_data(estimator: BaseEstimator, *arrays: object, **options: object)
     """scikit-learn's ``validate_data``, its ValueError prefixed with the arguments it refers to."""
     try:
         return validate_data(estimator, *arrays, **options)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:  # TypeError: a scalar y, a dict X
         raise ValueError(f"{'X, y' if len(arrays) > 1 else 'X'}: {error}") from None
 
 

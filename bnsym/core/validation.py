@@ -249,7 +249,11 @@ def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -
                      why: str = "") -> np.ndarray:
     """``value`` (a number, a list or an array of numbers, see the module docstring) as a finite float array with at
     least ``min_ndim`` axes, none of them empty, every entry between ``low`` and ``high`` (as :func:`check_range`,
-    whose ``infinite_ok`` also admits +inf entries)."""
+    whose ``infinite_ok`` also admits +inf entries). A torch tensor comes to the host; half precision (float16,
+    bfloat16, which numpy lacks) becomes float32 first, exactly."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        value = value.to(torch.float32) if value.dtype in (torch.float16, torch.bfloat16) else value
     try:
         array = np.asarray(value)
     except ValueError:  # a ragged list
