@@ -292,7 +292,7 @@ def specs(scratch: Path) -> list[Spec]:
         Spec("arch.ntk", lambda Sigma0, points: arch.ntk(net, Sigma0, False, points, 2), {"Sigma0": sigma0,
                                                                                           "points": 64},
              ("Sigma0", "points")),
-        Spec("arch.ntk_cross", lambda Sigma0, sizes: arch.ntk_cross(net, Sigma0, sizes, False, 2**10, 8),
+        Spec("arch.ntk_cross", lambda Sigma0, sizes: arch.ntk_cross(net, Sigma0, sizes, False, 2**12, 8),
              {"Sigma0": wide @ wide.T / 16, "sizes": [8, 8]}, ("Sigma0", "sizes")),
         Spec("arch.parse_architecture", arch.parse_architecture, {"spec": "Dense,BatchNorm,relu"}, ("spec",)),
         Spec("arch.repeat", lambda count: arch.repeat(arch.Dense(), count), {"count": 3}, ("count",)),
