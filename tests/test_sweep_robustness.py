@@ -96,7 +96,7 @@ def test_two_sweeps_at_once_on_one_folder(client, tmp_path):
 def test_a_sweep_killed_while_it_saves_loses_nothing(client, tmp_path):
     """SIGKILL a sweep process as its records arrive: each record on disk is whole (a save is a rename), and a
     rerun computes exactly the ones missing."""
-    n = 1000
+    n = 300
     run = _sweep_process(tmp_path, n, client.scheduler.address)
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("[!.]*.json"))) < 5 and time.monotonic() < deadline and run.poll() is None:
