@@ -43,6 +43,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .core.activations import Activation, parse_activation
 from .core.validation import (
+    ValueTypeError,
     check_activation,
     check_batch_size,
     check_device,
@@ -321,10 +322,13 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
 
 def _validate_data(estimator: BaseEstimator, *arrays: object, **options: object):
     """scikit-learn's ``validate_data``, its ValueError prefixed with the arguments it refers to."""
+    names = "X, y" if len(arrays) > 1 else "X"
     try:
         return validate_data(estimator, *arrays, **options)
-    except (TypeError, ValueError) as error:  # TypeError: a scalar y, a dict X
-        raise ValueError(f"{'X, y' if len(arrays) > 1 else 'X'}: {error}") from None
+    except TypeError as error:  # a scalar y, a dict among X's entries: scikit-learn's checks expect a TypeError
+        raise ValueTypeError(f"{names}: {error}") from None
+    except ValueError as error:
+        raise ValueError(f"{names}: {error}") from None
 
 
 class _BatchNormNNGP(BaseEstimator):

@@ -83,6 +83,11 @@ MAX_DRAWS = 10**7  # chains, products, samples N and Monte Carlo draws: each hol
 MAX_ENTRIES = 2**30  # float64 entries of the matrices held at once (8 GiB)
 
 
+class ValueTypeError(ValueError, TypeError):
+    """Bad input where a convention outside bnsym expects a TypeError (scikit-learn's estimator checks: an object
+    that is not a number among X's entries): a ValueError, as the input contract says, and a TypeError too."""
+
+
 def shown(value: object) -> str:
     """repr(value), shortened to about 60 characters for error messages (a 600-digit int stays readable)."""
     text = repr(value)
