@@ -22,7 +22,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import bnsym
@@ -955,6 +955,7 @@ def test_bn_nngp_priors_are_psd_and_blind_to_each_batch_scale(kw):
                                                "seeds": st.just(1), "seed": st.integers(0, 9)}),
                         st.sampled_from([{"depth": 0}, {"depth": math.nan, "batch_size": 8}, None, [1],
                                          {"depth": 2, "batch_size": 8, "width": 10**9}])))
+@example(config={"depth": 2, "batch_size": 128, "width": 8, "epochs": 1, "seeds": 1, "seed": 0})
 def test_run_cell(config):
     """A sweep cell trains, or refuses its configuration; its accuracies are fractions and its chance level the
     inverse number of classes."""
