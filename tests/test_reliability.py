@@ -278,3 +278,20 @@ def test_parameter_ratio_is_scale_free():
     w = np.random.default_rng(2).standard_normal((4, 6))
     x = w[0] + 1.0
     assert shallow.parameter_ratio(1e300 * w, 1e-300 * x) == pytest.approx(shallow.parameter_ratio(w, x), rel=1e-14)
+
+
+@pytest.mark.parametrize("scale", [1e-150, 1e-300, 5e-324, 1e300])
+def test_rank_bounds_of_a_tiny_or_huge_identity(scale):
+    """rank_lower_bound(1e-150 I) claimed 'H = 0' (M = H H^T / N underflowed): r and the numerical rank are scale
+    free, and both are d for a multiple of the identity (Lemma 1's equality case), down to the smallest subnormal."""
+    assert rank.rank_lower_bound(scale * np.eye(4)) == 4 and rank.numerical_rank(scale * np.eye(4)) == 4
+
+
+def test_two_batches_whose_variances_differ_by_1e12():
+    """Refused as 'all inputs identical' once: each batch of the BN-NNGP is normalised on its own, so a data set
+    whose first batch is 1e6 times the second has the prior of the unscaled one."""
+    X = np.random.default_rng(3).standard_normal((8, 3))
+    scaled = X.copy()
+    scaled[:4] *= 1e6
+    np.testing.assert_allclose(nngp.bn_nngp_prior("relu", scaled, 2, 4, nodes=6).train,
+                               nngp.bn_nngp_prior("relu", X, 2, 4, nodes=6).train, rtol=1e-9)
