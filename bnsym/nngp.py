@@ -47,6 +47,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .core.activations import Activation, parse_activation
 from .core.validation import (
+    ValueTypeError,
     check_activation,
     check_batch_size,
     check_device,
@@ -65,6 +66,7 @@ MAX_DEPTH = 10**4  # one cross-batch layer map per layer
 MAX_NODES = 1024  # Gauss-Jacobi nodes per axis: nodes^2 points per entry of every block
 ARGMAX_NODES = 64  # Gauss-Hermite nodes of the class probabilities
 MAX_MEMORY = 2**31  # bytes of prior matrices held in memory; more go to memory-mapped files
+MAX_ROWS = 2**27  # training or test points: their indices, and far more their covariances, are held at once
 
 
 class KernelConditioningWarning(UserWarning):
@@ -86,6 +88,8 @@ def _check_depth(depth: object) -> int:
 
 def _check_depths(depths: object) -> list[int]:
     """Sorted distinct depths, each a whole number >= 1 (at least one)."""
+    if isinstance(depths, torch.Tensor):
+        depths = depths.tolist()
     if isinstance(depths, (str, bytes)) or not isinstance(depths, Iterable):
         raise ValueError(f"depths must be a list of depths, got {depths!r:.80}")
     checked = sorted({_check_depth(depth) for depth in np.ravel(np.asarray(depths, dtype=object)).tolist()})
@@ -112,7 +116,8 @@ def _check_inputs(X: object, name: str, n_features: int | None = None) -> np.nda
 
 def fill_batches(n: int, batch_size: int) -> np.ndarray:
     """Row indices (k, B) of k = ceil(n / B) batches: 0..n-1 in order, the last batch wrapping around to 0, 1, ..."""
-    n, batch_size = check_whole_number(n, "n", 1, 2**53), check_batch_size(batch_size)
+    n = check_whole_number(n, "n", 1, MAX_ROWS, "the row indices are held at once")
+    batch_size = check_batch_size(batch_size)
     k = -(-n // batch_size)
     return np.arange(k * batch_size).reshape(k, batch_size) % n
 
@@ -182,6 +187,9 @@ def _check_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray,
             and np.all(pairs[:, 0] != pairs[:, 1])):
         raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
     first = nodes or first_layer_nodes(batch, batches.shape[-1])
+    # each batch is normalised on its own, so each may be rescaled on its own: a power of 2 brings its max |x| near
+    # 1, exactly (a batch 1e-300 times another would otherwise underflow when the data set is scaled as one)
+    batches = batches * np.ldexp(1.0, -np.frexp(np.abs(batches).max((1, 2)))[1])[:, None, None]
     return batches, pairs.astype(int), depths, phi, first, nodes or default_nodes(batch)
 
 
@@ -404,10 +412,13 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
 
 def _validate_data(estimator: BaseEstimator, *arrays: object, **options: object):
     """scikit-learn's ``validate_data``, its ValueError prefixed with the arguments it refers to."""
+    names = "X, y" if len(arrays) > 1 else "X"
     try:
         return validate_data(estimator, *arrays, **options)
+    except TypeError as error:  # a scalar y, a dict among X's entries: scikit-learn's checks expect a TypeError
+        raise ValueTypeError(f"{names}: {error}") from None
     except ValueError as error:
-        raise ValueError(f"{'X, y' if len(arrays) > 1 else 'X'}: {error}") from None
+        raise ValueError(f"{names}: {error}") from None
 
 
 def regression_targets(estimator: BaseEstimator, X: object, y: object) -> tuple[np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ from scipy.special import gammaln
 
 from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
-from .core.validation import check_activation, check_range, check_real_array, check_whole_number
+from .core.validation import check_activation, check_finite_result, check_range, check_real_array, check_whole_number
 
 MAX_ORDERS = 10_000  # coefficient lists cost O(N^2); the networks here have at most a few hundred layers
 _HERMITE = np.polynomial.hermite_e.hermegauss(160)
@@ -55,9 +55,10 @@ def residual_orders(p) -> np.ndarray:
     if p.ndim != 1 or p.size > MAX_ORDERS:
         raise ValueError(f"p must be one list of at most {MAX_ORDERS} norms (one per residual layer), got {p.shape}")
     orders = np.ones(1)
-    for value in p:
-        orders = np.convolve(orders, [1.0, value])
-    return orders
+    with np.errstate(over="ignore", invalid="ignore"):
+        for value in p:
+            orders = np.convolve(orders, [1.0, value])
+    return check_finite_result(orders, "the residual orders of these norms p")
 
 
 @cache
@@ -101,7 +102,9 @@ def infinite_depth_orders(x: float, r: float, n_orders: int) -> np.ndarray:
     j = np.arange(n_orders)
     log_q = -math.log(r)
     log_den = np.concatenate([[0.0], np.cumsum(np.log(-np.expm1(log_q * np.arange(1, n_orders))))])
-    return np.exp(j * math.log(x) + log_q * j * (j + 1) / 2 - log_den)
+    with np.errstate(over="ignore"):
+        orders = np.exp(j * math.log(x) + log_q * j * (j + 1) / 2 - log_den)
+    return check_finite_result(orders, f"the orders for x = {x:g}, r = {r:g}")
 
 
 def orders_effective_depth(orders, threshold: float) -> int:
@@ -120,7 +123,10 @@ def theorem1_update_bound(depth: float, r: float, c: float = 1.0, c_prime: float
     depth = check_range(depth, "Lambda", 1.0)
     r = check_range(r, "r (GSC rate)", 1.0, open_low=True)
     c, c_prime, h = (check_range(v, n, 0.0, open_low=True) for v, n in ((c, "c"), (c_prime, "c'"), (h, "h")))
-    return c * h ** (1 / depth) * math.log(r) ** 3 * r ** (depth / 4) / (32 * r * c_prime)
+    log_bound = (math.log(c) + math.log(h) / depth + 3 * math.log(math.log(r)) + (depth / 4 - 1) * math.log(r)
+                 - math.log(32 * c_prime))  # in logs: r^(Lambda/4) alone may overflow
+    with np.errstate(over="ignore"):
+        return float(check_finite_result(np.exp(log_bound), f"the update bound for Lambda = {depth:g}, r = {r:g}"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,14 +156,16 @@ def theorem2_rate(delta, eps) -> np.ndarray:
     """r(delta, eps) = sqrt(1 + delta eps^2) (Theorem 2)."""
     delta = check_real_array(delta, "delta (a probability)", low=0.0, high=1.0)
     eps = check_real_array(eps, "eps (a spread of singular values)", low=0.0)
-    return np.sqrt(1 + delta * eps**2)
+    return np.hypot(1.0, np.sqrt(delta) * eps)  # eps^2 alone may overflow
 
 
 def theorem2_bound(dim: int, delta, eps, layers) -> np.ndarray:
     """sqrt((d - 1)/d) r(delta, eps)^(k - l): Theorem 2's lower bound on Q GSC(k, l) over k - l = ``layers``."""
     dim = check_whole_number(dim, "d (dimension)", 2, 10**9)
     layers = check_real_array(layers, "k - l", low=0.0)
-    return math.sqrt((dim - 1) / dim) * theorem2_rate(delta, eps) ** layers
+    with np.errstate(over="ignore"):
+        bound = math.sqrt((dim - 1) / dim) * theorem2_rate(delta, eps) ** layers
+    return check_finite_result(bound, "Theorem 2's bound for these delta, eps and k - l")
 
 
 def spread_probability(singular_values, eps) -> np.ndarray:
@@ -196,6 +204,9 @@ def parameter_ratio(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """||W||_F ||x|| / (||W x|| sqrt(d_in)) for (..., m, n) matrices W and vectors x (..., n) (Prop. 3)."""
     w = check_real_array(w, "W", min_ndim=2)
     x = check_real_array(x, "x", min_ndim=1)
+    # the ratio is scale free in W and in x: powers of 2 bring their largest entries near 1, exactly (no overflow)
+    w = w * np.ldexp(1.0, -np.frexp(np.abs(w).max((-2, -1), keepdims=True))[1])
+    x = x * np.ldexp(1.0, -np.frexp(np.abs(x).max(-1, keepdims=True))[1])
     wx = np.einsum("...ij,...j->...i", w, x)
     norm_wx = np.linalg.norm(wx, axis=-1)
     if np.any(norm_wx == 0):
@@ -287,7 +298,9 @@ def variance_map(phi: str | Activation, sigma_w: float, q) -> np.ndarray:
     sigma_w = check_range(sigma_w, "sigma_w", 0.0, open_low=True)
     q = check_real_array(q, "q", low=0.0)
     z = np.sqrt(q)[..., None] * _HERMITE[0]
-    return sigma_w**2 * _gaussian_mean(f.numpy(z) ** 2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        moment = np.float64(sigma_w) ** 2 * _gaussian_mean(f.numpy(z) ** 2)
+    return check_finite_result(moment, f"q_(l+1) for sigma_w = {sigma_w:g} and these q")
 
 
 def unnormalised_gsc_rate(phi: str | Activation, q) -> np.ndarray:
@@ -296,7 +309,9 @@ def unnormalised_gsc_rate(phi: str | Activation, q) -> np.ndarray:
     f = check_activation(parse_activation(phi), slope=True)
     q = check_real_array(q, "q", low=0.0, open_low=True)
     z = np.sqrt(q)[..., None] * _HERMITE[0]
-    return np.sqrt(q * _gaussian_mean(f.numpy_derivative(z) ** 2) / _gaussian_mean(f.numpy(z) ** 2))
+    with np.errstate(all="ignore"):
+        rate = np.sqrt(q * _gaussian_mean(f.numpy_derivative(z) ** 2) / _gaussian_mean(f.numpy(z) ** 2))
+    return check_finite_result(rate, f"the GSC rate of {f} at these q (E phi^2 underflows or overflows there)")
 
 
 def mean_field_gsc_curve(phi: str | Activation, sigma_w: float, q0: float, depth: int) -> np.ndarray:
@@ -344,14 +359,19 @@ def resnet_gsc(a: float, r2: float, n_blocks, alpha: float | None = 1.0) -> np.n
     a = check_range(a, "a = q_0 / q_rho (the first block's squared dilution)", 0.0, open_low=True)
     r2 = check_range(r2, "r^2 (undiluted squared rate of a block)", 0.0, open_low=True)
     blocks = check_real_array(n_blocks, "n_blocks", low=0.0)
-    scale = 1 / blocks if alpha is None else check_range(alpha, "alpha", 0.0, open_low=True) ** 2
-    big_a = a / scale
-    log2 = gammaln(big_a + r2 + blocks) + gammaln(big_a + 1) - gammaln(big_a + r2) - gammaln(big_a + blocks + 1)
-    return np.exp(log2 / 2)
+    with np.errstate(all="ignore"):
+        scale = 1 / blocks if alpha is None else np.float64(check_range(alpha, "alpha", 0.0, open_low=True)) ** 2
+        big_a = a / scale
+        log2 = gammaln(big_a + r2 + blocks) + gammaln(big_a + 1) - gammaln(big_a + r2) - gammaln(big_a + blocks + 1)
+        gsc = np.exp(log2 / 2)
+    return check_finite_result(gsc, f"the GSC for a = {a:g}, r^2 = {r2:g} and these n_blocks, alpha (a Gamma "
+                               "function overflows float64)")
 
 
 def resnet_gsc_limit(a: float, r2: float) -> float:
     """((a + 1)/a)^((r^2 - 1)/2): the GSC of infinitely many blocks scaled by 1/sqrt(B) (B.1.2)."""
     a = check_range(a, "a", 0.0, open_low=True)
     r2 = check_range(r2, "r^2", 0.0, open_low=True)
-    return float(((a + 1) / a) ** ((r2 - 1) / 2))
+    with np.errstate(over="ignore"):
+        limit = np.float64((a + 1) / a) ** ((r2 - 1) / 2)
+    return float(check_finite_result(limit, f"the GSC limit for a = {a:g}, r^2 = {r2:g}"))

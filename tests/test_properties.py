@@ -22,11 +22,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import bnsym
-from bnsym import arch, dilution, products, rank, sweep
+from bnsym import arch, dilution, nngp, products, rank, sweep
 from bnsym.arch import Activation, BatchNorm, Dense, LayerNorm, Residual, serial
 from bnsym.cli import main
 from bnsym.core.validation import MAX_BATCH_SIZE
@@ -34,7 +34,7 @@ from bnsym.nngp import BatchNormNNGPRegressor, arccos_nngp_kernel, bn_nngp_prior
 from bnsym.sim import daneshmand, mc_tolerance
 from bnsym.sweep.cli import int_list
 from bnsym.sweep.runner import connect, keyed
-from bnsym.train import best_factor, grid, line_agreement, train, trains
+from bnsym.train import best_factor, grid, line_agreement, run_cell, train, trains
 from bnsym.train.dynamics import first_steps
 from bnsym.train.trainability import validate
 
@@ -845,3 +845,122 @@ def test_bn_nngp_regressor_is_equivariant_in_the_targets_and_keeps_its_fit(log_s
     scaled = model.fit(X, scale * y).predict(X[:4])
     np.testing.assert_allclose(scaled / scale, mean, rtol=1e-8, atol=1e-12)
     np.testing.assert_array_equal(model.set_params(**params).predict(X[:4]), scaled)
+
+
+# ------------------------------------------------------------------ the rest of rank, products, nngp and train (#33)
+
+
+@FAST
+@given(kw=_arguments(H=FEATURES, width=_count(1, 6), gamma=POSITIVE, frobenius=(_floats(1.0, 40.0, [1e-300, 1e300]),
+                                                                                  HOSTILE_ARRAYS),
+                     trace_m3=(_floats(1e-3, 1e3, [1e-300, 1e300]), st.one_of(st.just(-1.0), HOSTILE_ARRAYS))))
+def test_rank_second_moment_and_proof_steps(kw):
+    """M(H) is symmetric PSD with Tr M = ||H||_F^2 / N; the residual gap is gamma^2 (claim 4, leading order);
+    Lemma 10's alpha is finite; the uniform law's factors I + gamma W have |W_ij| <= sqrt 3 (Lemma 3 (b))."""
+    m = _outcome(rank.second_moment, kw["H"])
+    if m is not None:
+        h = np.asarray(kw["H"], dtype=float)
+        m = m.double().numpy()
+        _finite(m)
+        assert np.abs(m - m.T).max() <= 1e-5 * np.abs(m).max(initial=0.0)  # float32 H too
+        assert np.linalg.eigvalsh(m).min() >= -1e-6 * np.abs(m).max(initial=0.0)
+        with np.errstate(over="ignore", under="ignore"):
+            assert np.trace(m) == pytest.approx(np.sum(h**2) / h.shape[1], rel=1e-5, abs=1e-300)
+    gap = _outcome(rank.residual_gap_series, kw["width"], kw["gamma"])
+    if gap is not None:
+        assert gap == pytest.approx(float(kw["gamma"]) ** 2, rel=1e-12)
+    alpha = _outcome(rank.stationary_alpha, kw["width"], kw["frobenius"], kw["trace_m3"])
+    if alpha is not None:
+        _finite(alpha)
+    sampler = _outcome(rank.uniform_sampler, kw["width"], kw["gamma"])
+    if sampler is not None and int(kw["width"]) >= 2:
+        factors = sampler(torch.Generator().manual_seed(0), 3)
+        w = (factors - torch.eye(factors.shape[-1], dtype=factors.dtype)) / float(kw["gamma"])
+        assert float(w.abs().max()) <= math.sqrt(3) * (1 + 1e-9) + 1e-300 / float(kw["gamma"])
+
+
+@SLOW
+@given(kw=_arguments(width=_count(2, 4), gamma=GAMMA, depth=_count(1, 6), n_products=_count(2, 4), seed=SEED))
+def test_qr_lyapunov_exponents(kw):
+    """The QR method's spectrum is finite and ordered (each mean exponent at most the one before, within its
+    error), for i.i.d. factors of the Ginibre or the residual law."""
+    sampler = _outcome(products.ginibre_sampler, kw["width"], gamma=kw["gamma"])
+    if sampler is None:
+        return
+    spectrum = _outcome(products.qr_lyapunov_exponents, sampler, kw["width"], kw["depth"], kw["n_products"],
+                        kw["seed"])
+    if spectrum is not None:
+        _finite(spectrum.value, spectrum.error)
+        assert np.all(np.diff(spectrum.value) <= 4 * (spectrum.error[1:] + spectrum.error[:-1]) + 1e-12)
+
+
+@FAST
+@given(kw=_arguments(n=_count(1, 40), batch_size=_count(4, 9), X=(st.tuples(st.integers(1, 9), st.integers(1, 4),
+                                                                            st.floats(1e-100, 1e100),
+                                                                            st.integers(0, 9)).map(_matrix),
+                                                                  FEATURES[1]),
+                     power=(st.integers(-300, 300), st.just(0))))
+def test_nngp_batching_and_input_covariance(kw):
+    """fill_batches: ceil(n / B) batches of B rows, 0..n-1 in order then wrapping around; the first layer's Gram
+    X X^T / d is symmetric PSD and scales exactly by 4^k under X -> 2^k X; node rules are 6 or 24."""
+    rows = _outcome(nngp.fill_batches, kw["n"], kw["batch_size"])
+    if rows is not None:
+        n, b = int(kw["n"]), int(kw["batch_size"])
+        assert rows.shape == (-(-n // b), b)
+        np.testing.assert_array_equal(rows.ravel(), np.arange(rows.size) % n)
+        assert nngp.default_nodes(b) in (6, 24) and nngp.first_layer_nodes(b, n) in (6, 24)
+    gram = _outcome(nngp.input_covariance, kw["X"], kw["X"])
+    if gram is not None:
+        _finite(gram)
+        assert np.abs(gram - gram.T).max() <= 1e-12 * np.abs(gram).max(initial=0.0)
+        assert np.linalg.eigvalsh(gram).min() >= -1e-9 * np.abs(gram).max(initial=0.0)
+        scale = 2.0 ** (kw["power"] // 4)
+        scaled = _outcome(nngp.input_covariance, scale * kw["X"], scale * kw["X"])
+        if scaled is not None and np.all(np.isfinite(scaled)) and np.all(scaled[gram != 0] != 0):
+            np.testing.assert_allclose(scaled / scale**2, gram, rtol=1e-12, atol=0)
+
+
+@settings(SLOW, max_examples=6)
+@given(kw=_arguments(
+    phi=(st.sampled_from(["relu", "identity", "relu^1.5", "leaky_relu(0.2)"]), st.sampled_from(["tanh", None])),
+    X=(st.tuples(st.sampled_from([8, 10, 12]), st.integers(2, 4), st.floats(1e-100, 1e100), st.integers(0, 9)).map(
+        _matrix), FEATURES[1]),
+    depths=(st.lists(st.integers(1, 3), min_size=1, max_size=2), st.one_of(st.just([0]), HOSTILE_ARRAYS)),
+    batch_size=_count(4, 5), log_scale=(st.integers(-200, 200), st.just(0))))
+def test_bn_nngp_priors_are_psd_and_blind_to_each_batch_scale(kw):
+    """The prior at every depth is symmetric PSD, and rescaling the first batch by 2^k changes nothing (where no
+    batch wraps around to its rows): batch norm (eps = 0) normalises each batch on its own. block_prior's
+    within-batch blocks are the priors' diagonal blocks. Default node rules (fewer nodes are not PSD to 1e-6)."""
+    priors = _outcome(nngp.bn_nngp_priors, kw["phi"], kw["X"], kw["depths"], kw["batch_size"], device="cpu")
+    if priors is None:
+        return
+    b = int(kw["batch_size"])
+    x = np.asarray(kw["X"], dtype=float)
+    rescaled = x.copy()
+    rescaled[:b] *= 2.0 ** kw["log_scale"]
+    again = nngp.bn_nngp_priors(kw["phi"], rescaled, kw["depths"], b, device="cpu") if len(x) % b == 0 else priors
+    rows = nngp.fill_batches(len(x), b)
+    blocks = nngp.block_prior(kw["phi"], x[rows], np.zeros((0, 2)), sorted(priors), device="cpu")
+    for depth, prior in priors.items():
+        k = prior.train
+        _finite(k)
+        assert np.abs(k - k.T).max() <= 1e-9 * np.abs(k).max() and np.linalg.eigvalsh(k).min() >= -1e-6 * k.max()
+        np.testing.assert_allclose(again[depth].train, k, rtol=1e-9, atol=1e-12 * np.abs(k).max())
+        np.testing.assert_allclose(blocks[depth][0][0], k[:b, :b], rtol=1e-12, atol=1e-15)
+
+
+@settings(SLOW, max_examples=4)
+@given(config=st.one_of(st.fixed_dictionaries({"depth": st.integers(1, 2), "batch_size": st.sampled_from([64, 128]),
+                                               "width": st.integers(4, 8), "epochs": st.just(1),
+                                               "seeds": st.just(1), "seed": st.integers(0, 9)}),
+                        st.sampled_from([{"depth": 0}, {"depth": math.nan, "batch_size": 8}, None, [1],
+                                         {"depth": 2, "batch_size": 8, "width": 10**9}])))
+@example(config={"depth": 2, "batch_size": 128, "width": 8, "epochs": 1, "seeds": 1, "seed": 0})
+def test_run_cell(config):
+    """A sweep cell trains, or refuses its configuration; its accuracies are fractions and its chance level the
+    inverse number of classes."""
+    result = _outcome(run_cell, config)
+    if result is not None:
+        accuracies = np.asarray(result["test_accuracy"], dtype=float)
+        _finite(accuracies)
+        assert np.all((0 <= accuracies) & (accuracies <= 1)) and 0 < result["chance"] < 1

@@ -12,9 +12,10 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+import torch
 
 import bnsym
-from bnsym import dilution
+from bnsym import arch, dilution, nngp, products, rank, shallow, sweep
 from bnsym.cli import main
 from bnsym.core.activations import MAX_GAMMA
 from bnsym.core.validation import MAX_BATCH_SIZE, MIN_RELATIVE_VARIANCE
@@ -171,3 +172,126 @@ def test_cli_identity_at_its_collapse_threshold(capsys):
     status, out, err = _cli(capsys, "--phi", "identity", "-B", "4", "--eps", "1", "--json")
     assert status == 0, err
     assert all(np.isfinite(value) for value in json.loads(out)["forward_eigenvalues"].values())
+
+
+@pytest.mark.parametrize("eps", [1e3, 1e60])
+def test_a_homogeneous_phi_that_never_collapses_at_a_large_eps(capsys, eps):
+    """relu^0.75 at B = 4 and eps = 1000 was refused as 'not resolved': the moment table's absolute errors, of
+    order 1e-7 at tau = 1, were charged against q* ~ 1e-11 (a homogeneous phi's moments at tau are those at 1 times
+    tau^alpha, so their errors scale too). At eps = 1e60 q* stopped at the end of a search grid, with no error.
+    Check against eps = 1e6: q* scales exactly as eps^(-alpha / (1 - alpha)) = eps^-3 and c* is fixed."""
+    reference = bnsym.fixed_point("relu^0.75", 4, eps=1e6)
+    point = bnsym.fixed_point("relu^0.75", 4, eps=eps)
+    assert point.q * eps**3 == pytest.approx(reference.q * 1e18, rel=1e-6)
+    assert point.c == pytest.approx(reference.c, rel=1e-6) and not point.collapsed
+    status, out, err = _cli(capsys, "--phi", "relu^0.75", "-B", "4", "--eps", f"{eps:g}", "--json")
+    assert status == 0, err
+    assert json.loads(out)["gradient_rate"] == pytest.approx(bnsym.gradient_rate("relu^0.75", 4, eps=1e6), rel=1e-6)
+
+
+def test_a_fixed_point_below_float64_is_refused():
+    """At eps = 1e300 relu^0.75's q* ~ 1e-900 is not a float64: a clear refusal, not NaN or 'collapsed'."""
+    assert "below float64's range" in _message(lambda: bnsym.fixed_point("relu^0.75", 4, eps=1e300))
+
+
+@pytest.mark.parametrize("eps", ["1", "1e300"])
+def test_cli_identity_at_and_far_beyond_its_collapse(capsys, eps):
+    status, out, err = _cli(capsys, "--phi", "identity", "-B", "4", "--eps", eps, "--json")
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["fixed_point"]["collapsed"] == (float(eps) > result["collapse_eps"])
+    assert all(0 <= value <= 1 for value in result["forward_eigenvalues"].values())
+
+
+# ---- issue 33, category D: one ValueError for bad input over the new surface, and valid input accepted
+
+
+def test_half_precision_tensors_are_numbers():
+    """numpy has no bfloat16: np.asarray raised TypeError for such a tensor (and float16 needs no refusal either).
+    Half precision becomes float32, exactly, so the answer is that of the float32 tensor."""
+    from bnsym import nngp, products
+
+    x = torch.tensor([[0.5, 1.0], [1.5, -2.0]])
+    for half in (torch.float16, torch.bfloat16):
+        np.testing.assert_array_equal(nngp.input_covariance(x.to(half), x.to(half)), nngp.input_covariance(x, x))
+        np.testing.assert_array_equal(products.fuss_catalan_density(x[0].to(half), 2),
+                                      products.fuss_catalan_density(x[0], 2))
+
+
+@pytest.mark.parametrize("call, names", [
+    # absurd sizes: capped with the limit and why (were MemoryError or RuntimeError)
+    (lambda: nngp.fill_batches(10**9, 4), "held at once"),
+    (lambda: rank.uniform_sampler(10**9, 0.5), "width d"),
+    (lambda: rank.stationary_alpha(1e308, np.ones(1), np.ones(1)), "width d"),
+    # overflow: OverflowError, or inf / NaN returned
+    (lambda: rank.residual_gap_series(4, 1e308), "not finite"),
+    (lambda: rank.second_moment(1e300 * np.ones((2, 3))), "overflows"),
+    (lambda: products.ginibre_sampler(3, gamma=1e308), "overflow"),
+    (lambda: shallow.theorem1_update_bound(10.0, 1e308), "not finite"),
+    (lambda: shallow.theorem2_bound(10, 0.5, 1.0, 1e308), "not finite"),
+    (lambda: shallow.variance_map("tanh", 1e308, 1.0), "not finite"),
+    (lambda: shallow.resnet_gsc(1.0, 0.5, 5.0, alpha=1e-300), "not finite"),
+    (lambda: shallow.resnet_gsc(1e308, 0.5, 5.0), "not finite"),
+    (lambda: shallow.resnet_gsc_limit(1.0, 1e308), "not finite"),
+    (lambda: shallow.residual_orders([1e300, 1e300]), "not finite"),
+    (lambda: shallow.infinite_depth_orders(1e308, 1.5, 5), "not finite"),
+    (lambda: shallow.unnormalised_gsc_rate("tanh", 5e-324), "not finite"),
+    # TypeError from scikit-learn's checks and from iterating a non-list
+    (lambda: nngp.BatchNormNNGPRegressor().fit(np.ones((8, 2)), "abc"), "X, y"),
+    (lambda: nngp.BatchNormNNGPRegressor().fit({"a": 1}, np.ones(8)), "X, y"),
+    (lambda: arch.ntk_cross(arch.Dense(), np.eye(8), None), "a batch size"),
+    # OSError: a path the file system refuses
+    (lambda: sweep.Store("x" * 10_000), "not a usable path"),
+])
+def test_bad_input_to_the_new_surface_is_a_value_error(call, names):
+    assert names in _message(call)
+
+
+def test_theorem2_rate_beyond_the_square_of_float64():
+    """sqrt(1 + delta eps^2) at eps = 1e308 is 1e308 sqrt(delta), finite: eps^2 overflowed to inf."""
+    assert shallow.theorem2_rate(0.25, 1e308) == pytest.approx(0.5e308, rel=1e-15)
+
+
+def test_numpy_integers_are_batch_sizes_of_ntk_cross():
+    """sizes as a numpy array of np.int64 (what np.split or a shape gives) is a list of batch sizes."""
+    net = arch.serial(arch.Dense(), arch.BatchNorm(), arch.Activation("relu"))
+    x = np.random.default_rng(0).standard_normal((16, 16))
+    gram = x @ x.T / 16
+    np.testing.assert_array_equal(arch.ntk_cross(net, gram, np.array([8, 8]), points=2**10, replicates=8),
+                                  arch.ntk_cross(net, gram, [8, 8], points=2**10, replicates=8))
+    np.testing.assert_array_equal(arch.ntk_cross(net, gram, torch.tensor([8.0, 8.0], dtype=torch.bfloat16),
+                                                 points=2**10, replicates=8),
+                                  arch.ntk_cross(net, gram, [8, 8], points=2**10, replicates=8))
+
+
+def test_a_test_batch_far_larger_than_the_training_batches():
+    """X_test 1e300 times the training inputs was refused ('a batch's centred covariance is zero'): the data set was
+    scaled as one, so the training batches underflowed. Each batch is normalised on its own, so each is now
+    rescaled on its own, and a full test batch gives the same prior at any scale."""
+    X = np.random.default_rng(1).standard_normal((8, 3))
+    at = {scale: nngp.bn_nngp_prior("relu", X, 2, 4, X_test=scale * X[:4], nodes=6).cross for scale in (1.0, 1e300)}
+    np.testing.assert_allclose(at[1e300], at[1.0], rtol=1e-12)
+
+
+def test_parameter_ratio_is_scale_free():
+    """||W||_F ||x|| / (||W x|| sqrt(n)) of 1e300 W was inf / inf = NaN: W and x are rescaled by powers of 2 first."""
+    w = np.random.default_rng(2).standard_normal((4, 6))
+    x = w[0] + 1.0
+    assert shallow.parameter_ratio(1e300 * w, 1e-300 * x) == pytest.approx(shallow.parameter_ratio(w, x), rel=1e-14)
+
+
+@pytest.mark.parametrize("scale", [1e-150, 1e-300, 5e-324, 1e300])
+def test_rank_bounds_of_a_tiny_or_huge_identity(scale):
+    """rank_lower_bound(1e-150 I) claimed 'H = 0' (M = H H^T / N underflowed): r and the numerical rank are scale
+    free, and both are d for a multiple of the identity (Lemma 1's equality case), down to the smallest subnormal."""
+    assert rank.rank_lower_bound(scale * np.eye(4)) == 4 and rank.numerical_rank(scale * np.eye(4)) == 4
+
+
+def test_two_batches_whose_variances_differ_by_1e12():
+    """Refused as 'all inputs identical' once: each batch of the BN-NNGP is normalised on its own, so a data set
+    whose first batch is 1e6 times the second has the prior of the unscaled one."""
+    X = np.random.default_rng(3).standard_normal((8, 3))
+    scaled = X.copy()
+    scaled[:4] *= 1e6
+    np.testing.assert_allclose(nngp.bn_nngp_prior("relu", scaled, 2, 4, nodes=6).train,
+                               nngp.bn_nngp_prior("relu", X, 2, 4, nodes=6).train, rtol=1e-9)

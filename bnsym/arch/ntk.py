@@ -314,7 +314,8 @@ def ntk_cross(net: object, Sigma0: object, sizes: tuple[int, ...], with_error: b
     batches. The per-neuron maps act on the joint vector (BN block by block), so every BN is sampled (tangent
     columns over the joint law). Arguments and errors otherwise as for :func:`ntk`."""
     network, sigma = check_inputs(net, Sigma0, gradient=True)
-    parts = tuple(check_whole_number(size, "a batch size", MIN_BATCH_SIZE, len(sigma)) for size in sizes)
+    parts = tuple(check_whole_number(size, "a batch size", MIN_BATCH_SIZE, len(sigma))
+                  for size in np.ravel(np.asarray(getattr(sizes, "tolist", lambda: sizes)(), dtype=object)).tolist())
     if sum(parts) != len(sigma):
         raise ValueError(f"the batch sizes {list(parts)} must add up to Sigma0's {len(sigma)} rows")
     for start, size in zip(np.cumsum((0, *parts[:-1])), parts):

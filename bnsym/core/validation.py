@@ -83,6 +83,11 @@ MAX_DRAWS = 10**7  # chains, products, samples N and Monte Carlo draws: each hol
 MAX_ENTRIES = 2**30  # float64 entries of the matrices held at once (8 GiB)
 
 
+class ValueTypeError(ValueError, TypeError):
+    """Bad input where a convention outside bnsym expects a TypeError (scikit-learn's estimator checks: an object
+    that is not a number among X's entries): a ValueError, as the input contract says, and a TypeError too."""
+
+
 def shown(value: object) -> str:
     """repr(value), shortened to about 60 characters for error messages (a 600-digit int stays readable)."""
     text = repr(value)
@@ -249,7 +254,11 @@ def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -
                      why: str = "") -> np.ndarray:
     """``value`` (a number, a list or an array of numbers, see the module docstring) as a finite float array with at
     least ``min_ndim`` axes, none of them empty, every entry between ``low`` and ``high`` (as :func:`check_range`,
-    whose ``infinite_ok`` also admits +inf entries)."""
+    whose ``infinite_ok`` also admits +inf entries). A torch tensor comes to the host; half precision (float16,
+    bfloat16, which numpy lacks) becomes float32 first, exactly."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        value = value.to(torch.float32) if value.dtype in (torch.float16, torch.bfloat16) else value
     try:
         array = np.asarray(value)
     except ValueError:  # a ragged list

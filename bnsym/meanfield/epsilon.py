@@ -208,6 +208,15 @@ def _solve_w(phi: Activation, batch_size: int, t: np.ndarray, n: int) -> np.ndar
     above = grid[None, :] >= t[:, None]
     last = np.where(above.any(1), len(LOG_W) - 1 - np.argmax(above[:, ::-1], axis=1), 0)
     lo = np.where(above.any(1), LOG_W[last], LOG_W[0] - 30)  # below the grid: H(0) > t >= H(10^-9), w is tiny
+    if phi.is_homogeneous and phi.degree < 1:  # H(w) -> inf like w^(alpha - 1) as w -> 0: w may be far smaller
+        with np.errstate(divide="ignore"):
+            tail = LOG_W[0] + np.log10(np.maximum(t, 1e-300) / grid[0]) / (phi.degree - 1)
+        lo = np.where(above.any(1), lo, tail - 3)
+        lost = ~above.any(1) & ~collapsed & (lo < np.log10(np.finfo(float).tiny) + 3)
+        if np.any(lost):
+            raise ValueError(f"the fixed point of {phi} at B = {batch_size} is below float64's range at eps / "
+                             f"sigma_w^2 = {t[lost][0]:.3g}: mu* / (B eps), about 10^{tail[lost][0]:.0f}, underflows "
+                             "(mu* falls like a power of eps and never reaches 0, since this phi never collapses)")
     m_tau = np.abs(angular_moments(phi, batch_size)(np.linspace(0, 1, 65), [_M_TAU]))
     m_tau_max = float(m_tau[np.isfinite(m_tau)].max())  # degree < 1: m/tau = inf at tau = 0, where w is not large
     beyond = np.log10(np.maximum(2 * m_tau_max * batch_size / np.maximum(t, 1e-300), 10.0 ** LOG_W[-1]))
@@ -250,9 +259,11 @@ def _fixed_points_n(phi: Activation, batch_size: int, t: np.ndarray, n: int) -> 
     zero = t == 0
     at_one = angular_moments(phi, batch_size).at_one
     mu_x = np.where(collapsed, 0.0, np.where(zero, at_one[_S0] - at_one[_P00], batch_size * t * np.nan_to_num(w)))
-    moments = angular_moments(phi, batch_size)(shrink(mu_x, batch_size * t, nodes), [_S0, _P00])
+    tau = shrink(mu_x, batch_size * t, nodes)
+    moments = angular_moments(phi, batch_size)(tau, [_S0, _P00])
     q, qc = moments[0] @ weights, moments[1] @ weights
-    return EpsilonPoint(q, qc, np.where(collapsed, 0.0, q - qc), collapsed, np.zeros_like(q))
+    table_error = angular_moments(phi, batch_size).error_at(tau, [_S0, _P00]).sum(0) @ weights
+    return EpsilonPoint(q, qc, np.where(collapsed, 0.0, q - qc), collapsed, table_error)
 
 
 def fixed_points(phi: Activation, batch_size: int, eps: np.ndarray, sigma_w2: float = 1.0,
@@ -260,8 +271,7 @@ def fixed_points(phi: Activation, batch_size: int, eps: np.ndarray, sigma_w2: fl
     """The attracting BSB1 fixed point for each eps, vectorised; error = radial (n vs n/2) + moment table errors."""
     t = np.atleast_1d(np.asarray(eps, dtype=float)) / sigma_w2
     fine, coarse = _fixed_points_n(phi, batch_size, t, n), _fixed_points_n(phi, batch_size, t, n // 2)
-    table = angular_moments(phi, batch_size).error
-    error = np.maximum(np.abs(fine.q - coarse.q), np.abs(fine.qc - coarse.qc)) + table[_S0] + table[_P00]
+    error = np.maximum(np.abs(fine.q - coarse.q), np.abs(fine.qc - coarse.qc)) + fine.error
     return EpsilonPoint(fine.q, fine.qc, fine.mu, fine.collapsed, error)
 
 
@@ -286,19 +296,22 @@ def collapse_eps(phi: Activation, batch_size: int, sigma_w2: float = 1.0) -> flo
 
 def _rate_terms(phi: Activation, batch_size: int, mu_x: np.ndarray, t: np.ndarray,
                 n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lambda_G, E[s/(mu s + B t)] / ((B-1)(B-3))) at output scale mu_x and t = eps / sigma_w^2
-    (:func:`derive_rate`), vectorised; the second factor carries moment errors into lambda_G."""
+    """(lambda_G, the bound on its error from the moment table) at output scale mu_x and t = eps / sigma_w^2
+    (:func:`derive_rate`), vectorised."""
     nodes, weights = _rules(batch_size, n).rate
     b, bt = batch_size, batch_size * np.asarray(t)
     mu_x = np.asarray(mu_x)
     tau = shrink(mu_x, bt, nodes)
-    m11, m12, n11, n12 = angular_moments(phi, batch_size)(tau, slice(5, 9))
+    table = angular_moments(phi, batch_size)
+    m11, m12, n11, n12 = table(tau, slice(5, 9))
     a = ((b - 1) ** 2 * m11 + (b - 1) * m12) / b
     c = (b - 1) * (n11 - n12) / b
+    e11, e12, f11, f12 = table.error_at(tau, slice(5, 9))
+    moment_error = ((b - 1) ** 2 * e11 + (b - 1) * e12 + 2 * (b - 1) * (f11 + f12)) / b
     with np.errstate(divide="ignore"):
         factor = np.where(bt[..., None] == 0, 1 / mu_x[..., None], nodes / (mu_x[..., None] * nodes + bt[..., None]))
     scale = (b - 1) * (b - 3) / b
-    return (factor * (a - tau * (2 - tau) * c)) @ weights / scale, factor @ weights / scale
+    return (factor * (a - tau * (2 - tau) * c)) @ weights / scale, (factor * moment_error) @ weights / scale
 
 
 def rate_radial(phi: Activation, batch_size: int, eps: float | np.ndarray, sigma_w2: float = 1.0) -> Estimate:
@@ -308,11 +321,9 @@ def rate_radial(phi: Activation, batch_size: int, eps: float | np.ndarray, sigma
     (the fixed point's own error moves the rate by the same order; it is not added).
     """
     t = np.atleast_1d(np.asarray(eps, dtype=float)) / sigma_w2
-    (fine, factor), (coarse, _) = (_rate_terms(phi, batch_size, _fixed_points_n(phi, batch_size, t, n).mu, t, n)
-                                   for n in (N_RADIAL, N_RADIAL // 2))
-    table, b = angular_moments(phi, batch_size).error, batch_size
-    moment_error = ((b - 1) ** 2 * table[5] + (b - 1) * table[6] + 2 * (b - 1) * (table[7] + table[8])) / b
-    error = np.abs(fine - coarse) + factor * moment_error
+    (fine, moment_error), (coarse, _) = (_rate_terms(phi, batch_size, _fixed_points_n(phi, batch_size, t, n).mu,
+                                                     t, n) for n in (N_RADIAL, N_RADIAL // 2))
+    error = np.abs(fine - coarse) + moment_error
     return Estimate(fine, error, "radial") if np.ndim(eps) else Estimate(fine[0], error[0], "radial")
 
 

@@ -67,12 +67,25 @@ class AngularMoments:
         """Moments ``rows`` (default all) at tau, shape (rows, *tau.shape)."""
         tau = np.asarray(tau, dtype=float)
         if self.degree is not None:
-            powers = np.array([self.degree] * 5 + [self.degree - 1] * 5)[rows]
-            powers = powers.reshape(powers.shape + (1,) * tau.ndim)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scaled = np.where(powers == 0, 1.0, tau**powers)  # 0^0 = 1 (relu' does not see the scale)
-            return self.at_one[rows].reshape(powers.shape) * scaled
+            return self._homogeneous(self.at_one, tau, rows)
         return chebyshev.chebval(2 * tau - 1, self.coefficients[:, rows])
+
+    def error_at(self, tau: np.ndarray, rows: slice | list[int] = slice(None)) -> np.ndarray:
+        """The bound on the absolute error of moments ``rows`` at tau, shape (rows, *tau.shape): ``error`` for a
+        table; for a homogeneous phi ``error`` scales with tau like the moments (the moments at tau are those at
+        tau = 1 times a power of tau, exactly), so the relative error stays that at tau = 1 as tau -> 0."""
+        tau = np.asarray(tau, dtype=float)
+        if self.degree is not None:
+            return self._homogeneous(self.error, tau, rows)
+        error = self.error[rows]
+        return np.broadcast_to(error.reshape(error.shape + (1,) * tau.ndim), error.shape + tau.shape)
+
+    def _homogeneous(self, at_one: np.ndarray, tau: np.ndarray, rows: slice | list[int]) -> np.ndarray:
+        powers = np.array([self.degree] * 5 + [self.degree - 1] * 5)[rows]
+        powers = powers.reshape(powers.shape + (1,) * tau.ndim)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scaled = np.where(powers == 0, 1.0, tau**powers)  # 0^0 = 1 (relu' does not see the scale)
+        return at_one[rows].reshape(powers.shape) * scaled
 
 
 _TABLES: dict[tuple[str, int, int], AngularMoments] = {}

@@ -140,6 +140,10 @@ def ginibre_sampler(width: int, s2: float = 1.0, gamma: float = math.inf, dtype=
     """A sampler of n factors: W with N(0, s2) entries (gamma = oo), or I + gamma W."""
     width, gamma, dtype = check_width(width, name=WIDTH), check_gamma(gamma), check_float_dtype(dtype)
     s2 = check_range(s2, "s2", 0.0, open_low=True, why="an entry variance")
+    scale = math.sqrt(s2) * (1.0 if math.isinf(gamma) else max(gamma, 1.0))
+    if not scale <= torch.finfo(dtype).max ** 0.5:
+        raise ValueError(f"factors of entry scale sqrt(s2) max(gamma, 1) = {scale:.3g} overflow {dtype} (products of "
+                         f"two entries must stay below {torch.finfo(dtype).max:.3g})")
 
     def sample(gen: torch.Generator, n: int) -> torch.Tensor:
         w = math.sqrt(s2) * torch.randn(n, width, width, generator=gen, device=gen.device, dtype=dtype)

@@ -33,7 +33,10 @@ def as_features(H: np.ndarray | torch.Tensor, name: str = "H") -> torch.Tensor:
 def second_moment(H: np.ndarray | torch.Tensor) -> torch.Tensor:
     """M(H) = H H^T / N, shape (..., d, d), for H of shape (..., d, N) (eq. 2)."""
     h = as_features(H)
-    return h @ h.mT / h.shape[-1]
+    m = h @ h.mT / h.shape[-1]
+    if not torch.isfinite(m).all():
+        raise ValueError(f"M(H) = H H^T / N overflows {h.dtype}: H's entries are too large for its float type")
+    return m
 
 
 def _unit_scaled(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

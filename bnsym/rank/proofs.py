@@ -25,7 +25,7 @@ from ..core.derivation import Derivation
 from ..core.symbols import alpha_reg as alpha
 from ..core.symbols import d, gamma
 from ..core.symbols import weight_bound as B
-from ..core.validation import check_gamma, check_range, check_real_array
+from ..core.validation import check_finite_result, check_gamma, check_range, check_real_array, check_width
 
 
 def derive_rank_one_step(width: int = 3) -> Derivation:
@@ -115,12 +115,14 @@ def derive_regularity() -> Derivation:
 
 def stationary_alpha(width: int, frobenius: np.ndarray, trace_m3: np.ndarray) -> np.ndarray:
     """Lemma 10's alpha from invariance at leading order: 1 - (d^2 - E||M||_F^2) / (4 E Tr M^3)."""
-    width = int(check_range(width, "width d", 1, why="a width"))
+    width = check_width(width)
     f = check_real_array(frobenius, "E||M||_F^2")
     t3 = check_real_array(trace_m3, "E Tr M^3")
     if np.any(t3 <= 0):
         raise ValueError("E Tr M^3 must be positive (M is a correlation matrix)")
-    return 1 - _one_minus_alpha_kernel()(width, f, t3)
+    with np.errstate(all="ignore"):
+        alpha = 1 - _one_minus_alpha_kernel()(width, f, t3)
+    return check_finite_result(alpha, "alpha for these E||M||_F^2 and E Tr M^3")
 
 
 @cache
@@ -148,9 +150,11 @@ def residual_gap_series(width: int, gamma_value: float) -> float:
     Small gamma makes ln sigma_i a diffusion with drift mu_i = gamma^2 (d - 2i) / 2 + O(gamma^4) (sum:
     E ln|det(I + gamma W)| = -gamma^2 d / 2 + O(gamma^4)); see :func:`derive_residual_gap`.
     """
-    width = int(check_range(width, "width d", 2, why="a gap needs two exponents"))
+    width = check_width(width, 2)
     gamma_value = check_range(gamma_value, "gamma", 0.0, open_low=True, why="the residual strength")
-    return float(_residual_gap()(width, gamma_value))
+    with np.errstate(over="ignore"):
+        gap = _residual_gap()(width, np.float64(gamma_value))
+    return float(check_finite_result(gap, f"the gap gamma^2 for gamma = {gamma_value:g}"))
 
 
 @cache
@@ -184,8 +188,7 @@ def derive_residual_gap() -> Derivation:
 def uniform_sampler(width: int, gamma_value: float):
     """Factors I + gamma W (W for gamma = oo) with W_ij ~ U[-sqrt 3, sqrt 3] (Lemma 3 (b)), for the QR method of
     :func:`bnsym.products.lyapunov_samples`."""
-    width = int(check_range(width, "width d", 2, why="a width"))
-    gamma_value = check_gamma(gamma_value)
+    width, gamma_value = check_width(width, 2), check_gamma(gamma_value)
 
     def sample(gen: torch.Generator, n: int) -> torch.Tensor:
         w = (2 * torch.rand(n, width, width, generator=gen, device=gen.device, dtype=torch.float64) - 1) * 3**0.5

@@ -77,7 +77,11 @@ class Store:
         if not isinstance(directory, (str, os.PathLike)):
             raise ValueError(f"out must be a directory path, got {directory!r:.80}")
         self.directory = Path(directory)
-        if self.directory.exists() and not self.directory.is_dir():
+        try:
+            is_file = self.directory.exists() and not self.directory.is_dir()
+        except OSError as error:  # e.g. a name longer than the file system allows
+            raise ValueError(f"out {str(directory)[:80]!r} is not a usable path ({error.strerror or error})") from None
+        if is_file:
             raise ValueError(f"out must be a directory, but {self.directory} is a file")
         self.set_aside: list[str] = []
 

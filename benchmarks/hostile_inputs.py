@@ -1,0 +1,535 @@
+"""Hostile inputs to the surface added since the first audit: does every public function keep the input contract?
+
+Each case calls one public function of ``bnsym.rank``, ``bnsym.products``, ``bnsym.nngp``, ``bnsym.ntk``,
+``bnsym.train``, ``bnsym.sweep``, ``bnsym.arch`` or ``bnsym.shallow`` (or the ``bnsym`` command) with one argument of
+a valid call replaced by a hostile value of a category: NaN, inf, huge, tiny, negative, empty, wrong type or dtype,
+complex, a numpy integer, a half-precision tensor, an absurd size. The outcome is
+
+* **clean**: a finite, possible value, or a ``ValueError`` with a message (the command: exit 0 with strict JSON, or
+  exit 2 with one ``bnsym: error:`` line);
+* **defect**: any other exception, a NaN or inf returned, a valid input (a numpy integer, the same array as a list or
+  rescaled where the function is scale free) refused, or a call that runs past the timeout (20 s of CPU time, or
+  120 s of wall clock).
+
+The record lists the counts per function and every defect with its reproducer (function, argument, value).
+It is not a test (``make test`` never runs it): it measures how much of the contract holds.
+
+    python benchmarks/hostile_inputs.py            # every case (about 1,500; a few minutes on one thread)
+    python benchmarks/hostile_inputs.py --smoke    # a handful of cases per module (seconds)
+"""
+
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import resource
+import signal
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from harness import parse, threads, write
+
+# no ``from __future__ import annotations``: the harness loads this file under a name that is not in sys.modules,
+# where dataclasses cannot resolve string annotations
+
+SIZES = {"default": {"timeout_s": 20, "stride": 1}, "smoke": {"timeout_s": 20, "stride": 40}}
+WALL_FACTOR = 6
+MEMORY_HEADROOM = 6 * 2**30  # bytes of address space a case may add: an absurd size is a MemoryError, not a swap storm
+
+
+class Timeout(BaseException):
+    """A case ran past its time limit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """A hostile (or valid) replacement for one argument; ``valid``: it must be accepted (no ValueError)."""
+
+    category: str
+    value: Any
+    valid: bool = False
+
+
+@dataclasses.dataclass
+class Spec:
+    """A valid call ``function(**arguments)`` and the arguments replaced one at a time (``scale_free``: those whose
+    rescaling by 1e-150 or 1e150 is a valid input; ``nonfinite_ok``: a result may be inf by the docstring)."""
+
+    name: str
+    function: Callable[..., Any]
+    arguments: dict[str, Any]
+    hostile: Sequence[str]
+    scale_free: Sequence[str] = ()
+    nonfinite_ok: bool = False
+    values: dict[str, list[Value]] = dataclasses.field(default_factory=dict)
+
+
+def numbers(value: Any) -> list[Value]:
+    """Hostile replacements for a number (int or float) argument."""
+    out = [Value("nan", math.nan), Value("inf", math.inf), Value("-inf", -math.inf), Value("negative", -1),
+           Value("zero", 0), Value("huge", 1e308), Value("huge int", 10**400), Value("tiny", 5e-324),
+           Value("wrong type", str(value)), Value("wrong type", None), Value("wrong type", True),
+           Value("complex", complex(value, 1.0)), Value("wrong type", [value]),
+           Value("numpy float", np.float64(value), valid=True)]
+    if isinstance(value, int) and not isinstance(value, bool):
+        out += [Value("absurd size", 10**9), Value("absurd size", 2**62), Value("fraction", 2.5),
+                Value("numpy integer", np.int64(value), valid=True),
+                Value("numpy integer", np.int32(value), valid=True),
+                Value("fraction", Fraction(value, 1), valid=True)]
+    else:
+        out += [Value("negative", -value if value else -1.0), Value("tiny", 1e-300), Value("numpy float",
+                                                                                            np.float32(value))]
+    return out
+
+
+def arrays(value: Any, scale_free: bool) -> list[Value]:
+    """Hostile replacements for an array or tensor argument (``scale_free``: rescalings are valid)."""
+    tensor = isinstance(value, torch.Tensor)
+    base = value.detach().numpy() if tensor else np.asarray(value, dtype=float)
+
+    def like(array: np.ndarray) -> Any:
+        return torch.as_tensor(array) if tensor else array
+
+    nan, inf = base.copy(), base.copy()
+    nan.flat[0], inf.flat[-1] = np.nan, np.inf
+    out = [Value("nan", like(nan)), Value("inf", like(inf)), Value("huge", like(1e300 * base), valid=scale_free),
+           Value("tiny", like(1e-300 * base)), Value("scaled", like(1e150 * base), valid=scale_free),
+           Value("scaled", like(1e-150 * base), valid=scale_free), Value("negative", like(-base)),
+           Value("zero", like(np.zeros_like(base))), Value("empty", like(np.zeros((0,) + base.shape[1:]))),
+           Value("empty", like(np.zeros(base.shape[:-1] + (0,)))),
+           Value("complex", like(base + 1j)), Value("wrong type", "abc"), Value("wrong type", None),
+           Value("wrong type", {"a": 1}), Value("wrong shape", like(base[None, None])),
+           Value("wrong shape", like(base.ravel()[:1].reshape(()))),
+           Value("ragged", [[1.0, 2.0], [3.0]]), Value("object", np.array([None] * base.size).reshape(base.shape)),
+           Value("list", base.tolist(), valid=True), Value("float32", like(base.astype(np.float32))),
+           Value("integer dtype", like(np.round(base).astype(np.int64))),
+           Value("half", torch.as_tensor(base, dtype=torch.float16)),
+           Value("bfloat16", torch.as_tensor(base, dtype=torch.float32).to(torch.bfloat16))]
+    return out
+
+
+def words(value: Any) -> list[Value]:
+    """Hostile replacements for a string argument (an activation, a choice, a path, a task)."""
+    return [Value("empty", ""), Value("nonsense", "no such thing"), Value("wrong type", None), Value("wrong type", 3),
+            Value("wrong type", [value]), Value("nan", "nan"), Value("huge", "x" * 10_000), Value("nul byte", "a\0b")]
+
+
+def flags(value: Any) -> list[Value]:
+    return [Value("wrong type", None), Value("wrong type", "yes"), Value("wrong type", 2),
+            Value("numpy bool", np.bool_(value), valid=True)]
+
+
+def dtypes(value: Any) -> list[Value]:
+    return [Value("integer dtype", torch.int64), Value("half", torch.float16), Value("wrong type", "float64"),
+            Value("wrong type", None), Value("complex", torch.complex128)]
+
+
+def replacements(value: Any, scale_free: bool) -> list[Value]:
+    """The hostile values for an argument of ``value``'s kind."""
+    if isinstance(value, bool):
+        return flags(value)
+    if isinstance(value, (int, float)):
+        return numbers(value)
+    if isinstance(value, str):
+        return words(value)
+    if isinstance(value, torch.dtype):
+        return dtypes(value)
+    if isinstance(value, (np.ndarray, torch.Tensor, list)):
+        return arrays(value, scale_free)
+    if isinstance(value, dict):
+        return [Value("wrong type", None), Value("wrong type", [1]), Value("nan", {k: math.nan for k in value}),
+                Value("empty", {}), Value("wrong type", {k: "abc" for k in value})]
+    raise TypeError(f"no hostile values for {type(value).__name__}")
+
+
+def specs(scratch: Path) -> list[Spec]:
+    """Every public function of the new surface with a small valid call."""
+    from bnsym import arch, nngp, ntk, products, rank, shallow, sweep, train
+    from bnsym.nngp import BatchNormNNGPClassifier, BatchNormNNGPRegressor
+    from bnsym.train.dynamics import first_steps
+
+    gen = np.random.default_rng(0)
+    H = gen.standard_normal((4, 6))
+    M = np.corrcoef(H)  # a batch-norm output's second moment: unit diagonal
+    wide = gen.standard_normal((16, 16))
+    X = gen.standard_normal((8, 3))
+    y = X[:, 0] + 0.1 * gen.standard_normal(8)
+    labels = (X[:, 1] > 0).astype(int)
+    factors = gen.standard_normal((3, 4, 4))
+    sigma0 = np.eye(4) + 0.3
+    net = arch.serial(arch.Dense(), arch.BatchNorm(), arch.Activation("relu"))
+
+    def regressor(X, y, X_test, batch_size, depth, noise):
+        return BatchNormNNGPRegressor(batch_size=batch_size, depth=depth, noise=noise).fit(X, y).predict(X_test)
+
+    def classifier(X, y, batch_size):
+        return BatchNormNNGPClassifier(batch_size=batch_size, depth=1).fit(X, y).predict(X)
+
+    def sampler_lyapunov(width, gamma, depth, n_products):
+        return products.qr_lyapunov_exponents(products.ginibre_sampler(width, gamma=gamma), width, depth, n_products)
+
+    def store_path(directory, key):
+        return sweep.Store(directory).path(key)
+
+    def sweep_run(task, configs, out):
+        return sweep.run(task, configs, out)
+
+    grid_rows = [{"depth": 5, "batch_size": 8, "accuracy": [0.9, 0.8], "chance": 0.1, "classes": 10}]
+    return [
+        # bnsym.rank
+        Spec("rank.rank_tau", rank.rank_tau, {"H": H, "tau": 0.5}, ("H", "tau"), scale_free=()),
+        Spec("rank.rank_lower_bound", rank.rank_lower_bound, {"H": H}, ("H",), scale_free=("H",)),
+        Spec("rank.numerical_rank", rank.numerical_rank, {"H": H, "rtol": 1e-10}, ("H", "rtol"), scale_free=("H",)),
+        Spec("rank.second_moment", rank.second_moment, {"H": H}, ("H",)),
+        Spec("rank.predicted_numerical_rank", rank.predicted_numerical_rank,
+             {"exponents": np.array([0.0, -0.5, -1.0]), "depth": 10, "rtol": 1e-6}, ("exponents", "depth", "rtol")),
+        Spec("rank.bn_chain", rank.bn_chain, {"start": H, "depth": 3, "gamma": 1.0, "n_chains": 2, "seed": 0,
+                                              "kind": "H", "every": 1, "dtype": torch.float64, "law": "gaussian"},
+             ("start", "depth", "gamma", "n_chains", "seed", "kind", "every", "dtype", "law"), scale_free=("start",)),
+        Spec("rank.bn_lyapunov", rank.bn_lyapunov, {"width": 3, "gamma": 1.0, "depth": 5, "burn": 2, "n_chains": 2,
+                                                    "samples": 4, "seed": 0},
+             ("width", "gamma", "depth", "burn", "n_chains", "samples", "seed")),
+        Spec("rank.chain_statistics", rank.chain_statistics,
+             {"width": 3, "gamma": 1.0, "depth": 4, "burn": 2, "n_chains": 2, "every": 2, "samples": 4, "seed": 0},
+             ("width", "gamma", "depth", "burn", "n_chains", "every", "samples")),
+        Spec("rank.delta_F", rank.delta_F, {"M": M}, ("M",)),
+        Spec("rank.delta_F_spectral", rank.delta_F_spectral, {"eigenvalues": np.array([2.0, 1.0, 0.5, 0.5])},
+             ("eigenvalues",)),
+        Spec("rank.second_order_drift", rank.second_order_drift, {"M": M, "n_draws": 50, "seed": 0},
+             ("M", "n_draws", "seed")),
+        Spec("rank.relu_cosines", rank.relu_cosines, {"depth": 5, "s_w2": 2.0, "s_b2": 0.1, "c0": 0.2},
+             ("depth", "s_w2", "s_b2", "c0")),
+        Spec("rank.asymmetric_unit_correlation", rank.asymmetric_unit_correlation,
+             {"x": torch.as_tensor(H), "lower": 0.0, "upper": 2.0}, ("x", "lower", "upper")),
+        Spec("rank.last_layer_gradient_cosines", rank.last_layer_gradient_cosines,
+             {"H": torch.as_tensor(H), "errors": torch.as_tensor(H[:2])}, ("H", "errors")),
+        Spec("rank.stationary_alpha", rank.stationary_alpha,
+             {"width": 4, "frobenius": np.array([5.0]), "trace_m3": np.array([8.0])},
+             ("width", "frobenius", "trace_m3")),
+        Spec("rank.residual_gap_series", rank.residual_gap_series, {"width": 4, "gamma_value": 0.5},
+             ("width", "gamma_value")),
+        Spec("rank.uniform_sampler", lambda width, gamma_value: rank.uniform_sampler(width, gamma_value)(
+            torch.Generator().manual_seed(0), 2), {"width": 3, "gamma_value": 0.5}, ("width", "gamma_value")),
+        # bnsym.products
+        Spec("products.closed_form_density", products.closed_form_density, {"x_values": np.array([0.5, 1.0]),
+                                                                            "m": 2}, ("x_values", "m")),
+        Spec("products.fuss_catalan_density", products.fuss_catalan_density, {"x_values": np.array([0.5, 1.0]),
+                                                                              "m": 2}, ("x_values", "m"),
+             nonfinite_ok=True),
+        Spec("products.fuss_catalan_moment", products.fuss_catalan_moment, {"order": 3, "m": 2}, ("order", "m")),
+        Spec("products.density_moment", products.density_moment, {"order": 2, "m": 2, "nodes": 50},
+             ("order", "m", "nodes")),
+        Spec("products.soft_edge", products.soft_edge, {"m": 2}, ("m",)),
+        Spec("products.hard_edge", products.hard_edge, {"m": 2}, ("m",)),
+        Spec("products.gd_rate", products.gd_rate, {"condition": 3.0}, ("condition",)),
+        Spec("products.log_condition_number", products.log_condition_number, {"factors": factors}, ("factors",),
+             scale_free=("factors",)),
+        Spec("products.qr_log_stretches", products.qr_log_stretches, {"factors": factors}, ("factors",)),
+        Spec("products.max_stable_lr", products.max_stable_lr, {"abar": factors[0], "x": factors[1][:, :3]},
+             ("abar", "x")),
+        Spec("products.alignment_ratio", products.alignment_ratio, {"n": 10.0, "m": 0.5}, ("n", "m")),
+        Spec("products.bias_grad_dominance", products.bias_grad_dominance, {"delta": 2.0, "classes": 10, "batch": 8},
+             ("delta", "classes", "batch")),
+        Spec("products.sgd_noise", products.sgd_noise, {"lr": 0.1, "batch": 8, "variance": 2.0, "population": 100},
+             ("lr", "batch", "variance", "population")),
+        Spec("products.ginibre_lyapunov_exponents", products.ginibre_lyapunov_exponents, {"width": 4, "s2": 1.0},
+             ("width", "s2")),
+        Spec("products.lyapunov_slope", products.lyapunov_slope, {"width": 4}, ("width",)),
+        Spec("products.residual_top_exponent", products.residual_top_exponent, {"width": 4, "gamma": 0.5,
+                                                                                "nodes": 20},
+             ("width", "gamma", "nodes")),
+        Spec("products.qr_lyapunov_exponents", sampler_lyapunov, {"width": 3, "gamma": 0.5, "depth": 4,
+                                                                  "n_products": 2},
+             ("width", "gamma", "depth", "n_products")),
+        Spec("products.lyapunov_samples", lambda width, depth, n_products, seed: products.lyapunov_samples(
+            products.ginibre_sampler(3), width, depth, n_products, seed), {"width": 3, "depth": 4, "n_products": 2,
+                                                                            "seed": 0},
+             ("width", "depth", "n_products", "seed")),
+        Spec("products.ginibre_sampler", lambda width, s2, gamma, dtype: products.ginibre_sampler(
+            width, s2, gamma, dtype)(torch.Generator().manual_seed(0), 2), {"width": 3, "s2": 1.0, "gamma": 0.5,
+                                                                           "dtype": torch.float64},
+             ("width", "s2", "gamma", "dtype")),
+        Spec("products.residual_growth", products.residual_growth, {"blocks": 3, "batch_norm": False, "q0": 1.0},
+             ("blocks", "batch_norm", "q0")),
+        # bnsym.nngp and bnsym.ntk
+        Spec("nngp.fill_batches", nngp.fill_batches, {"n": 10, "batch_size": 4}, ("n", "batch_size")),
+        Spec("nngp.input_covariance", nngp.input_covariance, {"left": X, "right": X[:3]}, ("left", "right")),
+        Spec("nngp.default_nodes", nngp.default_nodes, {"batch_size": 8}, ("batch_size",)),
+        Spec("nngp.first_layer_nodes", nngp.first_layer_nodes, {"batch_size": 8, "n_features": 3},
+             ("batch_size", "n_features")),
+        Spec("nngp.bn_nngp_prior", nngp.bn_nngp_prior, {"phi": "relu", "X": X, "depth": 2, "batch_size": 4,
+                                                        "X_test": X[:2], "nodes": 6},
+             ("phi", "X", "depth", "batch_size", "X_test", "nodes"), scale_free=("X",)),
+        Spec("nngp.bn_nngp_priors", lambda phi, X, depths, batch_size: nngp.bn_nngp_priors(
+            phi, X, depths, batch_size, nodes=6), {"phi": "relu", "X": X, "depths": [1, 2], "batch_size": 4},
+             ("phi", "X", "depths", "batch_size"), scale_free=("X",)),
+        Spec("nngp.arccos_nngp_kernel", nngp.arccos_nngp_kernel, {"phi": "relu", "X1": X, "X2": X[:2], "depth": 2},
+             ("phi", "X1", "X2", "depth")),
+        Spec("nngp.gp_posterior", nngp.gp_posterior, {"kernel": M, "targets": np.arange(4.0), "noise": 0.1},
+             ("kernel", "targets", "noise")),
+        Spec("nngp.BatchNormNNGPRegressor", regressor, {"X": X, "y": y, "X_test": X[:3], "batch_size": 4,
+                                                        "depth": 2, "noise": 0.01},
+             ("X", "y", "X_test", "batch_size", "depth", "noise"), scale_free=("X", "X_test")),
+        Spec("nngp.BatchNormNNGPClassifier", classifier, {"X": X, "y": labels, "batch_size": 4},
+             ("X", "y", "batch_size"), scale_free=("X",)),
+        Spec("ntk.bn_ntk", ntk.bn_ntk, {"phi": "relu", "X": X[:4], "depth": 1, "batch_size": 4, "points": 2**14,
+                                        "replicates": 8, "seed": 0},
+             ("phi", "X", "depth", "batch_size", "points", "replicates", "seed")),
+        # bnsym.arch
+        Spec("arch.kernel", lambda Sigma0, points, replicates, seed: arch.kernel(net, Sigma0, False, points,
+                                                                                 replicates, seed),
+             {"Sigma0": sigma0, "points": 64, "replicates": 2, "seed": 0}, ("Sigma0", "points", "replicates", "seed"),
+             scale_free=()),
+        Spec("arch.signal_propagation", lambda Sigma0, points: arch.signal_propagation(net, Sigma0, points, 2),
+             {"Sigma0": sigma0, "points": 64}, ("Sigma0", "points")),
+        Spec("arch.ntk", lambda Sigma0, points: arch.ntk(net, Sigma0, False, points, 2), {"Sigma0": sigma0,
+                                                                                          "points": 64},
+             ("Sigma0", "points")),
+        Spec("arch.ntk_cross", lambda Sigma0, sizes: arch.ntk_cross(net, Sigma0, sizes, False, 2**12, 8),
+             {"Sigma0": wide @ wide.T / 16, "sizes": [8, 8]}, ("Sigma0", "sizes")),
+        Spec("arch.parse_architecture", arch.parse_architecture, {"spec": "Dense,BatchNorm,relu"}, ("spec",)),
+        Spec("arch.repeat", lambda count: arch.repeat(arch.Dense(), count), {"count": 3}, ("count",)),
+        # bnsym.shallow
+        Spec("shallow.residual_orders", shallow.residual_orders, {"p": np.array([0.5, 0.2])}, ("p",)),
+        Spec("shallow.infinite_depth_orders", shallow.infinite_depth_orders, {"x": 0.5, "r": 1.5, "n_orders": 5},
+             ("x", "r", "n_orders")),
+        Spec("shallow.orders_effective_depth", shallow.orders_effective_depth,
+             {"orders": np.array([0.5, 0.3, 0.1, 0.05]), "threshold": 0.9}, ("orders", "threshold")),
+        Spec("shallow.theorem1_update_bound", shallow.theorem1_update_bound, {"depth": 10.0, "r": 1.5, "c": 1.0,
+                                                                              "c_prime": 1.0, "h": 1.0},
+             ("depth", "r", "c", "c_prime", "h")),
+        Spec("shallow.theorem2_rate", shallow.theorem2_rate, {"delta": 0.1, "eps": 0.2}, ("delta", "eps")),
+        Spec("shallow.theorem2_bound", shallow.theorem2_bound, {"dim": 10, "delta": 0.1, "eps": 0.2, "layers": 5.0},
+             ("dim", "delta", "eps", "layers")),
+        Spec("shallow.spread_probability", shallow.spread_probability, {"singular_values": np.array([1.0, 0.5]),
+                                                                        "eps": 0.2}, ("singular_values", "eps")),
+        Spec("shallow.parameter_ratio", shallow.parameter_ratio, {"w": H, "x": H[1]}, ("w", "x")),
+        Spec("shallow.minibatch_noise", shallow.minibatch_noise, {"b": 8.0}, ("b",)),
+        Spec("shallow.minibatch_noise_ratio", shallow.minibatch_noise_ratio, {"gsc": 1.5, "b": 8.0}, ("gsc", "b")),
+        Spec("shallow.variance_map", shallow.variance_map, {"phi": "tanh", "sigma_w": 1.5, "q": 1.0},
+             ("phi", "sigma_w", "q")),
+        Spec("shallow.unnormalised_gsc_rate", shallow.unnormalised_gsc_rate, {"phi": "tanh", "q": 1.0}, ("phi", "q")),
+        Spec("shallow.mean_field_gsc_curve", shallow.mean_field_gsc_curve, {"phi": "tanh", "sigma_w": 1.5, "q0": 1.0,
+                                                                            "depth": 5},
+             ("phi", "sigma_w", "q0", "depth")),
+        Spec("shallow.resnet_gsc", shallow.resnet_gsc, {"a": 1.0, "r2": 0.5, "n_blocks": 5.0, "alpha": 1.0},
+             ("a", "r2", "n_blocks", "alpha")),
+        Spec("shallow.resnet_gsc_limit", shallow.resnet_gsc_limit, {"a": 1.0, "r2": 0.5}, ("a", "r2")),
+        # bnsym.train
+        Spec("train.train", lambda phi, depth, width, batch_size, lr, epochs, eps, n_seeds: train.train(
+            phi, depth, width, batch_size, lr=lr, epochs=epochs, eps=eps, n_seeds=n_seeds),
+             {"phi": "relu", "depth": 2, "width": 8, "batch_size": 256, "lr": 0.05, "epochs": 1, "eps": 1e-3,
+              "n_seeds": 1}, ("phi", "depth", "width", "batch_size", "lr", "epochs", "eps", "n_seeds")),
+        Spec("train.first_steps", lambda depth, width, batch_size, lr, steps: first_steps(
+            "relu", depth, width, batch_size, lr=lr, steps=steps), {"depth": 2, "width": 8, "batch_size": 8,
+                                                                     "lr": 0.05, "steps": 2},
+             ("depth", "width", "batch_size", "lr", "steps")),
+        Spec("train.grid", lambda depths, batch_sizes: train.grid(depths, batch_sizes), {"depths": [5, 10],
+                                                                                          "batch_sizes": [8, 16]},
+             ("depths", "batch_sizes")),
+        Spec("train.run_cell", train.run_cell, {"config": {"depth": 2, "batch_size": 256, "width": 8, "epochs": 1,
+                                                           "seeds": 1, "seed": 0}}, ("config",)),
+        Spec("train.trains", lambda rows: train.trains(rows), {"rows": grid_rows}, ()),
+        # NaN: the fraction of no cells (documented)
+        Spec("train.line_agreement", train.line_agreement, {"depths": np.array([5.0, 10.0, 20.0]),
+                                                            "max_depths": np.array([8.0, 8.0, 8.0]),
+                                                            "trained": np.array([True, False, False])},
+             ("depths", "max_depths"), nonfinite_ok=True),
+        Spec("train.best_factor", train.best_factor, {"depths": np.array([5.0, 10.0, 20.0]),
+                                                      "xi": np.array([2.0, 2.0, 2.0]),
+                                                      "trained": np.array([True, False, False])}, ("depths", "xi"),
+             nonfinite_ok=True),  # high = inf: every cell predicted to train (documented)
+        # bnsym.sweep
+        Spec("sweep.config_key", sweep.config_key, {"task": "trainability", "config": {"depth": 5}, "version": "1"},
+             ("task", "config", "version")),
+        Spec("sweep.seed_of", sweep.seed_of, {"key": "ab" * 32}, ("key",)),
+        Spec("sweep.resolve", sweep.resolve, {"name": "trainability"}, ("name",)),
+        Spec("sweep.task_name", sweep.task_name, {"task": "trainability"}, ("task",)),
+        Spec("sweep.Store.path", store_path, {"directory": str(scratch / "store"), "key": "ab" * 32},
+             ("directory", "key")),
+        Spec("sweep.run", sweep_run, {"task": "trainability", "configs": [], "out": str(scratch / "sweep")},
+             ("task", "configs", "out"), values={"configs": CONFIGS}),
+    ]
+
+
+CONFIGS = [Value("wrong type", None), Value("wrong type", "abc"), Value("wrong type", [None]),
+           Value("wrong type", [[1, 2]]), Value("nan", [{"depth": math.nan}]), Value("inf", [{"depth": math.inf}]),
+           Value("wrong type", [{1: 2}]), Value("wrong type", [{"depth": object()}]),
+           Value("wrong type", [{"depth": 1 + 2j}]), Value("huge", [{"depth": 10**400}]),
+           Value("wrong type", {"depth": 5})]
+CLI_BASES = [
+    ["predict", "--phi", "relu", "-B", "8", "--eps", "0", "--json"],
+    ["predict", "--phi", "relu", "-B", "8", "--eps", "0.1", "--json"],
+    ["arch", "Dense,BatchNorm,relu", "-B", "4", "--points", "64", "--json"],
+    ["sweep", "show", "DIR"],
+    ["sweep", "trainability", "--depths", "2", "--batch-sizes", "8", "--width", "8", "--epochs", "1", "--seeds",
+     "1", "--out", "OUT", "--scheduler", "tcp://127.0.0.1:1"],
+]
+CLI_WORDS = ["nan", "inf", "-inf", "-1", "0", "1e308", "1e-320", "1e400", "99999999999999999999999", "abc", "",
+             "3+4j", "0x10", "1_6", "5:1:1", "1:100000000:1", ",", "relu^-1", "tanh(nan)", "relu(beta=inf)",
+             "/nonexistent/dir", "a\tb"]
+
+
+def cli_cases(scratch: Path) -> Iterator[tuple[str, list[str]]]:
+    """The command line with each option's value replaced by a hostile word."""
+    (scratch / "show").mkdir(exist_ok=True)
+    (scratch / "show" / "junk.json").write_text("{not json")
+    for base in CLI_BASES:
+        base = [str(scratch / "show") if a == "DIR" else str(scratch / "out") if a == "OUT" else a for a in base]
+        for index in range(1, len(base)):
+            if base[index].startswith("-") and not base[index][1:2].isdigit():
+                continue
+            if (index == 1 and base[0] != "arch") or base[index - 1] == "--scheduler":
+                continue  # the subcommand itself; a scheduler address that works would start a cluster
+            for word in CLI_WORDS:
+                yield f"bnsym {' '.join(base[:index])} <{word!r}>", base[:index] + [word] + base[index + 1:]
+
+
+def finite(result: Any) -> bool:
+    """Whether every number in ``result`` (nested containers, arrays, tensors, dataclasses) is finite."""
+    if isinstance(result, torch.Tensor):
+        return bool(torch.isfinite(result).all()) if result.is_floating_point() or result.is_complex() else True
+    if isinstance(result, np.ndarray):
+        return bool(np.isfinite(result).all()) if result.dtype.kind in "fc" else True
+    if isinstance(result, (float, complex, np.floating, np.complexfloating)):
+        return bool(np.isfinite(result))
+    if isinstance(result, dict):
+        return all(finite(v) for v in result.values())
+    if isinstance(result, (list, tuple)):
+        return all(finite(v) for v in result)
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return all(finite(getattr(result, f.name)) for f in dataclasses.fields(result))
+    return True
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """``seconds`` of CPU time (a busy shared machine does not count against a case), and 6 times that of wall
+    clock (a call that waits without computing)."""
+    def expired(signum, frame):
+        raise Timeout(f"ran past {seconds:g} s of CPU time" if signum == signal.SIGPROF
+                      else f"ran past {WALL_FACTOR * seconds:g} s of wall clock")
+
+    previous = {sig: signal.signal(sig, expired) for sig in (signal.SIGPROF, signal.SIGALRM)}
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, WALL_FACTOR * seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def outcome(call: Callable[[], Any], value: Value, nonfinite_ok: bool, seconds: float) -> tuple[str, str]:
+    """("clean" | "defect", what happened) for one case."""
+    try:
+        with time_limit(seconds), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            result = call()
+    except ValueError as error:
+        if type(error) is not ValueError and not str(error):
+            return "defect", f"{type(error).__name__} without a message"
+        if value.valid:
+            return "defect", f"valid input refused: {str(error)[:200]}"
+        return ("clean", "ValueError") if str(error) else ("defect", "ValueError without a message")
+    except Timeout as error:
+        return "defect", f"hang: {error}"
+    except Exception as error:  # noqa: BLE001 - every other exception type is what is counted
+        return "defect", f"{type(error).__module__}.{type(error).__name__}: {str(error)[:200]}"
+    if not (nonfinite_ok or finite(result)):
+        return "defect", "non-finite value returned"
+    return "clean", "value"
+
+
+def cli_outcome(argv: list[str], seconds: float) -> tuple[str, str]:
+    """A command is clean if it exits 0 with strict JSON (or text), or 2 with one ``bnsym: error:`` line."""
+    from bnsym.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with time_limit(seconds), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(argv)
+    except Timeout as error:
+        return "defect", f"hang: {error}"
+    except SystemExit as error:  # argparse's usage errors: exit status 2 and one line, as the command ends
+        status = error.code
+    except BaseException as error:  # noqa: BLE001 - a command must never raise (SystemExit included)
+        return "defect", f"raised {type(error).__name__}: {str(error)[:200]}"
+    lines = err.getvalue().splitlines()
+    if status == 0:
+        if "--json" in argv:
+            try:
+                json.loads(out.getvalue(), parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+            except ValueError as error:
+                return "defect", f"exit 0 with invalid JSON ({error})"
+        return "clean", "exit 0"
+    if status == 2 and len(lines) == 1 and lines[0].startswith("bnsym: error:") and "internal error" not in lines[0]:
+        return "clean", "one error line"
+    return "defect", f"exit {status}, stderr {err.getvalue()[-300:]!r}"
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse(__doc__, SIZES, argv, default_threads=(1,), default_repeats=1)
+    seconds, stride = args.size["timeout_s"], args.size["stride"]
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    rows, defects, totals = [], [], {"cases": 0, "clean": 0, "defect": 0}
+    with tempfile.TemporaryDirectory() as folder, threads(1):
+        scratch = Path(folder)
+        home = Path.cwd()
+        os.chdir(scratch)  # a relative --out the command accepts is made here
+        used = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (max(used, 2**31) + MEMORY_HEADROOM, hard))
+        try:
+            work: list[tuple[str, Callable[[], tuple[str, str]], str]] = []
+            for spec in specs(scratch):
+                for name in spec.hostile:
+                    for value in spec.values.get(name) or replacements(spec.arguments[name],
+                                                                       name in spec.scale_free):
+                        arguments = {**spec.arguments, name: value.value}
+                        work.append((spec.name, lambda f=spec.function, a=arguments, v=value, s=spec:
+                                     outcome(lambda: f(**a), v, s.nonfinite_ok, seconds),
+                                     f"{name} = {value.category}: {_shown(value.value)}"))
+            for label, argv_case in cli_cases(scratch):
+                work.append(("bnsym (command line)", lambda a=argv_case: cli_outcome(a, seconds), label))
+            work = work[::stride]
+            counts: dict[str, dict[str, Any]] = {}
+            for function, run_case, label in work:
+                start = time.perf_counter()
+                kind, what = run_case()
+                line = counts.setdefault(function, {"case": function, "ours": "bnsym", "cases": 0, "clean": 0,
+                                                    "defect": 0, "seconds": 0.0})
+                line["cases"] += 1
+                line[kind] += 1
+                line["seconds"] += time.perf_counter() - start
+                totals["cases"] += 1
+                totals[kind] += 1
+                if kind == "defect":
+                    defects.append({"function": function, "case": label, "outcome": what})
+            rows = list(counts.values())
+        finally:
+            os.chdir(home)
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    for line in rows:
+        print(f"{line['case']}: {line['cases']} cases, {line['defect']} defects, {line['seconds']:.1f} s")
+    print(f"total: {totals['cases']} cases, {totals['clean']} clean, {totals['defect']} defects")
+    question = "Does every public function of the new surface keep the input contract on hostile input?"
+    return write("hostile_inputs", question, args, rows, totals=totals, defects=defects)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return f"{type(value).__name__}(shape {tuple(value.shape)}, {value.dtype})"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+if __name__ == "__main__":
+    main()
