@@ -21,6 +21,7 @@ import torch
 
 from .kernels import c_alpha
 
+EDGE = 1e-12  # a correlation within this of +-1 is taken as +-1 in J' (:func:`_snapped`)
 GAP = 1e-10  # eigenvalues closer than this times the largest |eigenvalue| count as equal
 
 
@@ -63,6 +64,13 @@ def eigh(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _Eigh.apply(a)
 
 
+def _snapped(corr: torch.Tensor) -> torch.Tensor:
+    """c clamped to [-1, 1] and set to +-1 within EDGE of it: J_(n-1) has a sqrt(1 -+ c) edge, which would turn the
+    rounding of a correlation that is exactly 1 (a coordinate and its copy) into an error of sqrt(rounding)."""
+    corr = corr.clamp(-1.0, 1.0)
+    return torch.where(1 - corr.abs() <= EDGE, corr.sign(), corr)
+
+
 def arccos_kernel_function(kernel: Callable[[torch.Tensor], torch.Tensor],
                            slope: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
     """J(c) on [-1, 1] (``c`` clamped there) with derivative ``slope`` (J'(c), by Price's ladder) in both modes."""
@@ -79,11 +87,11 @@ def arccos_kernel_function(kernel: Callable[[torch.Tensor], torch.Tensor],
 
         @staticmethod
         def jvp(ctx, dcorr: torch.Tensor) -> torch.Tensor:
-            return slope(ctx.saved_tensors[0].clamp(-1.0, 1.0)) * dcorr
+            return slope(_snapped(ctx.saved_tensors[0])) * dcorr
 
         @staticmethod
         def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-            return slope(ctx.saved_tensors[0].clamp(-1.0, 1.0)) * grad
+            return slope(_snapped(ctx.saved_tensors[0])) * grad
 
     return _Kernel.apply
 
