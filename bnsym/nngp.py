@@ -54,6 +54,7 @@ from .core.validation import (
 )
 from .meanfield.crossbatch import cross_batch_kernel_laplace
 from .meanfield.kernels import gaussian_kernel
+from .meanfield.ntk_laplace import ntk_blocks, tangent_nodes
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
@@ -143,6 +144,23 @@ def first_layer_nodes(batch_size: int, n_features: int) -> int:
     return 24 if n_features < check_batch_size(batch_size) - 1 else default_nodes(batch_size)
 
 
+def _check_blocks(batches: object, pairs: object, device: torch.device | str | None) -> tuple[np.ndarray, np.ndarray,
+                                                                                           str | torch.device]:
+    """Batches (k, B, d) with B a valid batch size, pairs (P, 2) of distinct batch indices (ints), within the size
+    budget; the device (CUDA when present for None)."""
+    batches = check_real_array(batches, "batches (k, B, d)", 3)
+    if batches.ndim != 3:
+        raise ValueError(f"batches must have shape (k, B, d), got {batches.shape}")
+    batch = check_batch_size(batches.shape[1])
+    pairs = np.reshape(check_real_array(pairs, "pairs (P, 2)") if np.size(pairs) else np.zeros(0), (-1, 2))
+    if not (np.all(pairs == np.round(pairs)) and np.all((0 <= pairs) & (pairs < len(batches)))
+            and np.all(pairs[:, 0] != pairs[:, 1])):
+        raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
+    _check_size(len(batches), len(pairs), batch)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
+    return batches, pairs.astype(int), device
+
+
 def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
                 nodes: int | None = None,
                 device: torch.device | str | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -153,20 +171,11 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     :func:`default_nodes`), all pairs in one batched tensor op; the within-batch blocks are the cross blocks of
     each batch with an identical copy of itself, in the same op.
     """
-    batches = check_real_array(batches, "batches (k, B, d)", 3)
-    if batches.ndim != 3:
-        raise ValueError(f"batches must have shape (k, B, d), got {batches.shape}")
-    batch = check_batch_size(batches.shape[1])
+    batches, pairs, device = _check_blocks(batches, pairs, device)
+    batch = batches.shape[1]
     phi, depths, nodes = _homogeneous(phi, batch), _check_depths(depths), _check_nodes(nodes)
-    pairs = np.reshape(check_real_array(pairs, "pairs (P, 2)") if np.size(pairs) else np.zeros(0), (-1, 2))
-    if not (np.all(pairs == np.round(pairs)) and np.all((0 <= pairs) & (pairs < len(batches)))
-            and np.all(pairs[:, 0] != pairs[:, 1])):
-        raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
-    pairs = pairs.astype(int)
-    _check_size(len(batches), len(pairs), batch)
     first = nodes or first_layer_nodes(batch, batches.shape[-1])
     nodes = nodes or default_nodes(batch)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
     x = torch.as_tensor(batches, device=torch.device(device))
     left, right = torch.as_tensor(pairs[:, 0], device=x.device), torch.as_tensor(pairs[:, 1], device=x.device)
     within = x @ x.mT / x.shape[-1]
@@ -181,6 +190,33 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
         if layer in depths:
             out[layer] = (within.cpu().numpy(), cross.cpu().numpy())
     return out
+
+
+def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depth: int,
+                       nodes: int | None = None,
+                       device: torch.device | str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The NTK of the BN-NNGP's network (:mod:`bnsym.ntk`) for k batches (k, B, d): within-batch (k, B, B) and cross
+    (P, B, B) blocks for the batch pairs ``pairs`` (P, 2), as :func:`block_prior` for the kernel.
+
+    Each layer maps every block's kernel and tangent kernel in one forward-mode pass through the cross-batch Laplace
+    integral (:mod:`bnsym.meanfield.ntk_laplace`, Price's theorem: Theta' = K' + dV_12 / dSigma_12 [Theta_12]),
+    ``nodes`` per axis (None: :func:`tangent_nodes`, at least :func:`first_layer_nodes` in the first layer).
+    phi positive-homogeneous of degree 1, 2 or 3 (relu, leaky relu, relu^2, ...).
+    """
+    batches, pairs, device = _check_blocks(batches, pairs, device)
+    batch = batches.shape[1]
+    phi, depth, nodes = _homogeneous(phi, batch), _check_depth(depth), _check_nodes(nodes)
+    if phi.degree not in (1, 2, 3):
+        raise ValueError(f"the Laplace tangent map needs phi of degree 1, 2 or 3 (its slope's arc-cosine kernel in "
+                         f"closed form), got {phi} of degree {phi.degree}")
+    first = nodes or max(first_layer_nodes(batch, batches.shape[-1]), tangent_nodes(batch))
+    nodes = nodes or tangent_nodes(batch)
+    x = torch.as_tensor(batches, device=torch.device(device))
+    within = x @ x.mT / x.shape[-1]
+    cross = x[pairs[:, 0]] @ x[pairs[:, 1]].mT / x.shape[-1]
+    within, cross = ntk_blocks(phi, within, cross, pairs, depth, nodes, first)
+    return (check_finite_result(within.cpu().numpy(), "the NTK's within-batch blocks"),
+            check_finite_result(cross.cpu().numpy(), "the NTK's cross-batch blocks"))
 
 
 @dataclass(frozen=True)

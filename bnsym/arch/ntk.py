@@ -35,8 +35,15 @@ import numpy as np
 from ..core.activations import identity
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_mu
-from ..core.layers import Serial
-from ..core.validation import MIN_BATCH_SIZE, check_covariance, check_resolved, check_whole_number
+from ..core.layers import Activation, BatchNorm, Dense, Serial
+from ..core.validation import (
+    MIN_BATCH_SIZE,
+    check_covariance,
+    check_finite_result,
+    check_resolved,
+    check_whole_number,
+)
+from ..meanfield.ntk_laplace import ntk_joint, tangent_nodes
 from .backward import (
     _factor,
     _product,
@@ -268,15 +275,41 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
 
 def ntk_route(network: Serial, sigma: np.ndarray, sampling: Sampling, sizes: tuple[int, ...] | None = None) -> Estimate:
     """The NTK of validated arguments (``sizes``: batches normalised separately, :func:`ntk_cross`), its error
-    checked (ValueError where it exceeds 1% of the result: raise the points)."""
-    with _float64_range(sigma):
-        graph, outputs, _ = build(network, sigma, sampling, sizes)
-        output = outputs[-1]
-        theta, kernel = tangent_kernel(graph, output), output.kernel()
-        result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
+    checked (ValueError where it exceeds 1% of the result: raise the points). A [Dense (no bias), BN (train, eps =
+    0), phi (degree 1 to 3)] * L MLP on batches of one size takes the Laplace route instead
+    (:mod:`bnsym.meanfield.ntk_laplace`, near exact; its error is the change from half the nodes)."""
+    laplace = _laplace_mlp(network)
+    batch = len(sigma) if sizes is None else sizes[0]
+    if laplace is not None and (sizes is None or len(set(sizes)) == 1):
+        nodes = tangent_nodes(batch)
+        with _float64_range(sigma):
+            value = ntk_joint(*laplace[:1], sigma, laplace[1], batch, nodes)
+            error = np.abs(value - ntk_joint(*laplace[:1], sigma, laplace[1], batch, nodes // 2))
+        result = Estimate(check_finite_result(value, "the tangent kernel"), error, "laplace")
+    else:
+        with _float64_range(sigma):
+            graph, outputs, _ = build(network, sigma, sampling, sizes)
+            output = outputs[-1]
+            theta, kernel = tangent_kernel(graph, output), output.kernel()
+            result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
     check_resolved(result.value, result.error, f"the tangent kernel for this Sigma0 with {sampling.points} points "
                    "(raise points)")
     return result
+
+
+def _laplace_mlp(network: Serial) -> tuple[object, int] | None:
+    """(phi, depth) if ``network`` is [Dense (no bias), BatchNorm (train, eps = 0), phi] * depth with phi
+    positive-homogeneous of degree 1, 2 or 3, whose NTK the Laplace route computes; else None."""
+    layers = list(network)
+    if not layers or len(layers) % 3:
+        return None
+    for dense, norm, act in zip(layers[::3], layers[1::3], layers[2::3]):
+        if not (isinstance(dense, Dense) and dense.bias_var == 0 and isinstance(norm, BatchNorm) and norm.eps == 0
+                and norm.mode == "train" and isinstance(act, Activation) and act == layers[2]):
+            return None
+    phi = layers[2].phi
+    return (phi, len(layers) // 3) if phi.is_homogeneous and phi.degree in (1, 2, 3) else None
+
 
 
 def ntk_per_entry(net: object, Sigma0: object, entries: list[tuple[int, int]] | None = None, points: int = 2**12,
