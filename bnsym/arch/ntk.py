@@ -258,7 +258,7 @@ def chain_jacobian(chain: list[Node]) -> tuple[np.ndarray | None, tuple[np.ndarr
 
 
 def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**12, replicates: int = 16,
-        seed: int = 0) -> np.ndarray | Estimate:
+        seed: int = 0, method: str = "auto") -> np.ndarray | Estimate:
     """The B x B neural tangent kernel Theta_ab = lim sum_theta df(x_a)/dtheta df(x_b)/dtheta of ``net`` for one
     batch with input Gram Sigma0, f = v . x_out / sqrt(n) with v trained (conventions in :mod:`bnsym.arch`).
 
@@ -266,25 +266,34 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
     module docstring). Routes and arguments as for :func:`~bnsym.arch.kernel`; returns the matrix, or with
     ``with_error=True`` its :class:`~bnsym.core.estimate.Estimate`. ValueError as for ``kernel``, for an
     activation whose slope has an infinite second moment, and where the tangent kernel is infinite (eps = 0 BN
-    after an activation constant over the batch with positive probability).
+    after an activation constant over the batch with positive probability). ``method``: "auto" (the Laplace route
+    where :func:`ntk_route` takes it) or "qmc" (the sampled route always).
     """
     network, sigma = check_inputs(net, Sigma0, gradient=True)
-    result = ntk_route(network, sigma, check_sampling(points, replicates, seed))
+    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), laplace=_check_method(method))
     return result if with_error else result.value
 
 
-def ntk_route(network: Serial, sigma: np.ndarray, sampling: Sampling, sizes: tuple[int, ...] | None = None) -> Estimate:
+def _check_method(method: object) -> bool:
+    """Whether ``method`` ("auto" or "qmc") lets :func:`ntk_route` take the Laplace route."""
+    if method not in ("auto", "qmc"):
+        raise ValueError(f"method must be 'auto' or 'qmc', got {method!r:.40}")
+    return method == "auto"
+
+
+def ntk_route(network: Serial, sigma: np.ndarray, sampling: Sampling, sizes: tuple[int, ...] | None = None,
+              laplace: bool = True) -> Estimate:
     """The NTK of validated arguments (``sizes``: batches normalised separately, :func:`ntk_cross`), its error
     checked (ValueError where it exceeds 1% of the result: raise the points). A [Dense (no bias), BN (train, eps =
     0), phi (degree 1 to 3)] * L MLP on batches of one size takes the Laplace route instead
-    (:mod:`bnsym.meanfield.ntk_laplace`, near exact; its error is the change from half the nodes)."""
-    laplace = _laplace_mlp(network)
+    (:mod:`bnsym.meanfield.ntk_laplace`, near exact; its error is the change from 3/4 of the nodes)."""
+    laplace = _laplace_mlp(network) if laplace else None
     batch = len(sigma) if sizes is None else sizes[0]
     if laplace is not None and (sizes is None or len(set(sizes)) == 1):
         nodes = tangent_nodes(batch)
         with _float64_range(sigma):
             value = ntk_joint(*laplace[:1], sigma, laplace[1], batch, nodes)
-            error = np.abs(value - ntk_joint(*laplace[:1], sigma, laplace[1], batch, nodes // 2))
+            error = np.abs(value - ntk_joint(*laplace[:1], sigma, laplace[1], batch, 3 * nodes // 4))
         result = Estimate(check_finite_result(value, "the tangent kernel"), error, "laplace")
     else:
         with _float64_range(sigma):
