@@ -71,18 +71,49 @@ def tangent_cross_block(phi: Activation, sigma: torch.Tensor, theta: torch.Tenso
     return value, tangent if tangent is not None else torch.zeros_like(value)
 
 
-def adjoint_cross_block(phi: Activation, sigma: torch.Tensor, pi: torch.Tensor, batch1: int,
-                        nodes: int) -> torch.Tensor:
-    """T*(Pi), the adjoint of the tangent block's map: E[J_1^T Pi J_2] (n, B1, B2) for cotangents ``pi``
-    (n, B1, B2), the reverse-mode gradient of tr(Pi^T V_12(Sigma)) in Sigma_12, on the rule of
-    :func:`tangent_cross_block`."""
+def _recorded_cross_block(phi: Activation, sigma: torch.Tensor, batch1: int,
+                          nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """V_12(Sigma) on the rule of :func:`tangent_cross_block`, recorded for reverse mode: (V_12 (n, B1, B2), the
+    leaf S (n, B1 + B2, B1 + B2) at zero whose off-diagonal blocks are added to Sigma's)."""
     omega, scale, rescale = _prepare(sigma, batch1)
     with torch.enable_grad():
         cross = omega.new_zeros(sigma.shape).requires_grad_(True)
         joint = omega + _reduce(_off_diagonal(cross, batch1) * rescale, batch1)
-        value = _chunked(phi, joint, batch1, nodes, scale)
-        (gradient,) = torch.autograd.grad((value * pi).sum(), cross)
+        return _chunked(phi, joint, batch1, nodes, scale), cross
+
+
+def _pull_back(value: torch.Tensor, cross: torch.Tensor, pi: torch.Tensor, batch1: int) -> torch.Tensor:
+    """T*(Pi) = E[J_1^T Pi J_2] (n, B1, B2): the gradient of tr(Pi^T V_12) in Sigma_12, each entry counted in both
+    off-diagonal blocks (it is one covariance), the recorded graph kept for the next cotangent."""
+    (gradient,) = torch.autograd.grad(value, cross, pi, retain_graph=True)
     return gradient[..., :batch1, batch1:] + gradient[..., batch1:, :batch1].mT
+
+
+def ntk_per_entry(phi: Activation, sigma: torch.Tensor, depth: int, entries: list[tuple[int, int]],
+                  nodes: int) -> torch.Tensor:
+    """The NTK entries (a, b) of [Dense, BN, phi] * ``depth`` for one batch with input Gram ``sigma`` (B, B) by Yang's
+    (2020) route on this module's integrals: one backward recursion per entry, Theta_ab = sum_l tr(Pi_l K^(x_l)) with
+    Pi_L = (e_a e_b^T + e_b e_a^T) / 2, Pi_(l-1) = T_l*(Pi_l) and K^(x_0) = Sigma0 (the adjoint of the forward
+    propagation, :func:`ntk_blocks`, B (B + 1) / 2 times its work for every entry). The forward kernels and each
+    layer's recorded Laplace integral are set up once and shared by the entries."""
+    batch = sigma.shape[-1]
+    kernels, layers = [sigma], []
+    for _ in range(depth):
+        kernel = kernels[-1]
+        value, cross = _recorded_cross_block(phi, _joint(kernel, kernel, kernel)[None], batch, nodes)
+        layers.append((value, cross))
+        kernels.append(((value + value.mT) / 2)[0].detach())
+    out = []
+    for a, b in entries:
+        pi = torch.zeros_like(sigma)
+        pi[a, b] += 0.5
+        pi[b, a] += 0.5
+        total = (pi * kernels[-1]).sum()
+        for (value, cross), kernel in zip(reversed(layers), reversed(kernels[:-1])):
+            pi = _pull_back(value, cross, pi[None], batch)[0]
+            total = total + (pi * kernel).sum()
+        out.append(total)
+    return torch.stack(out) if out else sigma.new_zeros(0)
 
 
 def _joint(first: torch.Tensor, cross: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
