@@ -348,18 +348,19 @@ def ntk_per_entry(net: object, Sigma0: object, entries: list[tuple[int, int]] | 
 
 
 def ntk_cross(net: object, Sigma0: object, sizes: tuple[int, ...], with_error: bool = False, points: int = 2**12,
-              replicates: int = 16, seed: int = 0) -> np.ndarray | Estimate:
+              replicates: int = 16, seed: int = 0, method: str = "auto") -> np.ndarray | Estimate:
     """The NTK of ``net`` on several batches at once, each normalised on its own by every train-mode BatchNorm (as
     Yang et al.'s networks see a data set cut into batches): the joint matrix of sum_theta df(x_a)/dtheta
     df(x_b)/dtheta over all the batches' examples, ``Sigma0`` their joint input Gram, ``sizes`` the batches' sizes in
     order (each at least 4). Its diagonal blocks are :func:`ntk` of each batch; the others are the NTK across
     batches. The per-neuron maps act on the joint vector (BN block by block), so every BN is sampled (tangent
-    columns over the joint law). Arguments and errors otherwise as for :func:`ntk`."""
+    columns over the joint law) unless the Laplace route applies. Arguments and errors otherwise as for
+    :func:`ntk`."""
     network, sigma = check_inputs(net, Sigma0, gradient=True)
     parts = tuple(check_whole_number(size, "a batch size", MIN_BATCH_SIZE, len(sigma)) for size in sizes)
     if sum(parts) != len(sigma):
         raise ValueError(f"the batch sizes {list(parts)} must add up to Sigma0's {len(sigma)} rows")
     for start, size in zip(np.cumsum((0, *parts[:-1])), parts):
         check_covariance(sigma[start:start + size, start:start + size], batch_norm=True)
-    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), parts)
+    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), parts, _check_method(method))
     return result if with_error else result.value
