@@ -200,7 +200,9 @@ def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.nda
 
     Each layer maps every block's kernel and tangent kernel in one forward-mode pass through the cross-batch Laplace
     integral (:mod:`bnsym.meanfield.ntk_laplace`, Price's theorem: Theta' = K' + dV_12 / dSigma_12 [Theta_12]),
-    ``nodes`` per axis (None: :func:`tangent_nodes`, at least :func:`first_layer_nodes` in the first layer).
+    ``nodes`` per axis (None: :func:`~bnsym.meanfield.ntk_laplace.tangent_nodes`, and in the first layer, whose
+    raw-input Gram has spread eigenvalues, twice that and at least :func:`first_layer_nodes`: 1000 digits at B = 32,
+    depth 10, 6e-9 of the NTK's largest entry against 24 nodes everywhere, where 8 in the first layer leave 4e-7).
     phi positive-homogeneous of degree 1, 2 or 3 (relu, leaky relu, relu^2, ...).
     """
     batches, pairs, device = _check_blocks(batches, pairs, device)
@@ -209,7 +211,7 @@ def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.nda
     if phi.degree not in (1, 2, 3):
         raise ValueError(f"the Laplace tangent map needs phi of degree 1, 2 or 3 (its slope's arc-cosine kernel in "
                          f"closed form), got {phi} of degree {phi.degree}")
-    first = nodes or max(first_layer_nodes(batch, batches.shape[-1]), tangent_nodes(batch))
+    first = nodes or max(first_layer_nodes(batch, batches.shape[-1]), 2 * tangent_nodes(batch))
     nodes = nodes or tangent_nodes(batch)
     x = torch.as_tensor(batches, device=torch.device(device))
     within = x @ x.mT / x.shape[-1]

@@ -152,11 +152,13 @@ def ntk_blocks(phi: Activation, within: torch.Tensor, cross: torch.Tensor, pairs
 
 def ntk_joint(phi: Activation, sigma: np.ndarray, depth: int, batch: int, nodes: int) -> np.ndarray:
     """The joint NTK (m, m) of [Dense, BN, phi] * ``depth`` for the joint input Gram ``sigma`` (m, m) of m / ``batch``
-    batches of size ``batch``, each normalised on its own: every batch's block and every pair's, one tensor op."""
+    batches of size ``batch``, each normalised on its own: every batch's block and every pair's, one tensor op;
+    ``nodes`` per axis, twice that in the first layer (an input Gram's eigenvalues may be spread)."""
     k = len(sigma) // batch
     blocks = torch.as_tensor(sigma).reshape(k, batch, k, batch).transpose(1, 2)
     pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=np.int64).reshape(-1, 2)
-    within, cross = ntk_blocks(phi, blocks[range(k), range(k)], blocks[pairs[:, 0], pairs[:, 1]], pairs, depth, nodes)
+    within, cross = ntk_blocks(phi, blocks[range(k), range(k)], blocks[pairs[:, 0], pairs[:, 1]], pairs, depth, nodes,
+                               2 * nodes)
     full = torch.zeros_like(blocks)
     full[range(k), range(k)] = within
     full[pairs[:, 0], pairs[:, 1]] = cross
