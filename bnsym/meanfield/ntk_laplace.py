@@ -14,7 +14,7 @@ nodes: one forward-mode pass gives the next kernel and the tangent block togethe
 for the batch paired with an identical copy of itself (Sigma_12 = Sigma_11, the one-sided derivative at that
 edge of the PSD cone; Price's ladder gives J_n' finite at c = 1, :mod:`bnsym.meanfield.dual`). The adjoint,
 Pi -> E[J_1^T Pi J_2], is the reverse-mode gradient of tr(Pi^T V_12) in Sigma_12: Yang's (2020) per-entry backward
-recursion at the same accuracy (:func:`ntk_per_entry_laplace`).
+recursion at the same accuracy (:func:`ntk_per_entry`).
 
 Network: [Dense, BN, phi] * L, f = v . x^L / sqrt(n), every Dense without bias (its weight variance drops out:
 BN at eps = 0 is scale invariant, T_(cK)(c Theta) = T_K(Theta)). Theta^(h_1) = K^(h_1), Theta^(h_(l+1)) =
