@@ -62,7 +62,7 @@ def test_per_entry_backward_recursions_equal_the_forward_propagation(net):
     """On the same samples the routes are adjoint sums: they agree to rounding."""
     _, sigma0 = _gram(5)
     entries = [(0, 0), (0, 3), (2, 4), (4, 4)]
-    forward = arch.ntk(net, sigma0, with_error=True, points=2**11, replicates=4)
+    forward = arch.ntk(net, sigma0, with_error=True, points=2**11, replicates=4, method="qmc")
     backward = ntk_per_entry(net, sigma0, entries, points=2**11, replicates=4)
     rows, columns = zip(*entries)
     np.testing.assert_allclose(backward.value, forward.value[rows, columns], rtol=1e-10)
@@ -215,7 +215,7 @@ def test_at_a_bsb1_input_the_ntk_is_exact_and_agrees_with_finite_networks(name):
     sigma0 = 0.7 * np.eye(8) + 0.3
     x = np.sqrt(8) * np.linalg.cholesky(sigma0)
     net = repeat([Dense(), BatchNorm(), Activation(name)], 2)
-    theory = arch.ntk(net, sigma0, with_error=True)
+    theory = arch.ntk(net, sigma0, with_error=True, method="qmc")
     assert theory.method == "exact" and theory.error.max() < 1e-10
     seeds = 16
     samples = np.stack([empirical_ntk(net, x, 512, seed) for seed in range(seeds)])

@@ -20,12 +20,15 @@ T is the adjoint of the backward map Pi -> E[J^T Pi J] of :mod:`bnsym.arch.backw
 tr(T*(Pi) Theta) sample by sample, :func:`~bnsym.arch.derivations.derive_ntk_adjoint`), so this one forward pass
 equals the B(B+1)/2 per-entry backward recursions of Yang's reference computation.
 
-Routes, per node: closed forms for Dense, sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for
-phi of a Gaussian (arc-cosine closed form for positive-homogeneous phi, Gauss-Hermite for smooth phi); a chain with
-one train-mode BN on one Gaussian leaf summed in closed form over the graph's quasi-Monte Carlo samples
-(:func:`~bnsym.arch.backward._sandwich` with the Jacobian transposed); any other segment by per-sample tangent
-columns. A train-mode BN with eps = 0 after an activation that is constant over the batch with positive
-probability has an infinite tangent kernel (its Jacobian grows like 1/r, as for the gradient).
+A plain [Dense (no bias), BN (train, eps = 0), phi (positive-homogeneous of degree 1 to 3)] * L MLP, on one batch or
+on batches of one size, takes the Laplace route (:mod:`bnsym.meanfield.ntk_laplace`: T as the derivative of the
+cross-batch Laplace integral in the cross covariance, near exact). Otherwise, routes per node: closed forms for
+Dense, sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for phi of a Gaussian (arc-cosine closed
+form for positive-homogeneous phi, Gauss-Hermite for smooth phi); a chain with one train-mode BN on one Gaussian
+leaf summed in closed form over the graph's quasi-Monte Carlo samples (:func:`~bnsym.arch.backward._sandwich` with
+the Jacobian transposed); any other segment by per-sample tangent columns. A train-mode BN with eps = 0 after an
+activation that is constant over the batch with positive probability has an infinite tangent kernel (its Jacobian
+grows like 1/r, as for the gradient).
 """
 
 from __future__ import annotations
@@ -35,8 +38,15 @@ import numpy as np
 from ..core.activations import identity
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_mu
-from ..core.layers import Serial
-from ..core.validation import MIN_BATCH_SIZE, check_covariance, check_resolved, check_whole_number
+from ..core.layers import Activation, BatchNorm, Dense, Serial
+from ..core.validation import (
+    MIN_BATCH_SIZE,
+    check_covariance,
+    check_finite_result,
+    check_resolved,
+    check_whole_number,
+)
+from ..meanfield.ntk_laplace import ntk_joint, tangent_nodes
 from .backward import (
     _factor,
     _product,
@@ -251,7 +261,7 @@ def chain_jacobian(chain: list[Node]) -> tuple[np.ndarray | None, tuple[np.ndarr
 
 
 def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**12, replicates: int = 16,
-        seed: int = 0) -> np.ndarray | Estimate:
+        seed: int = 0, method: str = "auto") -> np.ndarray | Estimate:
     """The B x B neural tangent kernel Theta_ab = lim sum_theta df(x_a)/dtheta df(x_b)/dtheta of ``net`` for one
     batch with input Gram Sigma0, f = v . x_out / sqrt(n) with v trained (conventions in :mod:`bnsym.arch`).
 
@@ -259,24 +269,59 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
     module docstring). Routes and arguments as for :func:`~bnsym.arch.kernel`; returns the matrix, or with
     ``with_error=True`` its :class:`~bnsym.core.estimate.Estimate`. ValueError as for ``kernel``, for an
     activation whose slope has an infinite second moment, and where the tangent kernel is infinite (eps = 0 BN
-    after an activation constant over the batch with positive probability).
+    after an activation constant over the batch with positive probability). ``method``: "auto" (the Laplace route
+    where :func:`ntk_route` takes it) or "qmc" (the sampled route always).
     """
     network, sigma = check_inputs(net, Sigma0, gradient=True)
-    result = ntk_route(network, sigma, check_sampling(points, replicates, seed))
+    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), laplace=_check_method(method))
     return result if with_error else result.value
 
 
-def ntk_route(network: Serial, sigma: np.ndarray, sampling: Sampling, sizes: tuple[int, ...] | None = None) -> Estimate:
+def _check_method(method: object) -> bool:
+    """Whether ``method`` ("auto" or "qmc") lets :func:`ntk_route` take the Laplace route."""
+    if method not in ("auto", "qmc"):
+        raise ValueError(f"method must be 'auto' or 'qmc', got {method!r:.40}")
+    return method == "auto"
+
+
+def ntk_route(network: Serial, sigma: np.ndarray, sampling: Sampling, sizes: tuple[int, ...] | None = None,
+              laplace: bool = True) -> Estimate:
     """The NTK of validated arguments (``sizes``: batches normalised separately, :func:`ntk_cross`), its error
-    checked (ValueError where it exceeds 1% of the result: raise the points)."""
-    with _float64_range(sigma):
-        graph, outputs, _ = build(network, sigma, sampling, sizes)
-        output = outputs[-1]
-        theta, kernel = tangent_kernel(graph, output), output.kernel()
-        result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
+    checked (ValueError where it exceeds 1% of the result: raise the points). A [Dense (no bias), BN (train, eps =
+    0), phi (degree 1 to 3)] * L MLP on batches of one size takes the Laplace route instead
+    (:mod:`bnsym.meanfield.ntk_laplace`, near exact; its error is the change from 3/4 of the nodes)."""
+    laplace = _laplace_mlp(network) if laplace else None
+    batch = len(sigma) if sizes is None else sizes[0]
+    if laplace is not None and (sizes is None or len(set(sizes)) == 1):
+        nodes = tangent_nodes(batch)
+        with _float64_range(sigma):
+            value = ntk_joint(*laplace[:1], sigma, laplace[1], batch, nodes)
+            error = np.abs(value - ntk_joint(*laplace[:1], sigma, laplace[1], batch, 3 * nodes // 4))
+        result = Estimate(check_finite_result(value, "the tangent kernel"), error, "laplace")
+    else:
+        with _float64_range(sigma):
+            graph, outputs, _ = build(network, sigma, sampling, sizes)
+            output = outputs[-1]
+            theta, kernel = tangent_kernel(graph, output), output.kernel()
+            result = _estimate(Moment(theta.value + kernel.value, theta.bound + kernel.bound), "exact")
     check_resolved(result.value, result.error, f"the tangent kernel for this Sigma0 with {sampling.points} points "
                    "(raise points)")
     return result
+
+
+def _laplace_mlp(network: Serial) -> tuple[object, int] | None:
+    """(phi, depth) if ``network`` is [Dense (no bias), BatchNorm (train, eps = 0), phi] * depth with phi
+    positive-homogeneous of degree 1, 2 or 3, whose NTK the Laplace route computes; else None."""
+    layers = list(network)
+    if not layers or len(layers) % 3:
+        return None
+    for dense, norm, act in zip(layers[::3], layers[1::3], layers[2::3]):
+        if not (isinstance(dense, Dense) and dense.bias_var == 0 and isinstance(norm, BatchNorm) and norm.eps == 0
+                and norm.mode == "train" and isinstance(act, Activation) and act == layers[2]):
+            return None
+    phi = layers[2].phi
+    return (phi, len(layers) // 3) if phi.is_homogeneous and phi.degree in (1, 2, 3) else None
+
 
 
 def ntk_per_entry(net: object, Sigma0: object, entries: list[tuple[int, int]] | None = None, points: int = 2**12,
@@ -306,13 +351,14 @@ def ntk_per_entry(net: object, Sigma0: object, entries: list[tuple[int, int]] | 
 
 
 def ntk_cross(net: object, Sigma0: object, sizes: tuple[int, ...], with_error: bool = False, points: int = 2**12,
-              replicates: int = 16, seed: int = 0) -> np.ndarray | Estimate:
+              replicates: int = 16, seed: int = 0, method: str = "auto") -> np.ndarray | Estimate:
     """The NTK of ``net`` on several batches at once, each normalised on its own by every train-mode BatchNorm (as
     Yang et al.'s networks see a data set cut into batches): the joint matrix of sum_theta df(x_a)/dtheta
     df(x_b)/dtheta over all the batches' examples, ``Sigma0`` their joint input Gram, ``sizes`` the batches' sizes in
     order (each at least 4). Its diagonal blocks are :func:`ntk` of each batch; the others are the NTK across
     batches. The per-neuron maps act on the joint vector (BN block by block), so every BN is sampled (tangent
-    columns over the joint law). Arguments and errors otherwise as for :func:`ntk`."""
+    columns over the joint law) unless the Laplace route applies. Arguments and errors otherwise as for
+    :func:`ntk`."""
     network, sigma = check_inputs(net, Sigma0, gradient=True)
     parts = tuple(check_whole_number(size, "a batch size", MIN_BATCH_SIZE, len(sigma))
                   for size in np.ravel(np.asarray(getattr(sizes, "tolist", lambda: sizes)(), dtype=object)).tolist())
@@ -320,5 +366,5 @@ def ntk_cross(net: object, Sigma0: object, sizes: tuple[int, ...], with_error: b
         raise ValueError(f"the batch sizes {list(parts)} must add up to Sigma0's {len(sigma)} rows")
     for start, size in zip(np.cumsum((0, *parts[:-1])), parts):
         check_covariance(sigma[start:start + size, start:start + size], batch_norm=True)
-    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), parts)
+    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), parts, _check_method(method))
     return result if with_error else result.value

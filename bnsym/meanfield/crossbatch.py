@@ -45,6 +45,7 @@ from ..core.estimate import Estimate
 from ..core.quadrature import gauss_jacobi
 from ..core.symbols import B, alpha, c, mu_star, t
 from ..core.validation import batch_scales
+from .dual import arccos_kernel_function, eigh, ladder_factor
 from .forward import derive_bsb1_constant, fixed_point_closed_form, fixed_point_spherical
 from .kernels import arccos_kernel_symbolic, c_alpha, derive_arccos_kernel, phi_kernel
 from .laplace import euler_beta
@@ -59,8 +60,14 @@ _MAX_ITEM_BYTES = 2 * 2**30  # the node arrays of a single input: above it one i
 
 @cache
 def _arccos_kernel_torch(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """J_n(c) for integer n, lambdified for torch from :func:`~bnsym.meanfield.kernels.derive_arccos_kernel`."""
-    return sp.lambdify(c, derive_arccos_kernel(order).result.evalf(17), modules="torch", cse=True)
+    """J_n(c) for integer n on [-1, 1] (c clamped there), lambdified for torch from
+    :func:`~bnsym.meanfield.kernels.derive_arccos_kernel`; for n >= 1 differentiable in both modes with Price's
+    J_n' = n^2 c_(n-1) / c_n J_(n-1) (:mod:`bnsym.meanfield.dual`), finite at c = 1."""
+    kernel = sp.lambdify(c, derive_arccos_kernel(order).result.evalf(17), modules="torch", cse=True)
+    if order == 0:
+        return lambda corr: kernel(corr.clamp(-1.0, 1.0))
+    lower, factor = _arccos_kernel_torch(order - 1), ladder_factor(order)
+    return arccos_kernel_function(kernel, lambda corr: factor * lower(corr))
 
 
 def phi_kernel_torch(phi: Activation, corr: torch.Tensor) -> torch.Tensor:
@@ -73,7 +80,6 @@ def phi_kernel_torch(phi: Activation, corr: torch.Tensor) -> torch.Tensor:
     if float(alpha).is_integer() and alpha <= 3:
         a, b = phi.ab
         kernel = _arccos_kernel_torch(int(alpha))
-        corr = corr.clamp(-1.0, 1.0)
         value = (a * a + b * b) * kernel(corr)
         return value - 2 * a * b * kernel(-corr) if a * b != 0 else value  # relu: b = 0, half the work
     values = phi_kernel(phi, corr.detach().cpu().numpy())
@@ -118,7 +124,7 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     m1 = o11.diagonal(0, -2, -1).mean(-1)[..., None, None]  # batch norm is scale invariant per batch:
     m22 = o22.diagonal(0, -2, -1).mean(-1)[..., None, None]  # rescale each to mean eigenvalue 1
     o11, o12, o22 = o11 / m1, o12 / (m1 * m22).sqrt(), o22 / m22
-    omega_eig, u = torch.linalg.eigh(o11)  # (..., r1), (..., r1, r1); ascending
+    omega_eig, u = eigh(o11)  # (..., r1), (..., r1, r1); ascending
     live1 = torch.arange(r1, device=omega.device) >= r1 - rank1  # the rank1 nonzero eigenvalues
     omega_eig = torch.where(live1, omega_eig, 0.0)
     x, wx = _jacobi_rule(nodes, rank1 / 2 - 1, alpha / 2 - 1, omega)
@@ -131,7 +137,7 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     rot = torch.where(live1[:, None], u.mT @ o12, 0.0)  # (..., r1, r2); o12 vanishes on the null space of o11
     tilt = xs / den1  # (..., nx, r1): 2 s / (1 + 2 s omega_k)
     ys_ = o22[..., None, :, :] - rot.mT[..., None, :, :] @ (tilt[..., :, None] * rot[..., None, :, :])
-    kappa, v = torch.linalg.eigh(ys_)  # (..., nx, r2), ascending
+    kappa, v = eigh(ys_)  # (..., nx, r2), ascending
     live2 = torch.arange(r2, device=omega.device) >= r2 - rank2
     kappa = torch.where(live2, kappa.clamp(min=0.0), 0.0)
     m2 = kappa.mean(-1).clamp(min=torch.finfo(omega.dtype).tiny)  # (..., nx)

@@ -1,0 +1,118 @@
+"""The Laplace tangent route (bnsym.meanfield.ntk_laplace): exact at BSB1 and CBSB1 inputs, the QMC route within its
+error on general inputs, Yang's per-entry backward recursion on the same integrals to rounding, and the batched
+blocks of a data set."""
+
+import numpy as np
+import pytest
+import torch
+
+from bnsym import arch
+from bnsym.arch import Activation, BatchNorm, Dense, repeat
+from bnsym.core.activations import parse_activation
+from bnsym.core.statistics import mc_tolerance
+from bnsym.meanfield.crossbatch import _mean_rho, _rate
+from bnsym.meanfield.ntk_laplace import ntk_blocks, ntk_per_entry, tangent_cross_block
+from bnsym.ntk import ntk_blocks_laplace
+
+torch.set_num_threads(1)
+
+
+def _wishart(batch: int, seed: int = 0) -> np.ndarray:
+    factor = np.random.default_rng(seed).standard_normal((batch, batch + 8))
+    return factor @ factor.T / (batch + 8)
+
+
+def _mlp(depth: int, eps: float = 0.0) -> object:
+    return repeat([Dense(), BatchNorm(eps=eps), Activation("relu")], depth)
+
+
+def test_at_a_bsb1_input_it_is_the_closed_form():
+    """Sigma0 = 0.7 I + 0.3 11^T keeps every Theta exchangeable: the QMC route's closed form (the adjoint of the
+    backward map's BSB1 form, no sampling) is exact there."""
+    sigma0 = 0.7 * np.eye(32) + 0.3
+    laplace = arch.ntk(_mlp(3), sigma0, with_error=True)
+    exact = arch.ntk(_mlp(3), sigma0, with_error=True, method="qmc")
+    assert laplace.method == "laplace" and exact.method == "exact" and exact.error.max() < 1e-10
+    scale = np.abs(exact.value).max()
+    assert laplace.error.max() < 1e-8 * scale
+    np.testing.assert_allclose(laplace.value, exact.value, rtol=0, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name", ["relu", "relu^2"])
+def test_across_two_batches_at_a_cbsb1_input_it_is_the_cross_rate(name):
+    """Independent centred batches (Sigma_12 = c 11^T): E[J_1 Theta_12 J_2^T] = E[J] Theta_12 E[J]^T with
+    E[J] = lambda_x G, lambda_x^2 the cross-batch rate's closed form at G Sigma_kk G = G (mu = 1)."""
+    phi, batch = parse_activation(name), 16
+    block = torch.eye(batch, dtype=torch.float64) + 0.3
+    sigma = torch.cat([torch.cat([block, 0.2 + 0 * block], 1), torch.cat([0.2 + 0 * block, block], 1)])
+    theta = torch.as_tensor(_wishart(2 * batch, seed=1))
+    _, tangent = tangent_cross_block(phi, sigma[None], theta[None], batch, 16)
+    a, b = phi.ab
+    rate = _rate()(float(batch), (a + b) * _mean_rho()(float(batch), phi.degree + 1), 1.0)
+    centring = torch.eye(batch, dtype=torch.float64) - 1.0 / batch
+    expected = rate * centring @ theta[:batch, batch:] @ centring
+    np.testing.assert_allclose(tangent[0], expected, rtol=0, atol=1e-10 * float(expected.abs().max()))
+
+
+def test_on_general_inputs_it_agrees_with_the_sampled_route():
+    """Two batches of 16, depth 2: the joint 32 x 32 NTK, within its error of the QMC route (eps = 0, sampled) and of
+    a BN with a tiny eps (the QMC graph's radial route)."""
+    sigma0, sizes = _wishart(32, seed=2), (16, 16)
+    laplace = arch.ntk_cross(_mlp(2), sigma0, sizes, with_error=True)
+    assert laplace.method == "laplace" and laplace.error.max() < 1e-6 * np.abs(laplace.value).max()
+    upper = np.triu_indices(32)
+    for sampled in (arch.ntk_cross(_mlp(2), sigma0, sizes, True, 2**12, 8, method="qmc"),
+                    arch.ntk_cross(_mlp(2, eps=1e-12), sigma0, sizes, True, 2**12, 8)):
+        assert sampled.method == "qmc"
+        z = np.abs(laplace.value - sampled.value) / (mc_tolerance(8, len(upper[0])) * sampled.error)
+        assert z[upper].max() <= 1.0, z.max()
+
+
+def test_the_qmc_route_needs_no_laplace_pattern():
+    """Biases, eps > 0 or another activation keep the sampled route."""
+    sigma0 = _wishart(8)
+    net = repeat([Dense(bias_var=0.1), BatchNorm(), Activation("relu")], 1)
+    assert arch.ntk(net, sigma0, with_error=True, points=2**10, replicates=4).method != "laplace"
+    with pytest.raises(ValueError, match="method"):
+        arch.ntk(_mlp(1), sigma0, method="exact")
+
+
+def test_yangs_per_entry_recursion_on_the_same_integrals_agrees_to_rounding():
+    """The backward recursion (reverse mode, one per entry) is the forward propagation's adjoint."""
+    sigma = torch.as_tensor(_wishart(8, seed=3))
+    phi, entries = parse_activation("relu"), [(0, 0), (0, 3), (2, 5), (7, 7)]
+    forward = ntk_blocks(phi, sigma[None], sigma.new_zeros(0, 8, 8), np.zeros((0, 2)), 3, 16)[0][0]
+    backward = ntk_per_entry(phi, sigma, 3, entries, 16).detach()
+    rows, columns = zip(*entries)
+    np.testing.assert_allclose(backward, forward[rows, columns], rtol=1e-12)
+
+
+@pytest.mark.parametrize("features, tolerance", [(20, 1e-8), (6, 1e-6)])
+def test_the_blocks_of_a_data_set_are_the_joint_ntk_of_each_pair(features, tolerance):
+    """ntk_blocks_laplace (k batches, P pairs, one tensor op) against arch.ntk_cross pair by pair, and against twice
+    the nodes; raw inputs with fewer features than B - 1 (a rank-deficient first layer, whose endpoint weight is
+    low) converge algebraically: 3e-7 of the NTK at B = 16, d = 6."""
+    x = np.random.default_rng(5).standard_normal((3, 16, features))
+    pairs = np.array([[0, 2], [1, 0]])
+    within, cross = ntk_blocks_laplace("relu", x, pairs, 2)
+    finer = ntk_blocks_laplace("relu", x, pairs, 2, nodes=48)
+    scale = np.abs(within).max()
+    np.testing.assert_allclose(within, finer[0], rtol=0, atol=tolerance * scale)
+    np.testing.assert_allclose(cross, finer[1], rtol=0, atol=tolerance * scale)
+    if features < 15:
+        return
+    for (i, j), block in zip(pairs, cross):
+        joint = np.concatenate([x[i], x[j]])
+        reference = arch.ntk_cross(_mlp(2), joint @ joint.T / features, (16, 16))
+        np.testing.assert_allclose(block, reference[:16, 16:], rtol=0, atol=1e-12 * scale)
+        np.testing.assert_allclose(within[i], reference[:16, :16], rtol=0, atol=1e-12 * scale)
+
+
+def test_bad_input_is_refused():
+    x = np.random.default_rng(6).standard_normal((2, 8, 4))
+    with pytest.raises(ValueError, match="positive-homogeneous"):
+        ntk_blocks_laplace("tanh", x, [[0, 1]], 1)
+    with pytest.raises(ValueError, match="pairs"):
+        ntk_blocks_laplace("relu", x, [[0, 0]], 1)
+    with pytest.raises(ValueError, match="depth"):
+        ntk_blocks_laplace("relu", x, [[0, 1]], 0)
