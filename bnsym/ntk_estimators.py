@@ -75,7 +75,8 @@ class _BatchNormNTK(BaseEstimator):
         """The NTK of the training copies (``kernel_``) and the gradient-flow weights; the parameters they used are
         kept as the fitted ``phi_``, ``depth_``, ``batch_size_``, ``t_``, ``points_``, ``replicates_``, ``seed_``, which
         ``predict`` reads (set_params changes nothing until refit)."""
-        self.phi_ = self._validate()
+        self._validate()
+        self.phi_ = self.phi  # as given (a name pickles; a parsed activation holds local functions)
         check_distinct(X, "the BN-NTK")
         self.depth_, self.batch_size_ = int(self.depth), int(self.batch_size)
         self.t_ = float(self.t)
