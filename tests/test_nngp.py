@@ -11,6 +11,7 @@ from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import bnsym
+import bnsym.core.digits
 from bnsym.meanfield.kernels import gauss_hermite_kernel
 from bnsym.nngp import (
     BatchNormNNGPClassifier,
@@ -48,6 +49,17 @@ def test_within_batch_blocks_are_bn_kernels(data):
         rows = slice(4 * k, 4 * k + 4)
         expected = bnsym.bn_kernel("relu", bnsym.bn_kernel("relu", X[rows] @ X[rows].T / X.shape[1]))
         assert np.abs(prior[rows, rows] - expected).max() < 1e-6  # default_nodes(4) = 24: about 1e-7
+
+
+@pytest.mark.parametrize("nodes, bound", [(None, 1e-4), (12, 1e-7)])
+def test_node_rules_on_digits_meet_their_stated_error(nodes, bound):
+    """Standardised digits (B = 32, four batches, depth 2) spread their batches' eigenvalues over two to three
+    decades, the hard case of the Gauss-Jacobi rule: the default rule (6 nodes per axis) and 12 nodes stay within
+    the errors that :func:`bnsym.nngp.default_nodes` states, against 24 nodes per axis (converged to 1e-14)."""
+    X = bnsym.core.digits.digits(torch.float64).x_train.numpy()[:128]
+    reference = bn_nngp_prior("relu", X, 2, 32, nodes=24).train
+    error = np.abs(bn_nngp_prior("relu", X, 2, 32, nodes=nodes).train - reference).max()
+    assert error < bound * np.abs(reference).max()
 
 
 def test_prior_is_the_infinite_width_limit_of_networks(data):
