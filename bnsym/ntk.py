@@ -4,7 +4,7 @@ set cut into batches.
 The network is the BN-NNGP's, [Dense, BN, phi] * depth with f = v . x^L / sqrt(N) (weight variance 1, no bias,
 eps = 0), every W^l and v trained in the NTK parametrisation; the training points, and test points among
 themselves, are batched as :func:`bnsym.nngp.batch_layout` does. For phi positive-homogeneous of degree 1, 2 or 3
-the blocks come from the Laplace tangent route (:func:`ntk_blocks_laplace`); otherwise from :func:`_blocks`: within
+the blocks come from the Laplace tangent route (:func:`ntk_blocks_laplace`); otherwise from ``_blocks``: within
 a batch :func:`bnsym.arch.ntk`, between two batches :func:`bnsym.arch.ntk_cross` on their joint input Gram.
 """
 
@@ -71,7 +71,7 @@ def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.nda
 
     Each layer maps every block's kernel and tangent kernel in one forward-mode pass through the cross-batch Laplace
     integral (:mod:`bnsym.meanfield.ntk_laplace`, Price's theorem: Theta' = K' + dV_12 / dSigma_12 [Theta_12]),
-    ``nodes`` per axis (None: :func:`~bnsym.meanfield.ntk_laplace.tangent_nodes`, and in the first layer, whose
+    ``nodes`` per axis (None: ``bnsym.meanfield.ntk_laplace.tangent_nodes``, and in the first layer, whose
     raw-input Gram has spread eigenvalues, twice that and at least :func:`~bnsym.nngp.first_layer_nodes`: 1000
     digits at B = 32, depth 10, 6e-9 of the NTK's largest entry against 24 nodes everywhere, where 8 in the first
     layer leave 4e-7).
@@ -101,7 +101,7 @@ def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, X_
     (``cross`` (t, m), ``test_diagonal`` (t,)); batching as :func:`bnsym.nngp.bn_nngp_priors`, the same
     :class:`~bnsym.nngp.BatchedPrior`. Theta does not see the inputs' scale (eps = 0, no bias). Positive-homogeneous
     phi of degree 1, 2 or 3 (relu, relu^2, ...) take the Laplace route (:func:`ntk_blocks_laplace`, all blocks in
-    one tensor op, ~1e-8); any other phi is sampled (:func:`_blocks`: seconds per block at B = 8; ``points``,
+    one tensor op, ~1e-8); any other phi is sampled (``_blocks``: seconds per block at B = 8; ``points``,
     ``replicates``, ``seed``, routes and errors as for :func:`bnsym.arch.ntk_cross`)."""
     batch = check_batch_size(batch_size)
     activation = check_activation(parse_activation(phi), batch, slope=True)
