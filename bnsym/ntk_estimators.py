@@ -102,7 +102,7 @@ class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
         t: the training time times the learning rate (inf: the end of training, kernel regression).
         normalise_y: centre and scale the targets.
         points, replicates, seed: the quasi-Monte Carlo sampling of each NTK block, where phi is not
-            positive-homogeneous of degree 1-3 (those take the Laplace route: :func:`bnsym.ntk.bn_ntk`).
+        positive-homogeneous of degree 1-3 (those take the Laplace route: :func:`bnsym.ntk.bn_ntk`).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, t: float = math.inf,
