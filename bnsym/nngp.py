@@ -275,7 +275,7 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     Batching as the module docstring says. Without test points: all pairs of training batches. With them: all
     (test batch, training batch) pairs (the training block is not recomputed), and with ``test_covariance`` all
     pairs of test batches. The pairs are computed in tasks (:mod:`bnsym.nngp_tasks`) here or on ``client`` (None:
-    here; a ``distributed.Client``; a scheduler address; True: a LocalCluster, as :func:`bnsym.sweep.runner.connect`),
+    here; a ``distributed.Client``; a scheduler address; True: a LocalCluster, as ``bnsym.sweep.runner.connect``),
     with the same result bit for bit. Matrices larger in all than ``max_memory`` bytes, or any with ``out`` (a
     folder), are memory-mapped files (``out/<kind>-depth<l>.npy``, or unnamed temporary files).
     """

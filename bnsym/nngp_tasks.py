@@ -123,7 +123,7 @@ def untrimmed_workers() -> Iterator[None]:
 @contextmanager
 def resolve_client(client: object) -> Iterator[Any]:
     """None: no cluster; a ``distributed.Client``: that one; a scheduler address (str) or True (a LocalCluster, or
-    ``$BNSYM_DASK_SCHEDULER``): a client from :func:`bnsym.sweep.runner.connect`, closed on exit."""
+    ``$BNSYM_DASK_SCHEDULER``): a client from ``bnsym.sweep.runner.connect``, closed on exit."""
     if client is None:
         yield None
         return

@@ -270,7 +270,7 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
     ``with_error=True`` its :class:`~bnsym.core.estimate.Estimate`. ValueError as for ``kernel``, for an
     activation whose slope has an infinite second moment, and where the tangent kernel is infinite (eps = 0 BN
     after an activation constant over the batch with positive probability). ``method``: "auto" (the Laplace route
-    where :func:`ntk_route` takes it) or "qmc" (the sampled route always).
+    where ``ntk_route`` takes it) or "qmc" (the sampled route always).
     """
     network, sigma = check_inputs(net, Sigma0, gradient=True)
     result = ntk_route(network, sigma, check_sampling(points, replicates, seed), laplace=_check_method(method))
@@ -278,7 +278,7 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
 
 
 def _check_method(method: object) -> bool:
-    """Whether ``method`` ("auto" or "qmc") lets :func:`ntk_route` take the Laplace route."""
+    """Whether ``method`` ("auto" or "qmc") lets ``ntk_route`` take the Laplace route."""
     if method not in ("auto", "qmc"):
         raise ValueError(f"method must be 'auto' or 'qmc', got {method!r:.40}")
     return method == "auto"
