@@ -59,6 +59,7 @@ from .core.validation import (
     check_whole_number,
 )
 from .meanfield.kernels import gaussian_kernel
+from .meanfield.ntk_laplace import tangent_nodes
 from .nngp_tasks import allocate, check_chunk_batches, run_blocks
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
@@ -159,7 +160,14 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     itself. The work is cut into tasks of ``chunk_batches`` batches (None: :func:`bnsym.nngp_tasks.check_chunk_batches`)
     and run here or on ``client`` (:mod:`bnsym.nngp_tasks`: the same bits either way).
     """
-    batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes)
+    return task_blocks(phi, batches, pairs, depths, nodes, device, client, chunk_batches, tangent=False)
+
+
+def task_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
+                nodes: int | None, device: torch.device | str | None, client: object, chunk_batches: int | None,
+                tangent: bool) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """:func:`block_prior`'s blocks of the prior K^l, or with ``tangent`` of the NTK Theta^l (:mod:`bnsym.ntk`)."""
+    batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes, tangent)
     chunk = check_chunk_batches(chunk_batches, batches.shape[1], len(batches))
     within = np.zeros((len(depths), *batches.shape[:2], batches.shape[1]))
     cross = np.zeros((len(depths), len(pairs), batches.shape[1], batches.shape[1]))
@@ -172,14 +180,18 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
         for i, depth in enumerate(depths):
             cross[i, rows] = blocks[depth]
 
-    run_blocks(phi, batches, pairs, depths, first, nodes, device, client, chunk, on_within, on_cross)
+    run_blocks(phi, batches, pairs, depths, first, nodes, device, client, chunk, on_within, on_cross,
+               desc=_description(tangent, batches, pairs), tangent=tangent)
     return {depth: (within[i], cross[i]) for i, depth in enumerate(depths)}
 
 
 def _check_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
-                  nodes: int | None) -> tuple[np.ndarray, np.ndarray, list[int], Activation, int, int]:
+                  nodes: int | None,
+                  tangent: bool = False) -> tuple[np.ndarray, np.ndarray, list[int], Activation, int, int]:
     """:func:`block_prior`'s arguments checked: batches (k, B, d), pairs (P, 2) of distinct batch indices, depths,
-    phi, and the nodes of the first and later layers."""
+    phi, and the nodes of the first and later layers (with ``tangent``, the NTK's: phi of degree 1, 2 or 3, and
+    :func:`~bnsym.meanfield.ntk_laplace.tangent_nodes`, twice that and at least :func:`first_layer_nodes` in the
+    first layer)."""
     batches = check_real_array(batches, "batches (k, B, d)", 3)
     if batches.ndim != 3:
         raise ValueError(f"batches must have shape (k, B, d), got {batches.shape}")
@@ -189,11 +201,15 @@ def _check_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray,
     if not (np.all(pairs == np.round(pairs)) and np.all((0 <= pairs) & (pairs < len(batches)))
             and np.all(pairs[:, 0] != pairs[:, 1])):
         raise ValueError(f"pairs must hold pairs (i, j), i != j, of batch indices 0..{len(batches) - 1}")
-    first = nodes or first_layer_nodes(batch, batches.shape[-1])
+    if tangent and phi.degree not in (1, 2, 3):
+        raise ValueError(f"the Laplace tangent map needs phi of degree 1, 2 or 3 (its slope's arc-cosine kernel in "
+                         f"closed form), got {phi} of degree {phi.degree}")
+    later = tangent_nodes(batch) if tangent else default_nodes(batch)
+    first = nodes or max(first_layer_nodes(batch, batches.shape[-1]), 2 * later if tangent else later)
     # each batch is normalised on its own, so each may be rescaled on its own: a power of 2 brings its max |x| near
     # 1, exactly (a batch 1e-300 times another would otherwise underflow when the data set is scaled as one)
     batches = batches * np.ldexp(1.0, -np.frexp(np.abs(batches).max((1, 2)))[1])[:, None, None]
-    return batches, pairs.astype(int), depths, phi, first, nodes or default_nodes(batch)
+    return batches, pairs.astype(int), depths, phi, first, nodes or later
 
 
 @dataclass(frozen=True)
@@ -279,6 +295,15 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     with the same result bit for bit. Matrices larger in all than ``max_memory`` bytes, or any with ``out`` (a
     folder), are memory-mapped files (``out/<kind>-depth<l>.npy``, or unnamed temporary files).
     """
+    return batched_kernels(phi, X, depths, batch_size, X_test, nodes, device, test_covariance=test_covariance,
+                           client=client, out=out, max_memory=max_memory, chunk_batches=chunk_batches, tangent=False)
+
+
+def batched_kernels(phi: str | Activation, X: np.ndarray, depths: Sequence[int], batch_size: int,
+                    X_test: np.ndarray | None, nodes: int | None, device: torch.device | str | None, *,
+                    test_covariance: bool, client: object, out: str | os.PathLike | None, max_memory: int,
+                    chunk_batches: int | None, tangent: bool) -> dict[int, BatchedPrior]:
+    """:func:`bn_nngp_priors` of the prior K^l, or with ``tangent`` of the NTK Theta^l (:func:`bnsym.ntk.bn_ntk`)."""
     layout = batch_layout(X, batch_size, X_test, test_covariance)
     max_memory = check_whole_number(max_memory, "max_memory", 0, 2**62, "bytes of kernel matrices held in memory")
     depths = _check_depths(depths)
@@ -299,7 +324,7 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
                 train[d][left, :, right, :] = blocks[d]
                 train[d][right, :, left, :] = blocks[d].transpose(0, 2, 1)
 
-        _run(phi, layout.batches, pairs, depths, nodes, device, client, chunk, on_within, on_cross)
+        _run(phi, layout.batches, pairs, depths, nodes, device, client, chunk, on_within, on_cross, tangent)
         return {d: BatchedPrior(rows.ravel(), train=arrays[f"train-depth{d}"]) for d in depths}
     t, kt = layout.n_test, len(layout.batches) - k
     shapes = {f"cross-depth{d}": (kt * batch, k * batch) for d in depths}
@@ -326,18 +351,21 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
                 test[d][left[among], :, other, :] = blocks[d][among]
                 test[d][other, :, left[among], :] = blocks[d][among].transpose(0, 2, 1)
 
-    _run(phi, layout.batches, pairs, depths, nodes, device, client, chunk, on_test_within,
-         on_test_cross)
+    _run(phi, layout.batches, pairs, depths, nodes, device, client, chunk, on_test_within, on_test_cross, tangent)
     return {d: BatchedPrior(rows.ravel(), cross=arrays[f"cross-depth{d}"][:t], test_diagonal=diagonal[d].ravel()[:t],
                             test=arrays[f"test-depth{d}"][:t, :t] if test_covariance else None) for d in depths}
 
 
 def _run(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: list[int], nodes: int | None,
-         device: torch.device | str | None, client: object, chunk: int, on_within, on_cross) -> None:
+         device: torch.device | str | None, client: object, chunk: int, on_within, on_cross, tangent: bool) -> None:
     """:func:`bnsym.nngp_tasks.run_blocks` on checked arguments (as :func:`block_prior` checks them)."""
-    batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes)
+    batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes, tangent)
     run_blocks(phi, batches, pairs, depths, first, nodes, device, client, chunk, on_within, on_cross,
-               desc=f"BN-NNGP prior ({len(batches)} batches, {len(pairs)} pairs)")
+               desc=_description(tangent, batches, pairs), tangent=tangent)
+
+
+def _description(tangent: bool, batches: np.ndarray, pairs: np.ndarray) -> str:
+    return f"{'BN-NTK' if tangent else 'BN-NNGP prior'} ({len(batches)} batches, {len(pairs)} pairs)"
 
 
 def bn_nngp_prior(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int,
@@ -471,28 +499,36 @@ class BatchOrderTags(Tags):
     batch_order_dependent: bool = True
 
 
-class _BatchNormNNGP(BaseEstimator):
-    """What the regressor and the classifier share: validation, the batched prior, the posterior."""
+class BatchedEstimator(BaseEstimator):
+    """What the BN-NNGP and BN-NTK estimators share: the batch-order tag, a clone that shares ``client``, and the
+    check of where and how finely the kernel is computed (``nodes``, ``device``)."""
 
     def __sklearn_tags__(self) -> BatchOrderTags:
         tags = super().__sklearn_tags__()
         return BatchOrderTags(**{field.name: getattr(tags, field.name) for field in fields(tags)})
 
-    def __sklearn_clone__(self) -> _BatchNormNNGP:
+    def __sklearn_clone__(self) -> BatchedEstimator:
         """An unfitted copy with copies of the parameters, sharing ``client`` (a ``distributed.Client`` cannot be
         deep-copied, and it only says where to compute)."""
         params = self.get_params(deep=False)
         client = params.pop("client")
         return type(self)(**{name: clone(value, safe=False) for name, value in params.items()}, client=client)
 
+    def _check_placement(self) -> None:
+        _check_nodes(self.nodes)
+        if self.device is not None:
+            check_device(self.device)
+
+
+class _BatchNormNNGP(BatchedEstimator):
+    """What the regressor and the classifier share: validation, the batched prior, the posterior."""
+
     def _validate(self) -> Activation:
         phi = _homogeneous(self.phi, check_batch_size(self.batch_size))
         _check_depth(self.depth)
         check_range(self.noise, "noise", 0.0, why="the observation noise variance")
-        _check_nodes(self.nodes)
+        self._check_placement()
         check_flag(getattr(self, "normalise_y", False), "normalise_y")
-        if self.device is not None:
-            check_device(self.device)
         return phi
 
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:

@@ -5,7 +5,9 @@ task per chunk iterates each of its batches' own (within-batch) block through th
 V_B(K^{l-1}_aa); one task per tile, a pair of chunks, iterates the cross block of every asked pair (a, b) between
 them, K^l_ab = [V(joint 2B x 2B covariance of K^{l-1}_aa, K^{l-1}_ab, K^{l-1}_bb)]_ab (the cross-batch layer map,
 Yang et al. 2019, App. H, Defn H.1), which needs nothing but the two batches' within-batch trajectories: the pairs
-are independent of each other once those are known.
+are independent of each other once those are known. The BN-NTK's blocks (``tangent``) travel the same way, each
+block carrying the kernel and the tangent kernel together (:mod:`bnsym.meanfield.ntk_laplace`: ``within_step``,
+``cross_step``).
 
 **Same bits everywhere.** A task's arithmetic depends only on its own arguments (the chunks are fixed by the batch
 order and ``chunk_batches``), and every task runs torch on one thread: on this machine in a pool of Python threads
@@ -31,6 +33,7 @@ from .core.activations import Activation
 from .core.progress import progress_bar
 from .core.validation import check_device, check_whole_number, shown
 from .meanfield.crossbatch import cross_batch_kernel_laplace, phi_kernel_torch
+from .meanfield.ntk_laplace import cross_step, within_step
 
 CHUNK_BATCHES = 4  # most batches per chunk by default: tiles of up to 16 pairs (tasks of seconds at B = 32)
 MAX_CHUNK_BATCHES = 4096
@@ -61,43 +64,61 @@ def _device(device: str | None) -> torch.device:
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def within_task(phi: Activation, x: np.ndarray, depth: int, first: int, nodes: int,
-                device: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """(x, K^l within each batch of x (c, B, d) for l = 0..depth, (depth + 1, c, B, B)); K^0 = x x^T / d.
+def _within_step(phi: Activation, within: torch.Tensor, nodes: int, tangent: bool) -> torch.Tensor:
+    """One layer of each batch's own block: K (c, B, B), or (K, Theta) (2, c, B, B) with ``tangent``."""
+    if tangent:
+        return within_step(phi, within, nodes)
+    joint = torch.cat([torch.cat([within, within], -1)] * 2, -2)
+    block = cross_batch_kernel_laplace(phi, joint, within.shape[-1], nodes=nodes, blocks="cross")
+    return (block + block.mT) / 2
+
+
+def _cross_step(phi: Activation, left: torch.Tensor, cross: torch.Tensor, right: torch.Tensor, nodes: int,
+                tangent: bool) -> torch.Tensor:
+    """One layer of pairs' cross blocks, from the pairs' own blocks ``left`` and ``right`` (shapes as
+    :func:`_within_step`)."""
+    if tangent:
+        return cross_step(phi, left, cross, right, nodes)
+    joint = torch.cat([torch.cat([left, cross], -1), torch.cat([cross.mT, right], -1)], -2)
+    return cross_batch_kernel_laplace(phi, joint, left.shape[-1], nodes=nodes, blocks="cross")
+
+
+def within_task(phi: Activation, x: np.ndarray, depth: int, first: int, nodes: int, device: str | None,
+                tangent: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(x, K^l within each batch of x (c, B, d) for l = 0..depth, (depth + 1, c, B, B)); K^0 = x x^T / d. With
+    ``tangent``, (K^l, Theta^l) (depth + 1, 2, c, B, B), Theta^0 = K^0.
 
     Each layer maps the pair (batch, identical copy) with the cross-batch map (``first`` Gauss-Jacobi nodes per
     axis in layer 1, ``nodes`` after) and symmetrises the result."""
     x_t = torch.tensor(x, device=_device(device))  # a fresh, aligned copy: the same memory layout everywhere
     within = x_t @ x_t.mT / x_t.shape[-1]
+    within = torch.stack([within, within]) if tangent else within
     trajectory = [within]
     for layer in range(1, depth + 1):
-        joint = torch.cat([torch.cat([within, within], -1)] * 2, -2)
-        block = cross_batch_kernel_laplace(phi, joint, x_t.shape[1], nodes=first if layer == 1 else nodes,
-                                           blocks="cross")
-        within = (block + block.mT) / 2
+        within = _within_step(phi, within, first if layer == 1 else nodes, tangent)
         trajectory.append(within)
     return x, torch.stack(trajectory).cpu().numpy()
 
 
 def tile_task(phi: Activation, left: tuple[np.ndarray, np.ndarray], right: tuple[np.ndarray, np.ndarray],
-              pairs: np.ndarray, depths: Sequence[int], first: int, nodes: int, device: str | None) -> Blocks:
-    """Cross blocks K^l_ab at each l in ``depths`` (P, B, B) of the P ``pairs`` (a in ``left``, b in ``right``,
-    indices into the two chunks), from both chunks' :func:`within_task` results."""
+              pairs: np.ndarray, depths: Sequence[int], first: int, nodes: int, device: str | None,
+              tangent: bool = False) -> Blocks:
+    """Cross blocks K^l_ab (Theta^l_ab with ``tangent``) at each l in ``depths`` (P, B, B) of the P ``pairs`` (a in
+    ``left``, b in ``right``, indices into the two chunks), from both chunks' :func:`within_task` results."""
     device_ = _device(device)
     (x_left, within_left), (x_right, within_right) = left, right
     a, b = torch.as_tensor(pairs[:, 0], device=device_), torch.as_tensor(pairs[:, 1], device=device_)
     x_a, x_b = torch.tensor(x_left, device=device_)[a], torch.tensor(x_right, device=device_)[b]
-    within_a = torch.tensor(within_left, device=device_)[:, a]
-    within_b = torch.tensor(within_right, device=device_)[:, b]
+    within_a = torch.tensor(within_left, device=device_)[..., a, :, :]
+    within_b = torch.tensor(within_right, device=device_)[..., b, :, :]
     cross = x_a @ x_b.mT / x_a.shape[-1]
+    cross = torch.stack([cross, cross]) if tangent else cross
     out = {}
     for layer in range(1, max(depths) + 1):
-        joint = torch.cat([torch.cat([within_a[layer - 1], cross], -1),
-                           torch.cat([cross.mT, within_b[layer - 1]], -1)], -2)
-        cross = cross_batch_kernel_laplace(phi, joint, x_a.shape[1], nodes=first if layer == 1 else nodes,
-                                           blocks="cross")
+        cross = _cross_step(phi, within_a[layer - 1], cross, within_b[layer - 1], first if layer == 1 else nodes,
+                            tangent)
         if layer in depths:
-            out[layer] = cross.cpu().numpy()
+            out[layer] = (cross[1] if tangent else cross).cpu().numpy()
     return out
 
 
@@ -143,10 +164,11 @@ def resolve_client(client: object) -> Iterator[Any]:
 def run_blocks(phi: Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int], first: int,
                nodes: int, device: torch.device | str | None, client: object, chunk_batches: int,
                on_within: Callable[[np.ndarray, Blocks], None], on_cross: Callable[[np.ndarray, Blocks], None],
-               desc: str = "BN-NNGP blocks") -> None:
+               desc: str = "BN-NNGP blocks", tangent: bool = False) -> None:
     """Compute the within blocks of every batch of ``batches`` (k, B, d) and the cross blocks of ``pairs`` (P, 2)
     at each depth, handing each task's result to ``on_within(batch indices, blocks)`` or ``on_cross(pair indices
-    into pairs, blocks)`` as it arrives (in this thread). Arguments are validated by the caller."""
+    into pairs, blocks)`` as it arrives (in this thread): the prior's K^l, or with ``tangent`` the NTK's Theta^l.
+    Arguments are validated by the caller."""
     device = None if device is None else str(check_device(device))
     k = len(batches)
     chunks = [np.arange(start, min(start + chunk_batches, k)) for start in range(0, k, chunk_batches)]
@@ -158,47 +180,49 @@ def run_blocks(phi: Activation, batches: np.ndarray, pairs: np.ndarray, depths: 
     depth = max(depths)
     with resolve_client(client) as cluster, progress_bar(total=len(chunks) + len(tiles), desc=desc) as bar:
         if cluster is None:
-            _run_here(phi, batches, chunks, tiles, local, depths, first, nodes, device, on_within, on_cross, bar)
+            _run_here(phi, batches, chunks, tiles, local, depths, first, nodes, device, tangent, on_within, on_cross,
+                      bar)
             return
         within = [cluster.submit(on_one_thread, within_task, phi, batches[chunk], depth, first, nodes, device,
-                                 pure=False, retries=RETRIES) for chunk in chunks]
+                                 tangent, pure=False, retries=RETRIES) for chunk in chunks]
         futures = {future: ("within", i) for i, future in enumerate(within)}
         futures.update({cluster.submit(on_one_thread, tile_task, phi, within[a], within[b], local[(a, b)], depths,
-                                       first, nodes, device, pure=False, retries=RETRIES): ("tile", (a, b))
+                                       first, nodes, device, tangent, pure=False, retries=RETRIES): ("tile", (a, b))
                         for a, b in tiles})
         from distributed import as_completed as completed
 
         for future in completed(list(futures)):
             kind, which = futures.pop(future)
             if kind == "within":
-                _hand_within(future.result()[1], chunks[which], depths, on_within)
+                _hand_within(future.result()[1], chunks[which], depths, tangent, on_within)
             else:
                 on_cross(tiles[which], future.result())
                 future.release()
             bar.update()
 
 
-def _hand_within(trajectory: np.ndarray, chunk: np.ndarray, depths: Sequence[int],
+def _hand_within(trajectory: np.ndarray, chunk: np.ndarray, depths: Sequence[int], tangent: bool,
                  on_within: Callable[[np.ndarray, Blocks], None]) -> None:
-    on_within(chunk, {layer: trajectory[layer] for layer in depths})
+    on_within(chunk, {layer: trajectory[layer][1] if tangent else trajectory[layer] for layer in depths})
 
 
 def _run_here(phi: Activation, batches: np.ndarray, chunks: list[np.ndarray], tiles: dict, local: dict,
-              depths: Sequence[int], first: int, nodes: int, device: str | None,
+              depths: Sequence[int], first: int, nodes: int, device: str | None, tangent: bool,
               on_within: Callable[[np.ndarray, Blocks], None], on_cross: Callable[[np.ndarray, Blocks], None],
               bar: Any) -> None:
-    """The tasks of :func:`run_blocks` in a pool of Python threads, torch on one thread each (its threads before)."""
-    workers = max(1, min(torch.get_num_threads(), len(chunks) + len(tiles)))
+    """The tasks of :func:`run_blocks` in a pool of Python threads, torch on one thread each (its threads before);
+    the NTK's in turn (its forward-mode passes take turns in a process: a cluster runs them in parallel)."""
+    workers = 1 if tangent else max(1, min(torch.get_num_threads(), len(chunks) + len(tiles)))
     phi_kernel_torch(phi, torch.zeros(1, dtype=torch.float64))  # lambdify here: sympy is not thread-safe
     with _torch_threads(1), ThreadPoolExecutor(workers) as pool:
         within = []
         for chunk, result in zip(chunks, pool.map(lambda c: within_task(phi, batches[c], max(depths), first, nodes,
-                                                                        device), chunks)):
+                                                                        device, tangent), chunks)):
             within.append(result)
-            _hand_within(result[1], chunk, depths, on_within)
+            _hand_within(result[1], chunk, depths, tangent, on_within)
             bar.update()
-        futures = {pool.submit(tile_task, phi, within[a], within[b], local[(a, b)], depths, first, nodes, device):
-                   (a, b) for a, b in tiles}
+        futures = {pool.submit(tile_task, phi, within[a], within[b], local[(a, b)], depths, first, nodes, device,
+                               tangent): (a, b) for a, b in tiles}
         for future in as_completed(futures):
             on_cross(tiles[futures.pop(future)], future.result())
             bar.update()

@@ -4,11 +4,14 @@ set cut into batches.
 The network is the BN-NNGP's, [Dense, BN, phi] * depth with f = v . x^L / sqrt(N) (weight variance 1, no bias,
 eps = 0), every W^l and v trained in the NTK parametrisation; the training points, and test points among
 themselves, are batched as :func:`bnsym.nngp.batch_layout` does. For phi positive-homogeneous of degree 1, 2 or 3
-the blocks come from the Laplace tangent route (:func:`ntk_blocks_laplace`); otherwise from ``_blocks``: within
-a batch :func:`bnsym.arch.ntk`, between two batches :func:`bnsym.arch.ntk_cross` on their joint input Gram.
+the blocks come from the Laplace tangent route (:func:`ntk_blocks_laplace`), as tasks here or on a Dask cluster
+(:mod:`bnsym.nngp_tasks`, as the prior's); otherwise from ``_blocks``: within a batch :func:`bnsym.arch.ntk`,
+between two batches :func:`bnsym.arch.ntk_cross` on their joint input Gram.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import torch
@@ -24,19 +27,17 @@ from .core.validation import (
     check_activation,
     check_batch_size,
     check_covariance,
-    check_device,
-    check_finite_result,
     check_whole_number,
 )
-from .meanfield.ntk_laplace import ntk_blocks, tangent_nodes
 from .nngp import (
+    MAX_MEMORY,
     BatchedPrior,
-    _check_blocks,
     _check_depth,
     _check_inputs,
     batch_layout,
-    first_layer_nodes,
+    batched_kernels,
     input_covariance,
+    task_blocks,
 )
 
 MAX_DEPTH = 10**4
@@ -64,8 +65,8 @@ def _blocks(phi: Activation, batches: np.ndarray, pairs: np.ndarray, depth: int,
 
 
 def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depth: int,
-                       nodes: int | None = None,
-                       device: torch.device | str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       nodes: int | None = None, device: torch.device | str | None = None, *, client: object = None,
+                       chunk_batches: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The NTK of the BN-NNGP's network (this module's) for k batches (k, B, d): within-batch (k, B, B) and cross
     (P, B, B) blocks for the batch pairs ``pairs`` (P, 2), as :func:`bnsym.nngp.block_prior` for the kernel.
 
@@ -74,42 +75,41 @@ def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.nda
     ``nodes`` per axis (None: ``bnsym.meanfield.ntk_laplace.tangent_nodes``, and in the first layer, whose
     raw-input Gram has spread eigenvalues, twice that and at least :func:`~bnsym.nngp.first_layer_nodes`: 1000
     digits at B = 32, depth 10, 6e-9 of the NTK's largest entry against 24 nodes everywhere, where 8 in the first
-    layer leave 4e-7).
+    layer leave 4e-7). The blocks are computed as tasks, here or on ``client``, with the same bits either way
+    (:mod:`bnsym.nngp_tasks`, ``chunk_batches`` as there).
     phi positive-homogeneous of degree 1, 2 or 3 (relu, leaky relu, relu^2, ...).
     """
     depth = _check_depth(depth)
-    batches, pairs, _, phi, _, _ = _check_blocks(phi, batches, pairs, [depth], nodes)
-    batch = batches.shape[1]
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else check_device(device)
-    if phi.degree not in (1, 2, 3):
-        raise ValueError(f"the Laplace tangent map needs phi of degree 1, 2 or 3 (its slope's arc-cosine kernel in "
-                         f"closed form), got {phi} of degree {phi.degree}")
-    first = nodes or max(first_layer_nodes(batch, batches.shape[-1]), 2 * tangent_nodes(batch))
-    nodes = nodes or tangent_nodes(batch)
-    x = torch.as_tensor(batches, device=torch.device(device))
-    within = x @ x.mT / x.shape[-1]
-    cross = x[pairs[:, 0]] @ x[pairs[:, 1]].mT / x.shape[-1]
-    within, cross = ntk_blocks(phi, within, cross, pairs, depth, nodes, first)
-    return (check_finite_result(within.cpu().numpy(), "the NTK's within-batch blocks"),
-            check_finite_result(cross.cpu().numpy(), "the NTK's cross-batch blocks"))
+    return task_blocks(phi, batches, pairs, [depth], nodes, device, client, chunk_batches, tangent=True)[depth]
 
 
 def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, X_test: np.ndarray | None = None,
-           points: int = 2**12, replicates: int = 16, seed: int = 0) -> BatchedPrior:
+           points: int = 2**12, replicates: int = 16, seed: int = 0, nodes: int | None = None,
+           device: torch.device | str | None = None, *, client: object = None, out: str | os.PathLike | None = None,
+           max_memory: int = MAX_MEMORY, chunk_batches: int | None = None) -> BatchedPrior:
     """The NTK Theta of the training copies of ``X`` (n, d) cut into batches of ``batch_size`` (``train``, rows
     ``train_rows``), or with ``X_test`` between the test points, batched among themselves, and the training copies
     (``cross`` (t, m), ``test_diagonal`` (t,)); batching as :func:`bnsym.nngp.bn_nngp_priors`, the same
     :class:`~bnsym.nngp.BatchedPrior`. Theta does not see the inputs' scale (eps = 0, no bias). Positive-homogeneous
-    phi of degree 1, 2 or 3 (relu, relu^2, ...) take the Laplace route (:func:`ntk_blocks_laplace`, all blocks in
-    one tensor op, ~1e-8); any other phi is sampled (``_blocks``: seconds per block at B = 8; ``points``,
-    ``replicates``, ``seed``, routes and errors as for :func:`bnsym.arch.ntk_cross`)."""
+    phi of degree 1, 2 or 3 (relu, relu^2, ...) take the Laplace route (:func:`ntk_blocks_laplace`, ``nodes``
+    per axis, ~1e-8 by default), computed as tasks here or on ``client`` (``device``, ``out``, ``max_memory`` and
+    ``chunk_batches`` as for :func:`bnsym.nngp.bn_nngp_priors`); any other phi is sampled here, block by block
+    (``_blocks``: seconds per block at B = 8; ``points``, ``replicates``, ``seed``, routes and errors as for
+    :func:`bnsym.arch.ntk_cross`)."""
     batch = check_batch_size(batch_size)
     activation = check_activation(parse_activation(phi), batch, slope=True)
     depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of Dense-BN-phi layers")
     sampling = check_sampling(points, replicates, seed)
-    layout = batch_layout(X, batch, X_test)
     if activation.degree in (1, 2, 3):
-        return layout.assemble(*ntk_blocks_laplace(activation, layout.batches, layout.pairs, depth))
+        return batched_kernels(activation, X, [depth], batch, X_test, nodes, device, test_covariance=False,
+                               client=client, out=out, max_memory=max_memory, chunk_batches=chunk_batches,
+                               tangent=True)[depth]
+    given = [name for name, value in (("nodes", nodes), ("device", device), ("client", client), ("out", out),
+                                      ("chunk_batches", chunk_batches)) if value is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} apply to the Laplace route (phi positive-homogeneous of degree 1, 2 or "
+                         f"3); {activation} is sampled here, block by block")
+    layout = batch_layout(X, batch, X_test)
     first = 0 if X_test is None else len(layout.rows)  # with test points the training blocks are not used
     return layout.assemble(*_blocks(activation, layout.batches, layout.pairs, depth, sampling, first))
 

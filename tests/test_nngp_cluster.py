@@ -1,5 +1,6 @@
 """bnsym.nngp on a real 2-worker Dask LocalCluster: the same prior bit for bit with no cluster, 2 workers, after a
-worker is killed while tasks are pending, and with 1 worker (the last test retires the other: tests run in order)."""
+worker is killed while tasks are pending, and with 1 worker (the last test retires the other: tests run in order);
+the BN-NTK (bnsym.ntk), which runs on the same tasks, with 2 workers."""
 
 import os
 import signal
@@ -14,6 +15,8 @@ from sklearn.datasets import load_digits
 
 from bnsym.nngp import BatchNormNNGPClassifier, bn_nngp_priors
 from bnsym.nngp_tasks import untrimmed_workers
+from bnsym.ntk import bn_ntk
+from bnsym.ntk_estimators import BatchNormNTKRegressor
 
 DEPTHS, B, CHUNK = [1, 2], 8, 2  # 96 digits: 12 batches, 6 chunks, 21 tiles of pairs
 
@@ -68,6 +71,24 @@ def test_same_bits_with_two_workers(digits, reference, cluster):
     assert np.array_equal(here.predict_proba(X_test), there.predict_proba(X_test))
     assert here.log_marginal_likelihood() == there.log_marginal_likelihood()
     assert clone(there).client is client  # a Client cannot be deep-copied: clones share it
+
+
+def test_ntk_same_bits_with_two_workers(digits, cluster):
+    """bn_ntk and the NTK estimator: no cluster (torch on 2 threads) and 2 workers give the same bits."""
+    X, y, X_test = digits
+    _, client = cluster
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        here = bn_ntk("relu", X, 2, B, X_test=X_test, chunk_batches=CHUNK)
+        fitted = BatchNormNTKRegressor(depth=1, batch_size=B).fit(X, y.astype(float))
+    finally:
+        torch.set_num_threads(previous)
+    there = bn_ntk("relu", X, 2, B, X_test=X_test, chunk_batches=CHUNK, client=client)
+    assert np.array_equal(here.cross, there.cross) and np.array_equal(here.test_diagonal, there.test_diagonal)
+    remote = BatchNormNTKRegressor(depth=1, batch_size=B, client=client).fit(X, y.astype(float))
+    assert np.array_equal(fitted.predict(X_test), remote.predict(X_test))
+    assert clone(remote).client is client
 
 
 class KillOnce(SchedulerPlugin):

@@ -23,6 +23,8 @@ K^(x_l) + T_l(Theta^(h_l)), and the NTK is Theta^(h_(L+1)).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 from torch.autograd import forward_ad
@@ -30,6 +32,9 @@ from torch.autograd import forward_ad
 from ..core.activations import Activation
 from ..core.validation import batch_scales, check_batch_size
 from .crossbatch import _chunked, _reduce
+
+
+FORWARD_AD = threading.Lock()  # torch's forward-mode AD has one level per process: one dual pass at a time
 
 
 def tangent_nodes(batch_size: int) -> int:
@@ -62,10 +67,11 @@ def tangent_cross_block(phi: Activation, sigma: torch.Tensor, theta: torch.Tenso
     """(V_12(Sigma), T(Theta)_12) for a stack of joint covariances ``sigma`` and tangent kernels ``theta``
     (n, B1 + B2, B1 + B2): the cross block of the layer's kernel and its derivative in Sigma_12 along Theta_12
     (module docstring), both (n, B1, B2), by one forward-mode pass through the Laplace integral with ``nodes``
-    Gauss-Jacobi nodes per axis. Only Theta's cross block is read."""
+    Gauss-Jacobi nodes per axis. Only Theta's cross block is read. Threads of one process take turns
+    (``FORWARD_AD``)."""
     omega, scale, rescale = _prepare(sigma, batch1)
     direction = _reduce(_off_diagonal(theta, batch1) * rescale, batch1)
-    with forward_ad.dual_level():
+    with FORWARD_AD, forward_ad.dual_level():
         dual = forward_ad.make_dual(omega, direction)
         value, tangent = forward_ad.unpack_dual(_chunked(phi, dual, batch1, nodes, scale))
     return value, tangent if tangent is not None else torch.zeros_like(value)
@@ -120,22 +126,33 @@ def _joint(first: torch.Tensor, cross: torch.Tensor, second: torch.Tensor) -> to
     return torch.cat([torch.cat([first, cross], -1), torch.cat([cross.mT, second], -1)], -2)
 
 
-def ntk_layer(phi: Activation, within: tuple[torch.Tensor, torch.Tensor], cross: tuple[torch.Tensor, torch.Tensor],
-              pairs: torch.Tensor, nodes: int) -> tuple[tuple[torch.Tensor, torch.Tensor],
-                                                       tuple[torch.Tensor, torch.Tensor]]:
-    """One [BN, phi, Dense] step of k batches of size B and P pairs of them: (K, Theta) of the Dense inputs, within
-    (k, B, B) and cross (P, B, B), to (K^x, Theta^h' = K^x + T(Theta)), all blocks in one tensor op (the
-    within-batch blocks as each batch's cross block with an identical copy of itself)."""
-    (kernel, theta), (kernel_cross, theta_cross) = within, cross
-    left, right = pairs[:, 0], pairs[:, 1]
-    sigma = torch.cat([_joint(kernel, kernel, kernel),
-                       _joint(kernel[left], kernel_cross, kernel[right])])
-    tangent = torch.cat([_joint(theta, theta, theta), _joint(theta[left], theta_cross, theta[right])])
-    value, slope = tangent_cross_block(phi, sigma, tangent, kernel.shape[-1], nodes)
-    k = len(kernel)
-    new_kernel, new_cross = (value[:k] + value[:k].mT) / 2, value[k:]
-    new_theta = new_kernel + (slope[:k] + slope[:k].mT) / 2
-    return (new_kernel, new_theta), (new_cross, new_cross + slope[k:])
+def within_step(phi: Activation, state: torch.Tensor, nodes: int) -> torch.Tensor:
+    """One [BN, phi, Dense] step of k batches' own blocks: ``state`` (2, k, B, B), the Dense inputs' kernel K and
+    tangent kernel Theta, to (K^x, Theta^h' = K^x + T(Theta)), each batch's block as its cross block with an
+    identical copy of itself, all in one tensor op."""
+    kernel, theta = state
+    value, slope = tangent_cross_block(phi, _joint(kernel, kernel, kernel), _joint(theta, theta, theta),
+                                       kernel.shape[-1], nodes)
+    kernel = (value + value.mT) / 2
+    return torch.stack([kernel, kernel + (slope + slope.mT) / 2])
+
+
+def cross_step(phi: Activation, left: torch.Tensor, cross: torch.Tensor, right: torch.Tensor,
+               nodes: int) -> torch.Tensor:
+    """The same step for P pairs of batches: their cross blocks ``cross`` (2, P, B, B) (K and Theta), given each
+    pair's own blocks ``left`` and ``right`` (2, P, B, B), to the next layer's (2, P, B, B)."""
+    value, slope = tangent_cross_block(phi, _joint(left[0], cross[0], right[0]), _joint(left[1], cross[1], right[1]),
+                                       left.shape[-1], nodes)
+    return torch.stack([value, value + slope])
+
+
+def ntk_layer(phi: Activation, within: torch.Tensor, cross: torch.Tensor, pairs: torch.Tensor,
+              nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`within_step` and :func:`cross_step` of k batches ``within`` (2, k, B, B) and P pairs ``cross``
+    (2, P, B, B) of them, ``pairs`` (P, 2)."""
+    if len(pairs):
+        cross = cross_step(phi, within[:, pairs[:, 0]], cross, within[:, pairs[:, 1]], nodes)
+    return within_step(phi, within, nodes), cross
 
 
 def ntk_blocks(phi: Activation, within: torch.Tensor, cross: torch.Tensor, pairs: np.ndarray, depth: int,
@@ -144,10 +161,10 @@ def ntk_blocks(phi: Activation, within: torch.Tensor, cross: torch.Tensor, pairs
     ``cross`` (P, B, B) (the first Dense's K = Theta), within (k, B, B) and cross (P, B, B); ``first`` nodes in
     the first layer (default ``nodes``)."""
     pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64).reshape(-1, 2), device=within.device)
-    state = (within, within), (cross, cross)
+    within, cross = torch.stack([within, within]), torch.stack([cross, cross])
     for layer in range(depth):
-        state = ntk_layer(phi, *state, pairs, first if layer == 0 and first else nodes)
-    return state[0][1], state[1][1]
+        within, cross = ntk_layer(phi, within, cross, pairs, first if layer == 0 and first else nodes)
+    return within[1], cross[1]
 
 
 def ntk_joint(phi: Activation, sigma: np.ndarray, depth: int, batch: int, nodes: int) -> np.ndarray:
