@@ -42,6 +42,7 @@ from scipy.special import gammaln
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
+from ..core.kernels import lambdified
 from ..core.quadrature import gauss_jacobi
 from ..core.symbols import B, alpha, c, mu_star, t
 from ..core.validation import batch_scales
@@ -375,17 +376,16 @@ def derive_cross_rate() -> Derivation:
     return d
 
 
-@cache
-def _mean_rho() -> Callable[..., np.ndarray]:
+@lambdified(modules="scipy")
+def _mean_rho() -> tuple:
     """E rho_alpha(x_1) as a function of (B, alpha), lambdified from :func:`derive_cross_fixed_point`."""
-    return sp.lambdify((B, alpha), _log_gamma(derive_cross_fixed_point()["E_rho"]), modules="scipy", cse=True)
+    return (B, alpha), _log_gamma(derive_cross_fixed_point()["E_rho"])
 
 
-@cache
-def _rate() -> Callable[..., np.ndarray]:
+@lambdified(modules="scipy")
+def _rate() -> tuple:
     """lambda_x^2 as a function of (B, a_1, mu*), lambdified from :func:`derive_cross_rate`."""
-    a1 = sp.Symbol("a_1", positive=True)
-    return sp.lambdify((B, a1, mu_star), _log_gamma(derive_cross_rate()["lambda_x2"]), modules="scipy", cse=True)
+    return (B, sp.Symbol("a_1", positive=True), mu_star), _log_gamma(derive_cross_rate()["lambda_x2"])
 
 
 def cross_fixed_point_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
