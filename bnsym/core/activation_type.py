@@ -12,9 +12,11 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
-import torch
 
+from .lazy import lazy_module
 from .symbols import z
+
+torch = lazy_module("torch")
 
 
 @dataclass(frozen=True)

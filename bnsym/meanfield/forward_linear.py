@@ -22,10 +22,7 @@ from typing import Mapping
 
 import numpy as np
 import sympy as sp
-import torch
-from scipy.optimize import brentq
 from scipy.special import ndtri
-from scipy.stats import qmc
 
 from ..core.activations import Activation
 from ..core.batchnorm import batch_norm
@@ -33,6 +30,7 @@ from ..core.derivation import Derivation
 from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.geometry import centring, eigen_directions
 from ..core.kernels import lambdified
+from ..core.lazy import lazy_module
 from ..core.symbols import J1, P00, P11, P20, S0, S2, B, Jrho, alpha, c, dJrho, ell, g, mu, rho, s, t, v_star
 from .forward import default_fixed_point
 from .kernels import (
@@ -46,6 +44,11 @@ from .kernels import (
 from .laplace import bn_kernel_laplace, euler_beta
 from .sphere import expect_pair_with_error
 from .ultrasymmetric import CLASSES, T, derive_eigenvalues, dos_classes, projected_eigenvalues
+
+optimize = lazy_module("scipy.optimize")
+
+torch = lazy_module("torch")
+stats = lazy_module("scipy.stats")
 
 EIGENSPACES = ("G", "L", "M")
 
@@ -362,7 +365,7 @@ def _crn_quotients(phi: Activation, sigma: np.ndarray, lam: np.ndarray, step: fl
     rng = np.random.default_rng(seed)
     quotients = []
     for _ in range(n_replicates):
-        z = ndtri(qmc.Sobol(d=batch, scramble=True, seed=rng).random(n_points))
+        z = ndtri(stats.qmc.Sobol(d=batch, scramble=True, seed=rng).random(n_points))
         values = []
         for factor in factors:
             y = z @ factor.T @ g
@@ -388,7 +391,7 @@ def alpha_transition_value(batch_size: int, alpha_max: float = 40.0) -> float | 
         lam_l, lam_m = relu_power_eigenvalues(np.array([a]), batch_size)
         return float(max(lam_l[0], lam_m[0]) - 1)
 
-    return float(brentq(f, grid[k - 1], grid[k], xtol=1e-12, rtol=1e-14))
+    return float(optimize.brentq(f, grid[k - 1], grid[k], xtol=1e-12, rtol=1e-14))
 
 
 def depth_scales(eigenvalues: Mapping[str, float | Estimate]) -> dict[str, Estimate]:
