@@ -1,12 +1,12 @@
 """Public names imported on first use (PEP 562), so that ``import bnsym`` and ``bnsym --help`` do not pay for
-torch, SymPy and SciPy (about 3 s of CPU) before anything needs them; and modules executed on first use, so that a
+torch, SymPy and SciPy (about 3 s of CPU) before anything needs them; and modules imported on first use, so that a
 route that needs no torch (the closed forms of relu) does not pay for it."""
 
 from __future__ import annotations
 
 import sys
 from importlib import import_module
-from importlib.util import LazyLoader, find_spec, module_from_spec
+from importlib.util import find_spec
 from types import ModuleType
 from typing import Any, Callable
 
@@ -32,17 +32,17 @@ def lazy_attributes(package: str, exports: dict[str, str]) -> tuple[Callable[[st
     return __getattr__, __dir__
 
 
+
+class _ImportedOnFirstUse(ModuleType):
+    """Stands for the module of its name: the first attribute read imports it (thread-safe: the import system locks
+    each module), and every read is the real module's attribute, so nothing is copied that could go stale."""
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(sys.modules.get(self.__name__) or import_module(self.__name__), attribute)
+
+
 def lazy_module(name: str) -> ModuleType:
-    """The module ``name``, executed on first use of one of its attributes (``importlib.util.LazyLoader``), for
-    heavy dependencies that only some routes need (torch: about 1.5 s of CPU); the module itself where it is
-    imported already. Used as ``torch = lazy_module("torch")`` in place of ``import torch``."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-    spec.loader = LazyLoader(spec.loader)
-    module = module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The module ``name`` where it is imported already, else a stand-in that imports it on first use, for heavy
+    dependencies that only some routes need (torch: about 1.5 s of CPU): ``torch = lazy_module("torch")`` in place
+    of ``import torch``."""
+    return sys.modules.get(name) or _ImportedOnFirstUse(name)
