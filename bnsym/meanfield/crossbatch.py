@@ -52,7 +52,6 @@ from .laplace import euler_beta
 from .sphere import expect_pair_with_error
 
 torch = lazy_module("torch")
-dual = lazy_module("bnsym.meanfield.dual")
 
 RTOL = 1e-9  # adaptive rule: nodes per axis double from 8 until two rules agree to RTOL max |V|
 MAX_NODES = 128
@@ -67,11 +66,13 @@ def _arccos_kernel_torch(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """J_n(c) for integer n on [-1, 1] (c clamped there), lambdified for torch from
     :func:`~bnsym.meanfield.kernels.derive_arccos_kernel`; for n >= 1 differentiable in both modes with Price's
     J_n' = n^2 c_(n-1) / c_n J_(n-1) (:mod:`bnsym.meanfield.dual`), finite at c = 1."""
+    from .dual import arccos_kernel_function, ladder_factor  # here: dual's autograd Function imports torch
+
     kernel = sp.lambdify(c, derive_arccos_kernel(order).result.evalf(17), modules="torch", cse=True)
     if order == 0:
         return lambda corr: kernel(corr.clamp(-1.0, 1.0))
-    lower, factor = _arccos_kernel_torch(order - 1), dual.ladder_factor(order)
-    return dual.arccos_kernel_function(kernel, lambda corr: factor * lower(corr))
+    lower, factor = _arccos_kernel_torch(order - 1), ladder_factor(order)
+    return arccos_kernel_function(kernel, lambda corr: factor * lower(corr))
 
 
 def phi_kernel_torch(phi: Activation, corr: torch.Tensor) -> torch.Tensor:
@@ -119,6 +120,8 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     into the endpoint powers, (1-x)^(rank1/2-1) (1-y)^(rank2/2-1), and F is smooth again. A tensor Gauss-Jacobi
     rule integrates the endpoint powers exactly.
     """
+    from .dual import eigh  # here: dual's autograd Function imports torch
+
     alpha = phi.degree
     r1 = batch1 - 1
     r2 = omega.shape[-1] - r1
@@ -128,7 +131,7 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     m1 = o11.diagonal(0, -2, -1).mean(-1)[..., None, None]  # batch norm is scale invariant per batch:
     m22 = o22.diagonal(0, -2, -1).mean(-1)[..., None, None]  # rescale each to mean eigenvalue 1
     o11, o12, o22 = o11 / m1, o12 / (m1 * m22).sqrt(), o22 / m22
-    omega_eig, u = dual.eigh(o11)  # (..., r1), (..., r1, r1); ascending
+    omega_eig, u = eigh(o11)  # (..., r1), (..., r1, r1); ascending
     live1 = torch.arange(r1, device=omega.device) >= r1 - rank1  # the rank1 nonzero eigenvalues
     omega_eig = torch.where(live1, omega_eig, 0.0)
     x, wx = _jacobi_rule(nodes, rank1 / 2 - 1, alpha / 2 - 1, omega)
@@ -141,7 +144,7 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     rot = torch.where(live1[:, None], u.mT @ o12, 0.0)  # (..., r1, r2); o12 vanishes on the null space of o11
     tilt = xs / den1  # (..., nx, r1): 2 s / (1 + 2 s omega_k)
     ys_ = o22[..., None, :, :] - rot.mT[..., None, :, :] @ (tilt[..., :, None] * rot[..., None, :, :])
-    kappa, v = dual.eigh(ys_)  # (..., nx, r2), ascending
+    kappa, v = eigh(ys_)  # (..., nx, r2), ascending
     live2 = torch.arange(r2, device=omega.device) >= r2 - rank2
     kappa = torch.where(live2, kappa.clamp(min=0.0), 0.0)
     m2 = kappa.mean(-1).clamp(min=torch.finfo(omega.dtype).tiny)  # (..., nx)
