@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 import numpy as np
-import torch
 
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
+from .core.lazy import lazy_module
 from .core.validation import (
     check_activation,
     check_batch_size,
@@ -58,6 +58,8 @@ from .meanfield.forward_linear import (
 from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from .meanfield.laplace import bn_kernel_laplace
 from .meanfield.qmc import bn_kernel_qmc
+
+torch = lazy_module("torch")
 
 DEFAULT_TOL = 1e-8  # the error target of the series routes where a function takes no ``tol``
 MAX_FIXED_NODES = 1024  # a fixed Gauss-Jacobi rule of cross_batch_kernel: nodes^2 points per entry

@@ -43,6 +43,7 @@ from scipy.special import gammaln
 from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
 from .core.estimate import ROUNDING
+from .core.kernels import lambdified
 from .core.symbols import E_dphi2, E_phi, E_phi2, P_n, k, r, r_d, z
 from .core.validation import check_activation, check_number, check_real_array, check_whole_number, shown
 
@@ -416,11 +417,11 @@ def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
     )
 
 
-@cache
+@lambdified()
 def _normalised_rate_kernels():
+    """The rate of each normalisation as a function of (E phi, E phi^2, E phi'^2), from the derivation."""
     derivation = derive_normalised_gsc_rate()
-    return {name: sp.lambdify((E_phi, E_phi2, E_dphi2), derivation[name], modules="numpy", cse=True)
-            for name in ("batch", "layer")}
+    return {name: ((E_phi, E_phi2, E_dphi2), derivation[name]) for name in ("batch", "layer")}
 
 
 def normalised_gsc_rate(phi: str | Activation, norm: str = "batch") -> float:

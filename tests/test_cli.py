@@ -207,8 +207,8 @@ def test_import_and_help_need_no_theory():
 
 
 def test_predict_again_is_fast_identical_and_imports_no_theory(tmp_path):
-    """The second `bnsym predict` reads the answer the first derived (bnsym.cache): the same bytes, without torch,
-    SymPy or SciPy, well under the bound (about 0.2 s of CPU on a quiet machine; the first takes about 7 s)."""
+    """The second `bnsym predict` reads the answer the first computed (bnsym.cache): the same bytes, without torch,
+    SymPy or SciPy, well under the bound (about 0.2 s of CPU on a quiet machine; a first answer 1.2 s)."""
     env = {**os.environ, "BNSYM_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
     argv = ["predict", "--phi", "relu", "--batch-size", "32"]
     first = subprocess.run([str(_console_script()), *argv], capture_output=True, text=True, timeout=300, env=env)

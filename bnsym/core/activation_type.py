@@ -6,15 +6,18 @@ SymPy expressions, callables) in :mod:`bnsym.core.user_activations`; both build 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
 import numpy as np
 import sympy as sp
-import torch
 
+from .lazy import lazy_module
 from .symbols import z
+
+torch = lazy_module("torch")
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,28 @@ def _lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Call
 
     Numeric constants are evaluated first, inside products too (``sp.nfloat``; ``evalf`` leaves sqrt(2) z / 2):
     the torch printer spells sqrt(2) as torch.sqrt of a Python int, which torch rejects. A constant (the slope of
-    the identity) lambdifies to a bare number, so it is broadcast to the argument's shape and dtype.
+    the identity) lambdifies to a bare number, so it is broadcast to the argument's shape and dtype. The torch
+    callable is lambdified on its first call.
     """
     numeric = sp.nfloat(expr, 17)
     if not numeric.free_symbols:
         constant = float(numeric)
         return (lambda x: np.full(np.shape(x), constant)), (lambda x: torch.full_like(x, constant))
     f_np = sp.lambdify(z, numeric, modules=["scipy", "numpy"])
-    f_t = sp.lambdify(z, numeric, modules="torch")
-    return (lambda x: f_np(np.asarray(x, dtype=float))), f_t
+    return (lambda x: f_np(np.asarray(x, dtype=float))), _built_on_first_call(
+        lambda: sp.lambdify(z, numeric, modules="torch"))
+
+
+def _built_on_first_call(build: Callable[[], Callable]) -> Callable:
+    """The function ``build()`` returns, built when first called: lambdifying for torch imports torch (about 1.5 s
+    of CPU), which the theory's numpy routes never need. Built under a lock, since SymPy is not thread-safe."""
+    lock, built = threading.Lock(), []
+
+    def function(x):
+        if not built:
+            with lock:
+                if not built:
+                    built.append(build())
+        return built[0](x)
+
+    return function

@@ -35,12 +35,14 @@ from functools import lru_cache
 
 import numpy as np
 import sympy as sp
-import torch
 from scipy.special import expit
 
 from . import user_activations
 from .activation_type import Activation
+from .lazy import lazy_module
 from .symbols import z
+
+torch = lazy_module("torch")
 
 KNOWN_ACTIVATIONS = (
     "relu",

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
+from .lazy import lazy_module
+
+torch = lazy_module("torch")
 
 
 def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, dim: int = -1, *, centre: bool = True,

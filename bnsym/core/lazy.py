@@ -1,10 +1,13 @@
 """Public names imported on first use (PEP 562), so that ``import bnsym`` and ``bnsym --help`` do not pay for
-torch, SymPy and SciPy (about 3 s of CPU) before anything needs them."""
+torch, SymPy and SciPy (about 3 s of CPU) before anything needs them; and modules imported on first use, so that a
+route that needs no torch (the closed forms of relu) does not pay for it."""
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from importlib.util import find_spec
+from types import ModuleType
 from typing import Any, Callable
 
 
@@ -27,3 +30,19 @@ def lazy_attributes(package: str, exports: dict[str, str]) -> tuple[Callable[[st
         return sorted({*namespace, *exports})
 
     return __getattr__, __dir__
+
+
+
+class _ImportedOnFirstUse(ModuleType):
+    """Stands for the module of its name: the first attribute read imports it (thread-safe: the import system locks
+    each module), and every read is the real module's attribute, so nothing is copied that could go stale."""
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(sys.modules.get(self.__name__) or import_module(self.__name__), attribute)
+
+
+def lazy_module(name: str) -> ModuleType:
+    """The module ``name`` where it is imported already, else a stand-in that imports it on first use, for heavy
+    dependencies that only some routes need (torch: about 1.5 s of CPU): ``torch = lazy_module("torch")`` in place
+    of ``import torch``."""
+    return sys.modules.get(name) or _ImportedOnFirstUse(name)

@@ -20,10 +20,12 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
-import torch
 
 from .activation_type import Activation
+from .lazy import lazy_module
 from .symbols import z
+
+torch = lazy_module("torch")
 
 FUNCTIONS: dict[str, Callable[..., sp.Expr]] = {
     "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "abs": sp.Abs, "tanh": sp.tanh, "sinh": sp.sinh,

@@ -54,10 +54,12 @@ import numbers
 from typing import Iterable
 
 import numpy as np
-import torch
 from scipy.special import gammaln, roots_legendre
 
 from .activations import Activation
+from .lazy import lazy_module
+
+torch = lazy_module("torch")
 
 MIN_BATCH_SIZE = 4
 WHY_MIN_BATCH = (

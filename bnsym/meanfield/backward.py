@@ -28,6 +28,7 @@ import sympy as sp
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate, unresolved_note, within_error
+from ..core.kernels import lambdified
 from ..core.symbols import J1, M11, M12, N11, N12, B, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
 from .forward import default_fixed_point, derive_bsb1_constant
 from .gegenbauer import expect_pair_polynomial
@@ -219,10 +220,10 @@ def derive_linear_rate() -> Derivation:
 # ------------------------------------------------------------------------------------------------- numerics
 
 
-@cache
+@lambdified()
 def _closed_form_kernel():
     """lambda_G(alpha, B, J_phi(1), J_phi(rho), J_phi'(rho)) lambdified from :func:`derive_homogeneous_rate`."""
-    return sp.lambdify((alpha, B, J1, Jrho, dJrho), derive_homogeneous_rate().result, modules="numpy", cse=True)
+    return (alpha, B, J1, Jrho, dJrho), derive_homogeneous_rate().result
 
 
 def rate_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:
@@ -336,11 +337,10 @@ def derive_linear_backward_eigenvalues() -> Derivation:
     return d
 
 
-@cache
+@lambdified()
 def _class_integrands():
-    return {name: (class_indices(name)[2] == class_indices(name)[3],
-                   sp.lambdify((x1, x2, B), derive_class_integrand(name), modules="numpy", cse=True))
-            for name in CLASSES}
+    """The integrand of each class (:func:`derive_class_integrand`) as a function of (x_1, x_2, B)."""
+    return {name: ((x1, x2, B), derive_class_integrand(name)) for name in CLASSES}
 
 
 def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:
@@ -355,8 +355,8 @@ def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dic
     point = default_fixed_point(phi, batch_size)
     factor = batch_size / (point.mu * (batch_size - 3))
     values, errors = {}, {}
-    for name, (diagonal, f) in _class_integrands().items():
-        if diagonal:
+    for name, f in _class_integrands().items():
+        if class_indices(name)[2] == class_indices(name)[3]:
             def integrand(a, b, f=f):
                 return dphi(a) ** 2 * f(a, b, batch_size)
         else:

@@ -36,20 +36,22 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
-import torch
 from scipy.special import gammaln
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
+from ..core.kernels import lambdified
+from ..core.lazy import lazy_module
 from ..core.quadrature import gauss_jacobi
 from ..core.symbols import B, alpha, c, mu_star, t
 from ..core.validation import batch_scales
-from .dual import arccos_kernel_function, eigh, ladder_factor
 from .forward import derive_bsb1_constant, fixed_point_closed_form, fixed_point_spherical
 from .kernels import arccos_kernel_symbolic, c_alpha, derive_arccos_kernel, phi_kernel
 from .laplace import euler_beta
 from .sphere import expect_pair_with_error
+
+torch = lazy_module("torch")
 
 RTOL = 1e-9  # adaptive rule: nodes per axis double from 8 until two rules agree to RTOL max |V|
 MAX_NODES = 128
@@ -64,6 +66,8 @@ def _arccos_kernel_torch(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """J_n(c) for integer n on [-1, 1] (c clamped there), lambdified for torch from
     :func:`~bnsym.meanfield.kernels.derive_arccos_kernel`; for n >= 1 differentiable in both modes with Price's
     J_n' = n^2 c_(n-1) / c_n J_(n-1) (:mod:`bnsym.meanfield.dual`), finite at c = 1."""
+    from .dual import arccos_kernel_function, ladder_factor  # here: dual's autograd Function imports torch
+
     kernel = sp.lambdify(c, derive_arccos_kernel(order).result.evalf(17), modules="torch", cse=True)
     if order == 0:
         return lambda corr: kernel(corr.clamp(-1.0, 1.0))
@@ -116,6 +120,8 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     into the endpoint powers, (1-x)^(rank1/2-1) (1-y)^(rank2/2-1), and F is smooth again. A tensor Gauss-Jacobi
     rule integrates the endpoint powers exactly.
     """
+    from .dual import eigh  # here: dual's autograd Function imports torch
+
     alpha = phi.degree
     r1 = batch1 - 1
     r2 = omega.shape[-1] - r1
@@ -375,17 +381,16 @@ def derive_cross_rate() -> Derivation:
     return d
 
 
-@cache
-def _mean_rho() -> Callable[..., np.ndarray]:
+@lambdified(modules="scipy")
+def _mean_rho() -> tuple:
     """E rho_alpha(x_1) as a function of (B, alpha), lambdified from :func:`derive_cross_fixed_point`."""
-    return sp.lambdify((B, alpha), _log_gamma(derive_cross_fixed_point()["E_rho"]), modules="scipy", cse=True)
+    return (B, alpha), _log_gamma(derive_cross_fixed_point()["E_rho"])
 
 
-@cache
-def _rate() -> Callable[..., np.ndarray]:
+@lambdified(modules="scipy")
+def _rate() -> tuple:
     """lambda_x^2 as a function of (B, a_1, mu*), lambdified from :func:`derive_cross_rate`."""
-    a1 = sp.Symbol("a_1", positive=True)
-    return sp.lambdify((B, a1, mu_star), _log_gamma(derive_cross_rate()["lambda_x2"]), modules="scipy", cse=True)
+    return (B, sp.Symbol("a_1", positive=True), mu_star), _log_gamma(derive_cross_rate()["lambda_x2"])
 
 
 def cross_fixed_point_closed_form(phi: Activation, batch_size: int | np.ndarray) -> Estimate:

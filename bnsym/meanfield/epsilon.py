@@ -25,16 +25,18 @@ from functools import cache
 
 import numpy as np
 import sympy as sp
-from scipy.optimize import brentq, minimize_scalar
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import ROUNDING, Estimate
+from ..core.lazy import lazy_module
 from ..core.quadrature import chi2_rule
 from ..core.symbols import M11, M12, N11, N12, B, epsilon, kappa, mu, s, sigma_b2, sigma_w2
 from .forward import FixedPoint
 from .forward_linear import moment_weights
 from .radial import FORWARD, MOMENTS, angular_moments, shrink
+
+optimize = lazy_module("scipy.optimize")
 
 N_RADIAL = 64  # Gauss nodes of the radial rule; the error estimate compares with N_RADIAL / 2
 LOG_W = np.linspace(-9.0, 17.0, 521)  # log10 w grid on which H(w) is tabulated to bracket the fixed point
@@ -193,7 +195,7 @@ def _sup_h(phi: Activation, batch_size: int, n: int) -> float:
     k = int(np.argmax(grid))
     if k == 0:  # H is largest at w = 0 (degree 1 and phi smooth at 0: H(0) = phi'(0)^2)
         return float(grid[0])
-    best = minimize_scalar(lambda lw: -_h_values(phi, batch_size, np.array(10.0**lw), n), method="bounded",
+    best = optimize.minimize_scalar(lambda lw: -_h_values(phi, batch_size, np.array(10.0**lw), n), method="bounded",
                            bounds=(LOG_W[max(k - 2, 0)], LOG_W[min(k, len(LOG_W) - 1)]), options={"xatol": 1e-10})
     return float(max(-best.fun, grid[k]))
 
@@ -416,7 +418,7 @@ def rate_crossing_eps(phi: Activation, batch_size: int, sigma_w2: float = 1.0,
     if k == 0 or values[k] == 0:
         crossing = float(grid[k])
     else:
-        crossing = float(brentq(lambda e: float(excess(np.array([e]))[0]), grid[k - 1], grid[k], xtol=1e-12,
+        crossing = float(optimize.brentq(lambda e: float(excess(np.array([e]))[0]), grid[k - 1], grid[k], xtol=1e-12,
                                 rtol=1e-10))  # the error below starts from this bracket
     if not with_error:
         return crossing

@@ -16,7 +16,6 @@ The fixed point is Sigma* = q [(1 - c) I + c 11^T] (BSB1: one diagonal value, on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import sympy as sp
@@ -25,6 +24,7 @@ from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_matrix, bsb1_mu
+from ..core.kernels import lambdified
 from ..core.symbols import J1, B, Jrho, alpha, c
 from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel
 from .laplace import derive_bsb1_scale
@@ -78,7 +78,7 @@ class FixedPoint:
         return bsb1_matrix(self.batch_size, self.q, self.c)
 
 
-@cache
+@lambdified(modules="scipy")
 def _bsb1_constant_kernel():
     """K_{alpha,B} lambdified from :func:`derive_homogeneous_fixed_point`.
 
@@ -88,7 +88,7 @@ def _bsb1_constant_kernel():
     constant = derive_bsb1_constant().result
     x = (B - 1) / 2
     stable = sp.gammasimp(constant * sp.gamma(x + alpha) / sp.gamma(x)) / sp.rf(x, alpha)
-    return sp.lambdify((alpha, B), stable, modules="scipy", cse=True)
+    return (alpha, B), stable
 
 
 def bsb1_constant(phi: Activation, batch_size: np.ndarray) -> np.ndarray:

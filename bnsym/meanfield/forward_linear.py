@@ -22,16 +22,15 @@ from typing import Mapping
 
 import numpy as np
 import sympy as sp
-import torch
-from scipy.optimize import brentq
 from scipy.special import ndtri
-from scipy.stats import qmc
 
 from ..core.activations import Activation
 from ..core.batchnorm import batch_norm
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.geometry import centring, eigen_directions
+from ..core.kernels import lambdified
+from ..core.lazy import lazy_module
 from ..core.symbols import J1, P00, P11, P20, S0, S2, B, Jrho, alpha, c, dJrho, ell, g, mu, rho, s, t, v_star
 from .forward import default_fixed_point
 from .kernels import (
@@ -45,6 +44,11 @@ from .kernels import (
 from .laplace import bn_kernel_laplace, euler_beta
 from .sphere import expect_pair_with_error
 from .ultrasymmetric import CLASSES, T, derive_eigenvalues, dos_classes, projected_eigenvalues
+
+optimize = lazy_module("scipy.optimize")
+
+torch = lazy_module("torch")
+stats = lazy_module("scipy.stats")
 
 EIGENSPACES = ("G", "L", "M")
 
@@ -176,11 +180,11 @@ def derive_relu_eigenvalues() -> Derivation:
     return d
 
 
-@cache
+@lambdified()
 def _closed_form_kernel():
     """(B, alpha, J_phi(1), J_phi(rho), J_phi'(rho)) -> (lambda_L, lambda_M), lambdified from the derivation."""
     lam = derive_homogeneous_eigenvalues()
-    return sp.lambdify((B, alpha, J1, Jrho, dJrho), (lam["L"], lam["M"]), modules="numpy", cse=True)
+    return (B, alpha, J1, Jrho, dJrho), (lam["L"], lam["M"])
 
 
 def homogeneous_eigenvalues(phi: Activation, batch_size: int | np.ndarray) -> dict[str, Estimate]:
@@ -269,9 +273,10 @@ class ForwardMoments:
         return self.s0 - self.p00
 
 
-@cache
-def _class_reduction() -> dict[str, sp.Expr]:
-    return derive_class_reduction().result
+@lambdified()
+def _class_reduction():
+    """Each of the 11 classes as a function of (B, s0, s2, p00, p20, p11) (:func:`derive_class_reduction`)."""
+    return {name: ((B, S0, S2, P00, P20, P11), expr) for name, expr in derive_class_reduction().result.items()}
 
 
 @cache
@@ -279,11 +284,9 @@ def moment_weights(batch_size: int) -> dict[str, np.ndarray]:
     """lambda_X mu* = sum_k w_Xk m_k (+ the tr(Lam) term for G) for m = (s0, s2, p00, p20, p11): R7 is linear in
     the moments, so the weights are the images of the unit moment vectors under (B-1)/(2B) x (projected
     ultrasymmetric eigenvalue, Thm E.62)."""
-    symbols = (S0, S2, P00, P20, P11)
     weights = {"G": np.zeros(5), "L": np.zeros(5), "M": np.zeros(5)}
-    for k, unit in enumerate(symbols):
-        values = {sym: float(sym == unit) for sym in symbols}
-        classes = {name: float(expr.subs(B, batch_size).subs(values)) for name, expr in _class_reduction().items()}
+    for k, unit in enumerate(np.eye(5)):
+        classes = {name: float(f(batch_size, *unit)) for name, f in _class_reduction().items()}
         eigen = projected_eigenvalues(classes, batch_size)
         for key in weights:
             weights[key][k] = (batch_size - 1) * eigen[key] / (2 * batch_size)
@@ -362,7 +365,7 @@ def _crn_quotients(phi: Activation, sigma: np.ndarray, lam: np.ndarray, step: fl
     rng = np.random.default_rng(seed)
     quotients = []
     for _ in range(n_replicates):
-        z = ndtri(qmc.Sobol(d=batch, scramble=True, seed=rng).random(n_points))
+        z = ndtri(stats.qmc.Sobol(d=batch, scramble=True, seed=rng).random(n_points))
         values = []
         for factor in factors:
             y = z @ factor.T @ g
@@ -388,7 +391,7 @@ def alpha_transition_value(batch_size: int, alpha_max: float = 40.0) -> float | 
         lam_l, lam_m = relu_power_eigenvalues(np.array([a]), batch_size)
         return float(max(lam_l[0], lam_m[0]) - 1)
 
-    return float(brentq(f, grid[k - 1], grid[k], xtol=1e-12, rtol=1e-14))
+    return float(optimize.brentq(f, grid[k - 1], grid[k], xtol=1e-12, rtol=1e-14))
 
 
 def depth_scales(eigenvalues: Mapping[str, float | Estimate]) -> dict[str, Estimate]:

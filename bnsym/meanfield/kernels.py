@@ -31,9 +31,11 @@ from scipy.special import gammaln, hyp2f1, roots_hermitenorm
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
+from ..core.kernels import lambdified
 from ..core.symbols import c, t
 
 Function = Callable[[np.ndarray], np.ndarray]
+MAX_INTEGER_ORDER = 3  # J_0 ... J_3 are evaluated from their derived closed forms
 
 
 def derive_arccos_kernel(order: int) -> Derivation:
@@ -63,10 +65,10 @@ def derive_arccos_kernel(order: int) -> Derivation:
     return d
 
 
-@cache
-def _integer_kernel(order: int):
-    """Numeric J_n, lambdified from the SymPy derivation (cse=True)."""
-    return sp.lambdify(c, derive_arccos_kernel(order).result, modules="numpy", cse=True)
+@lambdified()
+def _integer_kernels():
+    """Numeric J_n for n = 0 ... MAX_INTEGER_ORDER, named by n, lambdified from the SymPy derivation."""
+    return {str(order): ((c,), derive_arccos_kernel(order).result) for order in range(MAX_INTEGER_ORDER + 1)}
 
 
 def c_alpha(alpha: float | np.ndarray) -> np.ndarray:
@@ -127,8 +129,8 @@ def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     if not alpha > -0.5:
         raise ValueError(f"the arccosine kernel J_alpha needs alpha > -1/2 (E[rho_alpha^2] finite), got {alpha}")
     corr = np.clip(np.asarray(corr, dtype=float), -1.0, 1.0)
-    if float(alpha).is_integer() and alpha <= 3:
-        return np.clip(_integer_kernel(int(alpha))(corr) + 0.0 * corr, 0.0, 1.0)
+    if float(alpha).is_integer() and alpha <= MAX_INTEGER_ORDER:
+        return np.clip(_integer_kernels()[str(int(alpha))](corr) + 0.0 * corr, 0.0, 1.0)
     x = corr**2
     even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * gauss_hypergeometric(
         -alpha / 2, -alpha / 2, 0.5, x)

@@ -16,15 +16,17 @@ For smooth phi the error falls roughly like 1/n (plain Monte Carlo: 1/sqrt(n)).
 from __future__ import annotations
 
 import numpy as np
-import torch
 from scipy.linalg import block_diag
 from scipy.special import ndtri
-from scipy.stats import qmc
 
 from ..core.activations import Activation
 from ..core.batchnorm import batch_norm
 from ..core.estimate import Estimate
 from ..core.geometry import centring
+from ..core.lazy import lazy_module
+
+torch = lazy_module("torch")
+stats = lazy_module("scipy.stats")
 
 
 def bn_kernel_qmc(
@@ -49,7 +51,7 @@ def bn_kernel_qmc(
     rng = np.random.default_rng(seed)
     estimates = []
     for _ in range(n_replicates):
-        points = qmc.Sobol(d=factor.shape[1], scramble=True, seed=rng).random(n_points)
+        points = stats.qmc.Sobol(d=factor.shape[1], scramble=True, seed=rng).random(n_points)
         y = ndtri(points) @ factor.T  # (n, B), rows ~ N(0, Sigma^G)
         # each batch of y is centred already: batch norm reduces to n_eps, no centring pass
         x = phi.numpy(batch_norm(torch.from_numpy(y), eps, sizes, centre=False).numpy())

@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 import sympy as sp
 
 from ..core.derivation import Derivation
+from ..core.kernels import lambdified
 from ..core.symbols import B
 
 CLASSES = ("11|11", "11|12", "11|22", "11|23", "12|11", "12|12", "12|21", "12|13", "12|23", "12|33", "12|34")
@@ -196,11 +197,12 @@ def projected_eigenvalue_formulas() -> dict[str, sp.Expr]:
     return {key: sp.expand(derivation[key]) for key in ("G", "L", "M")}
 
 
-@cache
+@lambdified()
 def _projected_kernel():
+    """lambda_G, lambda_L, lambda_M of :func:`projected_eigenvalue_formulas` as functions of (B, the 11 classes)."""
     formulas = projected_eigenvalue_formulas()
     args = [B, *[T[name] for name in CLASSES]]
-    return {key: sp.lambdify(args, formulas[key], modules="numpy", cse=True) for key in formulas}
+    return {key: (args, formulas[key]) for key in formulas}
 
 
 def projected_eigenvalues(values: Mapping[str, float], batch_size: float) -> dict[str, float]:
@@ -212,19 +214,19 @@ def projected_eigenvalues(values: Mapping[str, float], batch_size: float) -> dic
     return {key: float(f(*args)) for key, f in _projected_kernel().items()}
 
 
-@cache
+@lambdified(cse=False)
 def _coefficient_kernel():
-    """|d lambda_X / d T_c| as functions of B: the projected eigenvalues are linear in the classes."""
+    """|d lambda_X / d T_c| as functions of B, named "X c": the projected eigenvalues are linear in the classes."""
     formulas = projected_eigenvalue_formulas()
-    return {key: [sp.lambdify(B, sp.Abs(sp.diff(formulas[key], T[name])), modules="numpy") for name in CLASSES]
-            for key in formulas}
+    return {f"{key} {name}": ([B], sp.Abs(sp.diff(formulas[key], T[name]))) for key in formulas for name in CLASSES}
 
 
 def projected_eigenvalue_errors(errors: Mapping[str, float], batch_size: float) -> dict[str, float]:
     """A bound on the error of :func:`projected_eigenvalues` from bounds on the class errors:
     sum_c |d lambda/d T_c| err_c."""
-    return {key: float(sum(f(batch_size) * abs(errors[name]) for f, name in zip(coefficients, CLASSES)))
-            for key, coefficients in _coefficient_kernel().items()}
+    coefficients = _coefficient_kernel()
+    return {key: float(sum(coefficients[f"{key} {name}"](batch_size) * abs(errors[name]) for name in CLASSES))
+            for key in ("G", "L", "M")}
 
 
 def class_indices(name: str) -> tuple[int, int, int, int]:

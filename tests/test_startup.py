@@ -1,0 +1,63 @@
+"""A first `bnsym predict` (nothing cached) derives nothing and imports neither torch nor scipy.stats.
+
+Counted, not timed, so that it holds on any machine: a derivation (a :class:`~bnsym.core.derivation.Derivation`), a
+``sympy.lambdify`` and the import of a heavy module are what made the first relu answer cost 7.5 s of CPU; with
+the kernels' code stored (:mod:`bnsym.core.kernels`) and torch imported on first use it is about 1.2 s, of which
+SymPy's import (the activations and the derivation modules build SymPy objects when imported) is about 0.3 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+import sympy
+from bnsym.core import derivation
+
+counts = {"derivations": 0, "lambdified": 0}
+init, lambdify = derivation.Derivation.__init__, sympy.lambdify
+
+def counted_init(self, *args, **kwargs):
+    counts["derivations"] += 1
+    init(self, *args, **kwargs)
+
+def counted_lambdify(*args, **kwargs):
+    counts["lambdified"] += 1
+    return lambdify(*args, **kwargs)
+
+derivation.Derivation.__init__, sympy.lambdify = counted_init, counted_lambdify
+from bnsym.cli import main
+
+assert main(["predict", "--phi", sys.argv[1], "--batch-size", "32", "--json"]) == 0
+counts["imported"] = [name for name in ("torch", "scipy.stats") if name in sys.modules]
+print(json.dumps(counts))
+"""
+
+
+def _first_answer(phi: str, cache_dir: os.PathLike) -> tuple[dict, dict]:
+    env = {**os.environ, "BNSYM_CACHE_DIR": str(cache_dir), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", PROBE, phi], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    answer, counts = done.stdout.splitlines()
+    return json.loads(answer), json.loads(counts)
+
+
+def test_first_relu_answer_derives_nothing_and_imports_no_torch(tmp_path):
+    answer, counts = _first_answer("relu", tmp_path)
+    assert counts == {"derivations": 0, "lambdified": 0, "imported": []}
+    assert answer["phi"] == "relu" and answer["gradient_rate"] > 1 and answer["fixed_point"]["method"] == "closed_form"
+
+
+@pytest.mark.parametrize("phi", ["tanh", "gelu"])
+def test_first_smooth_answer_lambdifies_only_phi_and_imports_no_torch(tmp_path, phi):
+    """A smooth phi is lambdified (its numpy value and slope), its torch callables are not built, and the spherical
+    routes read their kernels from the stored code."""
+    answer, counts = _first_answer(phi, tmp_path)
+    assert counts == {"derivations": 0, "lambdified": 2, "imported": []}
+    assert answer["fixed_point"]["method"] == "spherical" and answer["gradient_rate"] > 1
