@@ -33,7 +33,6 @@ from ..core.activations import Activation
 from ..core.validation import batch_scales, check_batch_size
 from .crossbatch import _chunked, _reduce
 
-
 FORWARD_AD = threading.Lock()  # torch's forward-mode AD has one level per process: one dual pass at a time
 
 
