@@ -109,3 +109,9 @@ def test_best_rows_difference_and_verdict():
     assert rt.verdict(Estimate(0.01, 0.01, "m"), 3.0) == "not resolved"
     with pytest.raises(ValueError, match="diverged"):
         rt.difference(best[10, "bn"], best[10, "vanilla"], "train_loss")
+
+
+def test_tolerance_is_the_pooled_student_quantile():
+    from scipy import stats
+
+    assert rt.tolerance(4, 3) == pytest.approx(stats.t.ppf(1 - rt.FALSE_ALARM / 6, df=6), rel=1e-6)

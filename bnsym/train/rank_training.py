@@ -12,7 +12,8 @@ layer's per-example gradients (Fig. 10), of the whole read-out and of one row. T
   U[0, 2/sqrt(fan_in)] (Figs. 5, 13).
 
 :func:`best_rows` keeps, per depth and model, the learning rate with the lowest mean final training loss (the
-paper's grid search); :func:`difference` compares two models seed by seed.
+paper's grid search); :func:`difference` compares two models over their seeds, :func:`verdict` with k from
+:func:`tolerance` says whether a claim holds.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from ..core.estimate import Estimate
 from ..core.validation import check_choice
 from ..rank import differentiable_rank_bound, gradient_alignment
-from ..sim import daneshmand, mean_and_se
+from ..sim import daneshmand, mc_tolerance, mean_and_se
 
 LAYERWISE_LR = 1e-2  # Adam's rate for the layer-wise pre-training: 1e-3 barely moves r(H_l); 3e-2 kills layers
 MODELS = {"vanilla": dict(bn=False), "pretrained": dict(bn=False),
@@ -34,6 +35,7 @@ MODELS = {"vanilla": dict(bn=False), "pretrained": dict(bn=False),
 DEFAULTS: dict[str, Any] = {"width": 128, "batch": 64, "epochs": 10, "n_seeds": 4, "n_train": None,
                             "pretrain_steps": 75}
 GRID_KEYS = ("depth", "model", "lr")
+FALSE_ALARM = 1e-2  # chance that noise alone decides some verdict of a family of comparisons
 SERIES = ("train_loss", "test_loss", "test_accuracy", "rank_bound", "alignment", "row_alignment")
 
 
@@ -115,3 +117,10 @@ def verdict(diff: Estimate, k: float) -> str:
     if diff.value > k * diff.error:
         return "holds"
     return "does not hold" if diff.value < -k * diff.error else "not resolved"
+
+
+def tolerance(n_seeds: int, n_comparisons: int) -> float:
+    """k for :func:`verdict` over a family of ``n_comparisons`` differences of two means of ``n_seeds`` seeds each:
+    (difference - truth) / SE is Student-t with 2 (n_seeds - 1) degrees of freedom (pooled), Bonferroni over the
+    family at ``FALSE_ALARM``."""
+    return mc_tolerance(2 * n_seeds - 1, n_comparisons, FALSE_ALARM)
