@@ -349,7 +349,7 @@ RANK_COLLAPSE = {
         depth_curves=Sizes(depth=2000, n_networks=8), slope=Sizes(depth=600, n_networks=16),
         cosines=Sizes(n_networks=32), init_ranks=Sizes(n_networks=8), asymmetric=Sizes(width=512, n_networks=8),
         crossover=Sizes(widths=(8, 16, 32, 64)),
-        training=Sizes(depths=(2, 10, 30, 50), width=64, batch_size=64, epochs=8, learning_rates=(0.01, 0.1),
+        training=Sizes(depths=(2, 10, 30, 50), width=48, batch_size=64, epochs=6, learning_rates=(0.01, 0.1),
                        n_networks=4, n_steps=75),
         controls=Sizes(depth=30),
         small_gamma=Sizes(widths=(8, 16), depth=6000, burn_in=4000),
