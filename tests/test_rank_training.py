@@ -59,7 +59,7 @@ def test_gradient_alignment_of_rank_one_and_zero_gradients():
     (lambda: daneshmand.train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, alignment=1),
      "alignment must be None or a function"),
     (lambda: daneshmand.train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, pretrain_lr=0),
-     "pretrain_lr .* must be"),
+     "pretrain_lr .* must hold numbers in \\(0"),
     (lambda: rt.run_cell({"depth": 2, "model": "bn"}), "needs \\['lr'\\]"),
     (lambda: rt.run_cell({"depth": 2, "model": "resnet", "lr": 0.1}), "model must be one of"),
     (lambda: rt.run_cell({"depth": 2, "model": "bn", "lr": 0.1, "momentum": 0.9}), "unknown rank-training"),
