@@ -162,8 +162,9 @@ class RankCollapse:
     init_ranks: Sizes  # the ranks at initialisation of Fig. 1
     asymmetric: Sizes  # one batch-norm layer under the asymmetric init
     crossover: Sizes  # the rank crossover, over widths d and the same values as batch sizes
-    training: Sizes  # the digits training runs
-    loss_curves: Sizes  # the training losses of Fig. 4; n_steps of rank pre-training
+    training: Sizes  # chapter 11b: the digits grid (depths x models x learning rates, n_networks seeds per cell,
+    # n_steps of rank pre-training)
+    controls: Sizes  # chapter 11b: the depth of the batch-norm controls (no centring, asymmetric init)
     small_gamma: Sizes  # batch-norm chains at gamma = 0.01 (Fig. 3a)
     proofs: Sizes  # the chains of Lemmas 5, 6, 10, Cor. 15 and the varying-width blocks; the residual Lyapunov gap
 
@@ -336,8 +337,9 @@ RANK_COLLAPSE = {
         depth_curves=Sizes(depth=300, n_networks=4), slope=Sizes(depth=300, n_networks=8),
         cosines=Sizes(n_networks=16), init_ranks=Sizes(n_networks=4), asymmetric=Sizes(width=512, n_networks=4),
         crossover=Sizes(widths=(8, 16, 32)),
-        training=Sizes(depths=(2, 16), epochs=3, learning_rates=(0.1,), n_networks=2, n_train=512),
-        loss_curves=Sizes(depth=16, n_steps=10),
+        training=Sizes(depths=(2, 10, 30), width=32, batch_size=64, epochs=3, learning_rates=(0.03,), n_networks=3,
+                       n_train=512, n_steps=10),
+        controls=Sizes(depth=10),
         small_gamma=Sizes(widths=(8,), depth=1500, burn_in=1500),
         proofs=Sizes(widths=(8, 16), depth=400, burn_in=100, n_networks=8)),
     "book": RankCollapse(
@@ -347,8 +349,9 @@ RANK_COLLAPSE = {
         depth_curves=Sizes(depth=2000, n_networks=8), slope=Sizes(depth=600, n_networks=16),
         cosines=Sizes(n_networks=32), init_ranks=Sizes(n_networks=8), asymmetric=Sizes(width=512, n_networks=8),
         crossover=Sizes(widths=(8, 16, 32, 64)),
-        training=Sizes(depths=(2, 8, 16, 32), epochs=10, learning_rates=(0.03, 0.3), n_networks=2, n_train=1024),
-        loss_curves=Sizes(depth=32, n_steps=25),
+        training=Sizes(depths=(2, 10, 30, 50), width=48, batch_size=64, epochs=6, learning_rates=(0.01, 0.1),
+                       n_networks=4, n_steps=75),
+        controls=Sizes(depth=30),
         small_gamma=Sizes(widths=(8, 16), depth=6000, burn_in=4000),
         proofs=Sizes(widths=(8, 16, 32), depth=2000, burn_in=400, n_networks=16)),
     "paper": RankCollapse(
@@ -358,9 +361,9 @@ RANK_COLLAPSE = {
         depth_curves=Sizes(depth=5000, n_networks=10), slope=Sizes(depth=1000, n_networks=32),
         cosines=Sizes(n_networks=64), init_ranks=Sizes(n_networks=16), asymmetric=Sizes(width=1024, n_networks=16),
         crossover=Sizes(widths=(8, 16, 32, 64, 128)),
-        training=Sizes(depths=(1, 2, 4, 8, 16, 32), epochs=75, learning_rates=(0.01, 0.03, 0.1, 0.3), n_networks=5,
-                       n_train=1437),
-        loss_curves=Sizes(depth=50, n_steps=75),
+        training=Sizes(depths=(2, 10, 30, 50), width=128, batch_size=64, epochs=30,
+                       learning_rates=(0.003, 0.01, 0.03, 0.1, 0.3), n_networks=8, n_steps=75),
+        controls=Sizes(depth=30),
         small_gamma=Sizes(widths=(8, 16, 32, 64), depth=40_000, burn_in=10_000),
         proofs=Sizes(widths=(8, 16, 32, 64), depth=10_000, burn_in=2000, n_networks=32)),
 }

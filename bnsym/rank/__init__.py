@@ -15,7 +15,7 @@ H is always d features x N samples, as in the paper, with M(H) = H H^T / N.
   :func:`derive_invariant_union` (Example 17),
   :func:`uniform_sampler` (Lemma 3 (b));
 * correlations at initialisation: :func:`relu_cosines` (the mean-field map), :func:`asymmetric_unit_correlation`
-  (Fig. 5), :func:`last_layer_gradient_cosines` (Prop. 19).
+  (Fig. 5), :func:`last_layer_gradient_cosines` (Prop. 19), :func:`gradient_alignment` (Fig. 10, batched).
 
 The networks, at initialisation and in training, are the simulator's: :mod:`bnsym.sim.daneshmand`.
 """
@@ -31,7 +31,12 @@ from .chain import (
     derive_spectral_delta_F,
     second_order_drift,
 )
-from .correlations import asymmetric_unit_correlation, last_layer_gradient_cosines, relu_cosines
+from .correlations import (
+    asymmetric_unit_correlation,
+    gradient_alignment,
+    last_layer_gradient_cosines,
+    relu_cosines,
+)
 from .measures import (
     derive_rank_bounds,
     differentiable_rank_bound,
@@ -71,6 +76,7 @@ __all__ = [
     "derive_residual_gap",
     "derive_spectral_delta_F",
     "differentiable_rank_bound",
+    "gradient_alignment",
     "last_layer_gradient_cosines",
     "numerical_rank",
     "predicted_numerical_rank",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.validation import check_layers, check_range, check_real_tensor, check_variance
+from ..core.validation import check_layers, check_range, check_real_tensor, check_variance, check_whole_number
 from ..meanfield.kernels import arccos_kernel
 
 
@@ -90,3 +90,35 @@ def last_layer_gradient_cosines(H: torch.Tensor, errors: torch.Tensor) -> dict[s
     unit = flat / flat.norm(dim=1, keepdim=True)
     rows = grads[:, 0, :] / grads[:, 0, :].norm(dim=1, keepdim=True)
     return {"frobenius": unit @ unit.T, "row0": rows @ rows.T}
+
+
+def gradient_alignment(H: torch.Tensor, errors: torch.Tensor, row: int | None = None) -> torch.Tensor:
+    """Fig. 10's "average pairwise gradient angle": the mean |cos| over pairs i < j of the per-example gradients
+    errors_i h_i^T of a linear read-out (``row`` None), or of its row ``row``, for a batch of networks.
+
+    ``H`` (n, d, P) are the last hidden layers, ``errors`` (n, d_out, P) the loss gradients in the logits. By eq. 97
+    the cosine is cos(e_i, e_j) cos(h_i, h_j) for the whole read-out and sign(e_ik e_jk) cos(h_i, h_j) for row k
+    (:func:`last_layer_gradient_cosines` builds the gradients themselves). The mean runs over the pairs of nonzero
+    gradients; with fewer than two, every gradient lies on one line and the value is 1. Returns (n,).
+    """
+    H = check_real_tensor(H, "H (the last hidden layers, n x d x P)", min_ndim=3)
+    errors = check_real_tensor(errors, "errors (the loss gradients, n x d_out x P)", min_ndim=3)
+    if H.ndim != 3 or errors.ndim != 3 or H.shape[0] != errors.shape[0] or H.shape[2] != errors.shape[2] \
+            or H.shape[2] < 2:
+        raise ValueError(f"H (n, d, P) and errors (n, d_out, P) must be batches of matrices with the same P >= 2 "
+                         f"examples (columns), got shapes {tuple(H.shape)} and {tuple(errors.shape)}")
+    if row is not None:
+        row = check_whole_number(row, "row (of the read-out, from 0)", 0, errors.shape[1] - 1,
+                                 f"the read-out has {errors.shape[1]} rows")
+        errors = errors[:, row:row + 1]
+
+    def unit_columns(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = torch.ldexp(a, -torch.frexp(a.abs().amax(1, keepdim=True))[1])  # by powers of 2: cosines unchanged
+        norm = a.norm(dim=1, keepdim=True)
+        return torch.where(norm > 0, a / torch.where(norm > 0, norm, 1), 0), norm[:, 0] > 0
+
+    (h, h_nonzero), (e, e_nonzero) = unit_columns(H), unit_columns(errors)
+    cosines = ((h.transpose(1, 2) @ h) * (e.transpose(1, 2) @ e)).abs()
+    k = (h_nonzero & e_nonzero).sum(1).to(cosines.dtype)  # nonzero gradients per network
+    pairs = cosines.sum((1, 2)) - cosines.diagonal(dim1=1, dim2=2).sum(1)
+    return torch.where(k >= 2, pairs / torch.where(k >= 2, k * (k - 1), 1), 1.0)

@@ -45,9 +45,11 @@ from ..core.validation import (
 INITS = ("torch", "asymmetric", "he", "gaussian")
 INIT_VARIANCES = {"torch": (1 / 3, 1 / 3), "he": (2.0, 0.0), "gaussian": (1.0, 0.0)}  # (s_w^2, s_b^2 fan_in)
 RankBound = Callable[[torch.Tensor], torch.Tensor]
+Alignment = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MAX_EPOCHS = 10**5  # epochs and rank pre-training steps run one after another
 MAX_LR = float(torch.finfo(torch.float32).max)  # a larger learning rate is not a float32 number
 PRETRAIN_BATCH = 64  # samples per step of Algorithm 1's rank pre-training
+PROBE = 128  # training digits on which the alignment of per-example gradients is measured
 
 
 def init_variances(init: str, fan_in: int) -> tuple[float, float]:
@@ -190,35 +192,53 @@ def gaussian_relu_cosines(depth: int, s_w2: float, s_b2: float, width: int, n_sa
 class TrainingRun:
     """Per-network results: ``loss`` (n, epochs + 1) full-batch training loss per epoch (index 0: before SGD; inf
     once a network has diverged),
-    ``accuracy`` (n,) final training accuracy, ``rank_bound`` (n, epochs + 1) r(H_L) on all the training digits used."""
+    ``accuracy`` (n,) final training accuracy, ``rank_bound`` (n, epochs + 1) r(H_L) on all the training digits used,
+    ``test_loss`` and ``test_accuracy`` (n, epochs + 1) on the test digits (batch norm over the test set),
+    ``alignment`` (n, epochs + 1, ...) the ``alignment`` function's values on the first ``PROBE`` training digits
+    (NaN without one)."""
 
     loss: np.ndarray
     accuracy: np.ndarray
     rank_bound: np.ndarray
     lrs: np.ndarray
+    test_loss: np.ndarray
+    test_accuracy: np.ndarray
+    alignment: np.ndarray
 
 
-def _forward(params: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, bn: bool
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits (n, 10, N), last hidden layer (n, d, N)) of every network on inputs x (64, N)."""
-    h = x
+def _forward(params: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, bn: bool, centre: bool = True
+             ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(logits (n, 10, N), the hidden layers [(n, d, N)] from the first to the last) of every network on x (64, N)."""
+    h, hidden = x, []
     for w, b in params[:-1]:
         h = w @ h + b
-        h = torch.relu(batch_norm(h) if bn else h)
+        h = torch.relu(batch_norm(h, centre=centre) if bn else h)
+        hidden.append(h)
     w, b = params[-1]
-    return w @ h + b, h
+    return w @ h + b, hidden
 
 
 def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bound: RankBound, width: int = 128,
                  batch: int = 128, n_networks: int = 1, pretrain_steps: int = 0, init: str = "torch",
-                 n_samples: int | None = None, seed: int = 0) -> TrainingRun:
+                 n_samples: int | None = None, seed: int = 0, centre: bool = True, layerwise: bool = False,
+                 pretrain_lr: float = 1e-3, alignment: Alignment | None = None) -> TrainingRun:
     """SGD on the first ``n_samples`` training digits (all 1437 by default) for networks with ``depth`` hidden
-    layers, ``n_networks`` per learning rate.
+    layers, ``n_networks`` per learning rate; batch norm (if ``bn``) with or without centring.
 
     ``rank_bound`` is r(H) (eq. 4) of the last hidden layers (n, d, N) -> (n,), differentiable: Algorithm 1
-    maximises it for ``pretrain_steps`` Adam steps, and it is recorded after every epoch.
+    maximises it (``layerwise``: the sum of r(H_l) over every hidden layer, the paper's Fig. 6) for
+    ``pretrain_steps`` Adam steps of learning rate ``pretrain_lr``, and it is recorded after every epoch.
+    ``alignment`` (optional) maps the last hidden layers (n, d, P) and the loss gradients in the logits (n, 10, P)
+    of ``PROBE`` training digits to values (n, ...) per network (Prop. 19's gradient alignment), recorded after
+    every epoch.
     """
     depth, bn, width = check_layers(depth, "depth"), check_flag(bn, "bn"), check_width(width)
+    centre, layerwise = check_flag(centre, "centre"), check_flag(layerwise, "layerwise")
+    pretrain_lr = float(check_real_array(pretrain_lr, "pretrain_lr (Adam's learning rate)", 0, 0.0, MAX_LR,
+                                         open_low=True, why="Adam multiplies float32 steps by it"))
+    if alignment is not None and not callable(alignment):
+        raise ValueError(f"alignment must be None or a function of (H (n, d, P), errors (n, 10, P)) -> (n,), got "
+                         f"{alignment!r:.80}")
     lrs = check_real_array(lrs, "lrs (learning rates)", 1, 0.0, MAX_LR, open_low=True,
                            why="SGD multiplies float32 gradients by it")
     if lrs.ndim != 1:
@@ -251,19 +271,36 @@ def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bo
         params.append((w.requires_grad_(), (b if b is not None else torch.zeros(n, fan_out, 1)).requires_grad_()))
     flat = [p for pair in params for p in pair]
     if pretrain_steps:
-        adam = torch.optim.Adam(flat, lr=1e-3)
+        adam = torch.optim.Adam(flat, lr=pretrain_lr)
         for _ in range(pretrain_steps):
             idx = torch.randperm(x.shape[1], generator=gen)[:PRETRAIN_BATCH]
             adam.zero_grad()
-            (-rank_bound(_forward(params, x[:, idx], bn)[1]).sum()).backward()
+            hidden = _forward(params, x[:, idx], bn, centre)[1]
+            (-sum(rank_bound(h).sum() for h in (hidden if layerwise else hidden[-1:]))).backward()
             adam.step()
-    losses, ranks = [], []
+    x_test, y_test = data.x_test.T.contiguous(), data.y_test
+    probe = min(PROBE, x.shape[1])
+    if alignment is not None and probe < 2:
+        raise ValueError("alignment compares pairs of examples: it needs n_samples >= 2")
+    losses, ranks, test_losses, test_accuracies, alignments = [], [], [], [], []
+
+    def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits, labels.expand(n, -1), reduction="none").mean(-1)
 
     def record() -> torch.Tensor:
         with torch.no_grad():
-            logits, h = _forward(params, x, bn)
-            losses.append(torch.nn.functional.cross_entropy(logits, y.expand(n, -1), reduction="none").mean(-1))
+            logits, (*_, h) = _forward(params, x, bn, centre)
+            losses.append(cross_entropy(logits, y))
             ranks.append(rank_bound(h.double()))
+            test_logits, _ = _forward(params, x_test, bn, centre)
+            test_losses.append(cross_entropy(test_logits, y_test))
+            test_accuracies.append((test_logits.argmax(1) == y_test).float().mean(-1))
+            if alignment is None:
+                alignments.append(torch.full((n,), math.nan))
+            else:
+                logits_p, (*_, h_p) = _forward(params, x[:, :probe], bn, centre)
+                errors = logits_p.double().softmax(1) - torch.nn.functional.one_hot(y[:probe], 10).T.double()
+                alignments.append(alignment(h_p.double(), errors))
             return (logits.argmax(1) == y).float().mean(-1)
 
     accuracy = record()
@@ -271,12 +308,16 @@ def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bo
         order = torch.randperm(x.shape[1], generator=gen)
         for start in range(0, x.shape[1] - batch + 1, batch):
             idx = order[start:start + batch]
-            logits, _ = _forward(params, x[:, idx], bn)
-            loss = torch.nn.functional.cross_entropy(logits, y[idx].expand(n, -1), reduction="none").mean(-1)
+            logits, _ = _forward(params, x[:, idx], bn, centre)
+            loss = cross_entropy(logits, y[idx])
             grads = torch.autograd.grad(loss.sum(), flat)
             with torch.no_grad():
                 for p, g in zip(flat, grads):
                     p -= rates.view(-1, *[1] * (p.ndim - 1)) * g  # a diverged network only spoils itself
         accuracy = record()
-    return TrainingRun(torch.stack(losses, 1).nan_to_num(nan=np.inf).numpy(), accuracy.numpy(),
-                       torch.stack(ranks, 1).numpy(), rates.numpy())
+    def stacked(values: list[torch.Tensor]) -> np.ndarray:
+        return torch.stack(values, 1).numpy()
+
+    return TrainingRun(torch.stack(losses, 1).nan_to_num(nan=np.inf).numpy(), accuracy.numpy(), stacked(ranks),
+                       rates.numpy(), torch.stack(test_losses, 1).nan_to_num(nan=np.inf).numpy(),
+                       stacked(test_accuracies), stacked(alignments))

@@ -20,7 +20,8 @@ Write a task once, as an importable function of one JSON-ready dict, and run any
 * **Progress.** A bar where stderr is a terminal (``progress=True`` forces it), never in an executed notebook.
 * **A new experiment.** A function ``task(config: dict) -> dict`` in an importable module; run it by its
   ``"module:function"`` path, or register it in ``EXPERIMENTS`` (with a ``show`` function for
-  ``bnsym sweep show DIR``). ``trainability`` (``bnsym.train.trainability``) is the first.
+  ``bnsym sweep show DIR``). ``trainability`` (``bnsym.train.trainability``) is the first;
+  ``rank_training`` (``bnsym.train.rank_training``, Daneshmand et al.'s training experiments) the second.
 
 Command line: ``bnsym sweep trainability --depths 5:60:5 --batch-sizes 4,8,16,32,64,128 [--scheduler ADDR]
 [--out DIR]`` and ``bnsym sweep show DIR``.

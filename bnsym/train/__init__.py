@@ -5,6 +5,8 @@
 * :mod:`.dynamics`: per-layer norms over the first SGD steps (Fig 4);
 * ``bnsym.train.trainability``: the sweep task of Figs 3 and 5 and the 16 xi analysis; :mod:`.maps`: accuracy
   maps.
+* ``bnsym.train.rank_training``: the sweep task of Daneshmand et al.'s training experiments (rank pre-training,
+  broken and uncentred batch norm, gradient alignment) and its verdicts.
 """
 
 from .loop import Run, train
