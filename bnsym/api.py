@@ -37,7 +37,13 @@ from .core.validation import (
     check_variance,
     check_whole_number,
 )
-from .meanfield.backward import MAX_TRAINABLE_DEPTH_FACTOR, operator_eigenvalues, rate_closed_form, rate_spherical
+from .meanfield.backward import (
+    MAX_TRAINABLE_DEPTH_FACTOR,
+    operator_eigenvalues,
+    operator_eigenvalues_eps,
+    rate_closed_form,
+    rate_spherical,
+)
 from .meanfield.backward import depth_scale as _depth_scale
 from .meanfield.crossbatch import (
     cross_batch_kernel_laplace,
@@ -380,22 +386,26 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     return estimate if with_error else estimate.value
 
 
-def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False) -> dict[str, float | Estimate]:
-    """Eigenvalues {"G", "L", "M"} of the backward operator at the BSB1 fixed point (eps = 0), any phi.
+def backward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, sigma_w2: float = 1.0,
+                         with_error: bool = False) -> dict[str, float | Estimate]:
+    """Eigenvalues {"G", "L", "M"} of the backward operator at the attracting BSB1 fixed point, any phi.
 
     "G" is :func:`gradient_rate`; "L" and "M" come from the operator's 11 ultrasymmetric entries, each an
-    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`); an array of B is looped.
-    With ``with_error=True`` the values are Estimates.
+    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`); at eps > 0 with P = G - tau v v^T and a
+    radial quadrature over tau (``operator_eigenvalues_eps``; only eps / sigma_w2 matters). Past the collapse
+    (eps >= :func:`collapse_eps`) ValueError: every output is phi(0) there and L, M are not derived. An array of
+    B is looped (eps = 0). With ``with_error=True`` the values are Estimates.
     """
     batch_size = check_batch_size(B, array_ok=True)
     phi = check_activation(parse_activation(phi), batch_size, slope=True)
+    eps, t = _effective_eps(eps, sigma_w2)
     if np.ndim(batch_size):  # the operator's entries take one B at a time
-        eigenvalues = _stacked([backward_eigenvalues(phi, int(b), with_error=True) for b in np.ravel(batch_size)],
-                               np.shape(batch_size))
+        eigenvalues = _stacked([backward_eigenvalues(phi, int(b), eps, sigma_w2, with_error=True)
+                                for b in np.ravel(batch_size)], np.shape(batch_size))
         return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
-    operator = operator_eigenvalues(phi, batch_size)
+    operator = operator_eigenvalues(phi, batch_size) if t == 0 else operator_eigenvalues_eps(phi, batch_size, t)
     check_resolved(*_values_and_errors(operator), f"the backward operator of activation {phi} at B = {batch_size}")
-    eigenvalues = {**operator, "G": _compute(GRADIENT_RATE_ROUTES, None, phi, batch_size, 0.0, DEFAULT_TOL)}
+    eigenvalues = {**operator, "G": _compute(GRADIENT_RATE_ROUTES, None, phi, batch_size, t, DEFAULT_TOL)}
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 

@@ -122,9 +122,9 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
     from . import api
 
     rate = api.gradient_rate(phi, batch_size, eps, sigma_w2)
-    if eps == 0:
-        backward = {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size).items()}
-    else:  # the L and M eigenvalues of the backward operator are derived for eps = 0 only
+    if eps < api.collapse_eps(phi, batch_size, sigma_w2):
+        backward = {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size, eps, sigma_w2).items()}
+    else:  # past the collapse every output is phi(0): the L and M eigenvalues are not derived there
         backward = {"G": rate}
     return {
         "gradient_rate": rate,

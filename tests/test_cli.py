@@ -138,6 +138,17 @@ def test_predict_json_gradient_keys_equal_the_api(capsys, spec, batch):
     assert result["depth_scale"] == bnsym.depth_scale(spec, batch)
 
 
+def test_predict_json_backward_eigenvalues_with_eps(capsys):
+    """Below the collapse all three backward eigenvalues; past it lambda_G alone (L, M are not derived there)."""
+    for eps, keys in ((0.2, {"G", "L", "M"}), (5.0, {"G"})):
+        status, out, _ = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8", "--eps", str(eps), "--json"])
+        assert status == 0
+        result = json.loads(out)
+        assert set(result["backward_eigenvalues"]) == keys
+        if keys == {"G", "L", "M"}:
+            assert result["backward_eigenvalues"] == bnsym.backward_eigenvalues("relu", 8, eps)
+
+
 @pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("relu^2", 8), ("identity", 16)])
 def test_predict_json_forward_eigenvalues(capsys, spec, batch):
     """The forward eigenvalues equal the API's; depth scales -1/log(lambda), null where lambda >= 1; strict JSON."""

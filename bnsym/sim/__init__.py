@@ -27,6 +27,7 @@ from .networks import (
 )
 from .probes import (
     backward_rayleigh,
+    backward_rayleigh_autograd,
     layer_jacobian,
     layer_jacobian_mean_square,
     neuron_gradient_ratios,
@@ -38,6 +39,7 @@ __all__ = [
     "Normals",
     "SAMPLERS",
     "backward_rayleigh",
+    "backward_rayleigh_autograd",
     "batch_norm",
     "configure_torch",
     "default_device",

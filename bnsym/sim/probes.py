@@ -6,6 +6,7 @@ supplies the directions R G, L and M that theory and simulation share.
 
 * :func:`simulated_decay`: the forward response of wide networks to a perturbation Sigma + delta Lam;
 * :func:`backward_rayleigh`: Rayleigh quotients of the backward operator of simulated layers;
+  :func:`backward_rayleigh_autograd`, the same by autograd through real layers, any eps;
 * :func:`layer_jacobian`, :func:`layer_jacobian_mean_square`: the Jacobian of one layer and the mean of its
   squared singular values; :func:`neuron_gradient_ratios`, the per-neuron factors behind that mean.
 """
@@ -82,6 +83,33 @@ def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, se
         quadratic = ((d @ (lam_t * lam_t)) * d).sum(-1) - 2 * ((dv @ lam_t) * (d * u)).sum(-1) \
             + (v * u).sum(-1) * ((dv @ lam_t) * dv).sum(-1)
         out[name] = (scale * quadratic).mean(-1).cpu().numpy() / float((lam * lam).sum())
+    return out
+
+
+def backward_rayleigh_autograd(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int,
+                               eps: float = 0.0, seed: int = 0) -> dict[str, np.ndarray]:
+    """Rayleigh quotients <Lambda, T{Lambda}>/|Lambda|^2 of the backward operator of real random layers, by autograd.
+
+    Unlike :func:`backward_rayleigh` no Jacobian formula is used: inputs x (N x B) of Gram ``sigma`` go through an
+    explicit W ~ N(0, 1/N), and torch differentiates x'_a = phi((h_a - mean h_a) / sqrt(var h_a + eps)) (biased
+    variance, as BatchNorm1d in training mode) neuron by neuron; T{Lambda} = (1/N) sum_a J_a^T Lambda J_a.
+    Returns {"G", "L", "M"} -> (M,) numpy arrays, one quotient per network.
+    """
+    configure_torch()
+    activation = parse_activation(phi)
+    x = inputs_with_gram(sigma, width, n_networks, seed=seed, device="cpu")  # (M, N, B)
+    h = Normals(seed + 1, "cpu")(n_networks, width, width) / math.sqrt(width) @ x
+
+    def layer(row: torch.Tensor) -> torch.Tensor:
+        centred = row - row.mean()
+        return activation.torch(centred / torch.sqrt(centred.square().mean() + eps))
+
+    jac = torch.func.vmap(torch.func.jacrev(layer))(h.reshape(-1, h.shape[-1])).reshape(*h.shape, h.shape[-1])
+    out = {}
+    for name, lam in eigen_directions(h.shape[-1]).items():
+        lam_t = torch.as_tensor(lam, dtype=torch.float64)
+        quotient = torch.einsum("ij,mnki,kl,mnlj->m", lam_t, jac, lam_t, jac) / width
+        out[name] = quotient.numpy() / float((lam * lam).sum())
     return out
 
 
