@@ -64,6 +64,7 @@ from .meanfield.forward_linear import (
 from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from .meanfield.laplace import bn_kernel_laplace
 from .meanfield.qmc import bn_kernel_qmc
+from .meanfield.small_batch import small_batch_rate, small_batch_size
 
 DEFAULT_TOL = 1e-8  # the error target of the series routes where a function takes no ``tol``
 MAX_FIXED_NODES = 1024  # a fixed Gauss-Jacobi rule of cross_batch_kernel: nodes^2 points per entry
@@ -376,8 +377,18 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     below ``tol``, else ValueError) or "radial" (any phi and eps, one B; ``eps`` may be a numpy array: the rate at
     the attracting fixed point of each eps, finite also past the collapse, where it tends to
     sigma_w2 phi'(0)^2 / eps for phi smooth at 0). Default: the first that applies. Below 1 gradients vanish.
-    With ``with_error=True`` returns the Estimate (absolute error).
+    At eps = 0 and one B below 4 (App. J): 0.0 at B = 2 (batch norm's Jacobian vanishes), inf at B = 3
+    (E[1/r^2] diverges); ``method`` is then ignored. With ``with_error=True`` returns the Estimate (absolute error).
     """
+    small = small_batch_size(B)
+    if small is not None:  # App. J: B = 2 and 3 at eps = 0
+        phi = check_activation(parse_activation(phi), None, slope=True)  # the sphere checks need B >= 4
+        eps, t = _effective_eps(eps, sigma_w2, array_ok=True)
+        if np.any(t != 0):
+            raise ValueError(f"at B = {small} with eps > 0 the rate is finite but not derived here: the radial "
+                             "route averages over chi^2 with B - 3 degrees of freedom and needs B >= 4")
+        estimate = small_batch_rate(phi, small)
+        return estimate if with_error else estimate.value
     batch = check_batch_size(B, array_ok=True)
     phi = check_activation(parse_activation(phi), batch, slope=True)
     tol = check_tol(tol)
