@@ -96,7 +96,7 @@ def derive_trace_identity() -> Derivation:
     return d
 
 
-def _cancel_gammas(expr: sp.Expr) -> sp.Expr:
+def cancel_gammas(expr: sp.Expr) -> sp.Expr:
     """Rewrite Gamma(x + n) = (x)_n Gamma(x) for Gammas whose arguments differ by a positive integer n, then cancel."""
     gammas = sorted(expr.atoms(sp.gamma), key=sp.default_sort_key)
     for high in gammas:
@@ -150,7 +150,7 @@ def derive_homogeneous_rate() -> Derivation:
            sp.Eq(sp.Symbol("mu^*"), mu))
     trace = derive_trace_identity()
     rate = trace.result.subs({M11: m11, M12: m12, N11: n11, N12: n12, mu_star: mu})
-    rate = _cancel_gammas(rate)
+    rate = cancel_gammas(rate)
     d.step("Substituting into Thm 7, the Gamma functions cancel to a rational function:",
            sp.Eq(sp.Symbol("lambda_G"), rate))
     gap = sp.simplify(rate - paper_homogeneous_rate())

@@ -30,6 +30,7 @@ from .probes import (
     backward_rayleigh_autograd,
     layer_jacobian,
     layer_jacobian_mean_square,
+    network_gradient_norms,
     neuron_gradient_ratios,
     simulated_decay,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "inputs_with_gram",
     "layer_jacobian",
     "layer_jacobian_mean_square",
+    "network_gradient_norms",
     "neuron_gradient_ratios",
     "mc_tolerance",
     "mean_and_se",
