@@ -64,7 +64,7 @@ from .meanfield.forward_linear import (
 from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from .meanfield.laplace import bn_kernel_laplace
 from .meanfield.qmc import bn_kernel_qmc
-from .meanfield.small_batch import small_batch_rate, small_batch_size
+from .meanfield.small_batch import small_batch_fixed_point, small_batch_rate, small_batch_size
 
 DEFAULT_TOL = 1e-8  # the error target of the series routes where a function takes no ``tol``
 MAX_FIXED_NODES = 1024  # a fixed Gauss-Jacobi rule of cross_batch_kernel: nodes^2 points per entry
@@ -312,7 +312,18 @@ def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, si
     mu* = 0: Sigma* = phi(0)^2 11^T, ``collapsed`` is True and c = 1 (this is not an error).
     The :class:`FixedPoint` carries the route's ``error`` (a bound on q* and q* c*); with ``with_error=True`` the
     result is instead {"q", "c", "mu"} as Estimates, that error propagated (:meth:`FixedPoint.estimates`).
+    At eps = 0 and one B of 2 or 3 (App. J) the fixed point over the BN outputs' two points or circle
+    (``method`` ignored).
     """
+    small = small_batch_size(B)
+    if small is not None:  # App. J: B = 2 and 3 at eps = 0
+        phi = check_activation(parse_activation(phi), None)  # the sphere checks need B >= 4
+        eps, t = _effective_eps(eps, sigma_w2, sigma_b2)
+        if t != 0:
+            raise ValueError(f"at B = {small} with eps > 0 the fixed point is not derived here: the radial route "
+                             "needs B >= 4")
+        point = small_batch_fixed_point(phi, small)
+        return point.estimates() if with_error else point
     batch = check_batch_size(B, array_ok=True)
     phi = check_activation(parse_activation(phi), batch)
     tol = check_tol(tol)

@@ -63,3 +63,30 @@ def test_small_batch_refusals():
         bnsym.gradient_rate("relu(beta=-5)", 3)
     with pytest.raises(ValueError, match="not derived here"):
         bnsym.gradient_rate("tanh", 2, eps=0.5)
+
+
+@pytest.mark.parametrize("phi", ["relu", "tanh", "identity"])
+@pytest.mark.parametrize("batch", [2, 3])
+def test_small_batch_fixed_point_against_sampling(phi, batch):
+    """q* and q* c* against sampled BN outputs of Gaussian pre-activations (B = 2: exact, any sample)."""
+    point = bnsym.fixed_point(phi, batch)
+    h = np.random.default_rng(batch).standard_normal((40, 4000, batch))
+    y = h - h.mean(-1, keepdims=True)
+    out = bnsym.parse_activation(phi).numpy(np.sqrt(batch) * y / np.linalg.norm(y, axis=-1, keepdims=True))
+    k = mc_tolerance(40, 12)
+    for theory, sample in ((point.q, out[..., 0] ** 2), (point.q * point.c, out[..., 0] * out[..., 1])):
+        estimate = mean_and_se(sample.mean(axis=1))
+        assert abs(estimate.value - theory) <= k * estimate.error + 1e-12
+
+
+def test_relu_fixed_point_at_three_is_the_arccos_kernel():
+    """Thm F.8's ReLU form q* = 1/2, c* = J_1(-1/(B-1)) holds at B = 3 too: J_1(-1/2) = (sqrt(3)/2 - pi/6) / pi."""
+    point = bnsym.fixed_point("relu", 3)
+    assert abs(point.q - 0.5) < 1e-6 and abs(point.c - (np.sqrt(3) / 2 - np.pi / 6) / np.pi) < 1e-6
+
+
+def test_small_batch_fixed_point_refusals():
+    with pytest.raises(ValueError, match="not derived here"):
+        bnsym.fixed_point("relu", 3, eps=0.1)
+    with pytest.raises(ValueError, match="below 4"):
+        bnsym.fixed_point("relu", np.array([3, 8]))

@@ -25,6 +25,7 @@ from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring
 from ..core.symbols import B, mu, u, x1, x2
+from .forward import FixedPoint
 
 
 @cache
@@ -113,3 +114,23 @@ def small_batch_rate(phi: Activation, batch_size: int) -> Estimate:
         return Estimate(np.inf, 0.0, "small_batch")
     raise ValueError(f"at B = 3 the rate of {phi} is 0 x infinity, undefined: phi' vanishes on the BN outputs' "
                      "range [-sqrt(2), sqrt(2)] while E[1/r^2] is infinite")
+
+
+def small_batch_fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
+    """The BSB1 fixed point (eps = 0) at B = 2 and 3: q* = E[phi(x_1)^2], q* c* = E[phi(x_1) phi(x_2)] over the BN
+    output x. B = 2: x = +-(1, -1), exact (every input with h_1 != h_2 lands there in one layer). B = 3:
+    x_k = sqrt(2) cos(theta - 2 pi k / 3), theta uniform, by the trapezoidal rule with ANGLES and ANGLES / 2
+    points (their difference is the error)."""
+    if batch_size == 2:
+        plus, minus = phi.numpy(np.array([1.0, -1.0]))
+        return FixedPoint(q=float((plus**2 + minus**2) / 2), c=float(plus * minus / ((plus**2 + minus**2) / 2)),
+                          batch_size=2, method="small_batch")
+
+    def moments(n: int) -> np.ndarray:
+        theta = np.arange(n) * (2 * np.pi / n)
+        first, second = (phi.numpy(np.sqrt(2.0) * np.cos(theta - shift)) for shift in (0.0, 2 * np.pi / 3))
+        return np.array([np.mean(first**2), np.mean(first * second)])
+
+    fine, coarse = moments(ANGLES), moments(ANGLES // 2)
+    return FixedPoint(q=float(fine[0]), c=float(fine[1] / fine[0]), batch_size=3, method="small_batch",
+                      error=float(np.abs(fine - coarse).max()))
