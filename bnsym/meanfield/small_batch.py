@@ -25,6 +25,7 @@ from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring
 from ..core.symbols import B, mu, u, x1, x2
+from ..core.validation import MIN_RELATIVE_VARIANCE
 from .forward import FixedPoint
 
 
@@ -123,8 +124,9 @@ def small_batch_fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
     points (their difference is the error)."""
     if batch_size == 2:
         plus, minus = phi.numpy(np.array([1.0, -1.0]))
-        return FixedPoint(q=float((plus**2 + minus**2) / 2), c=float(plus * minus / ((plus**2 + minus**2) / 2)),
-                          batch_size=2, method="small_batch")
+        point = FixedPoint(q=float((plus**2 + minus**2) / 2), c=float(plus * minus / ((plus**2 + minus**2) / 2)),
+                           batch_size=2, method="small_batch") if plus or minus else None
+        return _resolved(point, phi, batch_size)
 
     def moments(n: int) -> np.ndarray:
         theta = np.arange(n) * (2 * np.pi / n)
@@ -132,5 +134,15 @@ def small_batch_fixed_point(phi: Activation, batch_size: int) -> FixedPoint:
         return np.array([np.mean(first**2), np.mean(first * second)])
 
     fine, coarse = moments(ANGLES), moments(ANGLES // 2)
-    return FixedPoint(q=float(fine[0]), c=float(fine[1] / fine[0]), batch_size=3, method="small_batch",
-                      error=float(np.abs(fine - coarse).max()))
+    point = FixedPoint(q=float(fine[0]), c=float(fine[1] / fine[0]), batch_size=3, method="small_batch",
+                       error=float(np.abs(fine - coarse).max())) if fine[0] > 0 else None
+    return _resolved(point, phi, batch_size)
+
+
+def _resolved(point: FixedPoint | None, phi: Activation, batch_size: int) -> FixedPoint:
+    """``point`` unless phi is (numerically) constant on the BN outputs: then mu* = 0 and batch norm's next layer
+    divides by 0 (ValueError), as for B >= 4 (``MIN_RELATIVE_VARIANCE``)."""
+    if point is None or not np.isfinite(point.q) or point.mu <= MIN_RELATIVE_VARIANCE * point.q:
+        raise ValueError(f"activation {phi} is constant on the batch-norm outputs at B = {batch_size} (mu* = 0 to "
+                         "float64 precision): the next batch norm would divide by zero")
+    return point
