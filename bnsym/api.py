@@ -37,7 +37,13 @@ from .core.validation import (
     check_variance,
     check_whole_number,
 )
-from .meanfield.backward import MAX_TRAINABLE_DEPTH_FACTOR, operator_eigenvalues, rate_closed_form, rate_spherical
+from .meanfield.backward import (
+    MAX_TRAINABLE_DEPTH_FACTOR,
+    operator_eigenvalues,
+    operator_eigenvalues_eps,
+    rate_closed_form,
+    rate_spherical,
+)
 from .meanfield.backward import depth_scale as _depth_scale
 from .meanfield.crossbatch import (
     cross_batch_kernel_laplace,
@@ -58,6 +64,7 @@ from .meanfield.forward_linear import (
 from .meanfield.gegenbauer import fixed_point_gegenbauer, forward_eigenvalues_gegenbauer, gradient_rate_gegenbauer
 from .meanfield.laplace import bn_kernel_laplace
 from .meanfield.qmc import bn_kernel_qmc
+from .meanfield.small_batch import small_batch_fixed_point, small_batch_rate, small_batch_size
 
 torch = lazy_module("torch")
 
@@ -307,7 +314,18 @@ def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, si
     mu* = 0: Sigma* = phi(0)^2 11^T, ``collapsed`` is True and c = 1 (this is not an error).
     The :class:`FixedPoint` carries the route's ``error`` (a bound on q* and q* c*); with ``with_error=True`` the
     result is instead {"q", "c", "mu"} as Estimates, that error propagated (:meth:`FixedPoint.estimates`).
+    At eps = 0 and one B of 2 or 3 (App. J) the fixed point over the BN outputs' two points or circle
+    (``method`` ignored).
     """
+    small = small_batch_size(B)
+    if small is not None:  # App. J: B = 2 and 3 at eps = 0
+        phi = check_activation(parse_activation(phi), None)  # the sphere checks need B >= 4
+        eps, t = _effective_eps(eps, sigma_w2, sigma_b2)
+        if t != 0:
+            raise ValueError(f"at B = {small} with eps > 0 the fixed point is not derived here: the radial route "
+                             "needs B >= 4")
+        point = small_batch_fixed_point(phi, small)
+        return point.estimates() if with_error else point
     batch = check_batch_size(B, array_ok=True)
     phi = check_activation(parse_activation(phi), batch)
     tol = check_tol(tol)
@@ -372,8 +390,18 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     below ``tol``, else ValueError) or "radial" (any phi and eps, one B; ``eps`` may be a numpy array: the rate at
     the attracting fixed point of each eps, finite also past the collapse, where it tends to
     sigma_w2 phi'(0)^2 / eps for phi smooth at 0). Default: the first that applies. Below 1 gradients vanish.
-    With ``with_error=True`` returns the Estimate (absolute error).
+    At eps = 0 and one B below 4 (App. J): 0.0 at B = 2 (batch norm's Jacobian vanishes), inf at B = 3
+    (E[1/r^2] diverges); ``method`` is then ignored. With ``with_error=True`` returns the Estimate (absolute error).
     """
+    small = small_batch_size(B)
+    if small is not None:  # App. J: B = 2 and 3 at eps = 0
+        phi = check_activation(parse_activation(phi), None, slope=True)  # the sphere checks need B >= 4
+        eps, t = _effective_eps(eps, sigma_w2, array_ok=True)
+        if np.any(t != 0):
+            raise ValueError(f"at B = {small} with eps > 0 the rate is finite but not derived here: the radial "
+                             "route averages over chi^2 with B - 3 degrees of freedom and needs B >= 4")
+        estimate = small_batch_rate(phi, small)
+        return estimate if with_error else estimate.value
     batch = check_batch_size(B, array_ok=True)
     phi = check_activation(parse_activation(phi), batch, slope=True)
     tol = check_tol(tol)
@@ -382,22 +410,26 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     return estimate if with_error else estimate.value
 
 
-def backward_eigenvalues(phi: str | Activation, B: int, with_error: bool = False) -> dict[str, float | Estimate]:
-    """Eigenvalues {"G", "L", "M"} of the backward operator at the BSB1 fixed point (eps = 0), any phi.
+def backward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, sigma_w2: float = 1.0,
+                         with_error: bool = False) -> dict[str, float | Estimate]:
+    """Eigenvalues {"G", "L", "M"} of the backward operator at the attracting BSB1 fixed point, any phi.
 
     "G" is :func:`gradient_rate`; "L" and "M" come from the operator's 11 ultrasymmetric entries, each an
-    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`); an array of B is looped.
-    With ``with_error=True`` the values are Estimates.
+    exact two-coordinate quadrature (see :mod:`bnsym.meanfield.backward`); at eps > 0 with P = G - tau v v^T and a
+    radial quadrature over tau (``operator_eigenvalues_eps``; only eps / sigma_w2 matters). Past the collapse
+    (eps >= :func:`collapse_eps`) ValueError: every output is phi(0) there and L, M are not derived. An array of
+    B is looped (eps = 0). With ``with_error=True`` the values are Estimates.
     """
     batch_size = check_batch_size(B, array_ok=True)
     phi = check_activation(parse_activation(phi), batch_size, slope=True)
+    eps, t = _effective_eps(eps, sigma_w2)
     if np.ndim(batch_size):  # the operator's entries take one B at a time
-        eigenvalues = _stacked([backward_eigenvalues(phi, int(b), with_error=True) for b in np.ravel(batch_size)],
-                               np.shape(batch_size))
+        eigenvalues = _stacked([backward_eigenvalues(phi, int(b), eps, sigma_w2, with_error=True)
+                                for b in np.ravel(batch_size)], np.shape(batch_size))
         return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
-    operator = operator_eigenvalues(phi, batch_size)
+    operator = operator_eigenvalues(phi, batch_size) if t == 0 else operator_eigenvalues_eps(phi, batch_size, t)
     check_resolved(*_values_and_errors(operator), f"the backward operator of activation {phi} at B = {batch_size}")
-    eigenvalues = {**operator, "G": _compute(GRADIENT_RATE_ROUTES, None, phi, batch_size, 0.0, DEFAULT_TOL)}
+    eigenvalues = {**operator, "G": _compute(GRADIENT_RATE_ROUTES, None, phi, batch_size, t, DEFAULT_TOL)}
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 

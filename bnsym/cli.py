@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--phi", required=True,
                          help="activation, e.g. relu, tanh, gelu, silu, relu^1.5, leaky_relu(0.2), tanh(gamma=0.5), "
                          "or a formula in one variable, e.g. 'x*sigmoid(1.702*x)'")
-    predict.add_argument("--batch-size", "-B", required=True, help="batch size B (an integer >= 4)")
+    predict.add_argument("--batch-size", "-B", required=True,
+                         help="batch size B (an integer >= 4; 2 and 3 give the fixed point and lambda_G only)")
     predict.add_argument("--eps", default="0", help="batch-norm epsilon (>= 0, default 0)")
     predict.add_argument("--sigma-w2", default="1", help="weight variance sigma_w^2 (> 0, default 1; with eps > 0 "
                          "only eps / sigma_w^2 matters)")
@@ -74,10 +75,13 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
     from . import api
     from .core.activations import parse_activation
     from .dilution import normalised_gsc_rate
+    from .meanfield.small_batch import small_batch_size
 
     batch_size, eps = _number(batch_size, "batch size B", int), _number(eps, "eps")
     sigma_w2 = _number(sigma_w2, "sigma_w2")
     point = api.fixed_point(phi, batch_size, eps=eps, sigma_w2=sigma_w2, method=method)
+    if small_batch_size(batch_size) is not None:
+        return _small_batch_prediction(phi, point)
     # forward linearization: per-layer factors and depth scales -1/log(lambda), null where undefined
     eigenvalues = api.forward_eigenvalues(phi, point.batch_size, point.eps, sigma_w2, with_error=True)
     result = {
@@ -98,6 +102,26 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
     if cross_batch is not None:  # the cross-batch routes need eps = 0; the key is left out otherwise
         result["cross_batch"] = cross_batch
     return result
+
+
+def _small_batch_prediction(phi: str, point) -> dict:
+    """B = 2 or 3 at eps = 0 (App. J): the fixed point and lambda_G (0, or infinite: null with ``note``); the
+    eigenvalues and cross-batch quantities need B >= 4 and are left out."""
+    from . import api
+    from .core.activations import parse_activation
+
+    rate = api.gradient_rate(phi, point.batch_size)
+    return {
+        "phi": str(parse_activation(phi)), "batch_size": point.batch_size, "eps": point.eps,
+        "sigma_w2": point.sigma_w2,
+        "fixed_point": {"q": point.q, "c": point.c, "mu": point.mu, "method": point.method, "error": point.error,
+                        "collapsed": point.collapsed},
+        "gradient_rate": _finite_or_none(rate),
+        "depth_scale": api.depth_scale(phi, point.batch_size),
+        "note": ("B = 2: batch norm's Jacobian is zero, every gradient vanishes" if point.batch_size == 2 else
+                 "B = 3: the mean-field gradient rate is infinite (E[1/r^2] diverges)")
+        + "; the forward and backward eigenvalues and the cross-batch quantities need B >= 4 (App. J)",
+    }
 
 
 def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | None:
@@ -122,9 +146,9 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
     from . import api
 
     rate = api.gradient_rate(phi, batch_size, eps, sigma_w2)
-    if eps == 0:
-        backward = {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size).items()}
-    else:  # the L and M eigenvalues of the backward operator are derived for eps = 0 only
+    if eps < api.collapse_eps(phi, batch_size, sigma_w2):
+        backward = {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size, eps, sigma_w2).items()}
+    else:  # past the collapse every output is phi(0): the L and M eigenvalues are not derived there
         backward = {"G": rate}
     return {
         "gradient_rate": rate,

@@ -164,14 +164,15 @@ def test_depth_two_finite_width_bias_is_below_tolerance(simulated):
     (float("nan"), "whole number"), (None, "whole number"),
 ])
 def test_bad_batch_size(batch, match):
+    """forward_eigenvalues: fixed_point and gradient_rate answer B = 2 and 3 (tests/test_small_batch.py)."""
     with pytest.raises(ValueError, match=match):
-        bnsym.fixed_point("relu", batch)
+        bnsym.forward_eigenvalues("relu", batch)
 
 
 def test_batch_size_below_four_says_why():
     for batch in (2, 3):
         with pytest.raises(ValueError, match="B >= 4") as info:
-            bnsym.fixed_point("tanh", batch)
+            bnsym.forward_eigenvalues("tanh", batch)
         assert "B = 2" in str(info.value) and "B = 3" in str(info.value)
 
 

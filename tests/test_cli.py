@@ -18,7 +18,8 @@ from bnsym import cache
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_ARGUMENTS = {
-    "batch size 3": (["--phi", "relu", "--batch-size", "3"], "below 4"),
+    "batch size 1": (["--phi", "relu", "--batch-size", "1"], "below 4"),
+    "batch size 3, eps > 0": (["--phi", "relu", "--batch-size", "3", "--eps", "0.1"], "not derived here"),
     "batch size 8.5": (["--phi", "relu", "--batch-size", "8.5"], "whole number"),
     "batch size -2": (["--phi", "relu", "--batch-size", "-2"], "positive"),
     "batch size abc": (["--phi", "relu", "--batch-size", "abc"], "whole number"),
@@ -115,7 +116,7 @@ def _console_script() -> Path:
 
 def test_console_script():
     """The installed entry point, run as a user runs it (one case: importing torch makes each run ~2.5 s)."""
-    bad = subprocess.run([str(_console_script()), "predict", "--phi", "relu", "--batch-size", "3", "--json"],
+    bad = subprocess.run([str(_console_script()), "predict", "--phi", "relu", "--batch-size", "1", "--json"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode != 0 and bad.stdout == ""
     lines = bad.stderr.splitlines()
@@ -136,6 +137,28 @@ def test_predict_json_gradient_keys_equal_the_api(capsys, spec, batch):
     assert result["gradient_rate"] == bnsym.gradient_rate(spec, batch)
     assert result["backward_eigenvalues"] == bnsym.backward_eigenvalues(spec, batch)
     assert result["depth_scale"] == bnsym.depth_scale(spec, batch)
+
+
+@pytest.mark.parametrize("batch", [2, 3])
+def test_predict_small_batches(capsys, batch):
+    """B = 2, 3: the fixed point and lambda_G (0; infinite as null, with the note), nothing that needs B >= 4."""
+    status, out, _ = _run(capsys, ["predict", "--phi", "tanh", "--batch-size", str(batch), "--json"])
+    assert status == 0
+    result = json.loads(out)
+    assert result["fixed_point"]["q"] == bnsym.fixed_point("tanh", batch).q
+    assert result["gradient_rate"] == (0.0 if batch == 2 else None) and "App. J" in result["note"]
+    assert "forward_eigenvalues" not in result and "cross_batch" not in result
+
+
+def test_predict_json_backward_eigenvalues_with_eps(capsys):
+    """Below the collapse all three backward eigenvalues; past it lambda_G alone (L, M are not derived there)."""
+    for eps, keys in ((0.2, {"G", "L", "M"}), (5.0, {"G"})):
+        status, out, _ = _run(capsys, ["predict", "--phi", "relu", "--batch-size", "8", "--eps", str(eps), "--json"])
+        assert status == 0
+        result = json.loads(out)
+        assert set(result["backward_eigenvalues"]) == keys
+        if keys == {"G", "L", "M"}:
+            assert result["backward_eigenvalues"] == bnsym.backward_eigenvalues("relu", 8, eps)
 
 
 @pytest.mark.parametrize("spec, batch", [("relu", 8), ("tanh", 5), ("relu^2", 8), ("identity", 16)])

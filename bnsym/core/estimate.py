@@ -58,8 +58,9 @@ def within_error(estimate: Estimate, target: float) -> np.ndarray:
     A quantity that divides by value - target (a depth scale 1/log(lambda), a crossing) is not resolved there:
     its size would be rounding noise, different on every CPU and BLAS kernel.
     """
-    value = np.asarray(estimate.value, dtype=float)
-    return np.abs(value - target) <= np.asarray(estimate.error) + ROUNDING * np.maximum(np.abs(value), abs(target))
+    value = np.asarray(estimate.value, dtype=float)  # an infinite value (lambda_G at B = 3) is never within
+    close = np.abs(value - target) <= np.asarray(estimate.error) + ROUNDING * np.maximum(np.abs(value), abs(target))
+    return close & np.isfinite(value)
 
 
 def unresolved_note(quantity: str, target: float, where: np.ndarray, estimate: Estimate) -> str:

@@ -29,6 +29,7 @@ from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.kernels import lambdified
+from ..core.quadrature import chi2_rule
 from ..core.symbols import J1, M11, M12, N11, N12, B, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
 from .forward import default_fixed_point, derive_bsb1_constant
 from .gegenbauer import expect_pair_polynomial
@@ -43,6 +44,8 @@ from .ultrasymmetric import (
 )
 
 MAX_TRAINABLE_DEPTH_FACTOR = 16  # the paper's prediction of the deepest trainable network: 16 xi (Sec. 4, Fig 3)
+N_RADIAL_BACKWARD = 24  # Gauss nodes of the radial rule for the eps > 0 operator; the error compares with half
+SHRINK = sp.Symbol("tau", positive=True)  # |y|^2 / (|y|^2 + B eps): the radial shrink of the BN output (eps > 0)
 
 
 # ----------------------------------------------------------------------------------------------- derivations
@@ -94,7 +97,7 @@ def derive_trace_identity() -> Derivation:
     return d
 
 
-def _cancel_gammas(expr: sp.Expr) -> sp.Expr:
+def cancel_gammas(expr: sp.Expr) -> sp.Expr:
     """Rewrite Gamma(x + n) = (x)_n Gamma(x) for Gammas whose arguments differ by a positive integer n, then cancel."""
     gammas = sorted(expr.atoms(sp.gamma), key=sp.default_sort_key)
     for high in gammas:
@@ -148,7 +151,7 @@ def derive_homogeneous_rate() -> Derivation:
            sp.Eq(sp.Symbol("mu^*"), mu))
     trace = derive_trace_identity()
     rate = trace.result.subs({M11: m11, M12: m12, N11: n11, N12: n12, mu_star: mu})
-    rate = _cancel_gammas(rate)
+    rate = cancel_gammas(rate)
     d.step("Substituting into Thm 7, the Gamma functions cancel to a rational function:",
            sp.Eq(sp.Symbol("lambda_G"), rate))
     gap = sp.simplify(rate - paper_homogeneous_rate())
@@ -269,18 +272,20 @@ def rate_spherical(phi: Activation, batch_size: int, n: int = 64) -> Estimate:
 
 
 @cache
-def derive_class_integrand(name: str) -> sp.Expr:
+def derive_class_integrand(name: str, shrunk: bool = False) -> sp.Expr:
     """E_v[phi'(x_k) phi'(x_l) P_ki P_lj] = E[phi'(x_1) phi'(x_2) f(x_1, x_2)]: returns f, P = G - v v^T, x = sqrt(B) v.
 
     Given the coordinates (x_k, x_l) = (x_1, x_2) (or x_k = x_1 when k = l), the other m coordinates of the BN
     output are exchangeable with sum S_1 = -(x_1 + x_2) and sum of squares S_2 = B - x_1^2 - x_2^2, so
     E[x_i] = S_1/m, E[x_i^2] = S_2/m and E[x_i x_j] = (S_1^2 - S_2)/(m(m-1)) for i != j outside {k, l}.
+    ``shrunk``: eps > 0, P = G - tau v v^T with tau = |y|^2 / (|y|^2 + B eps) (:data:`SHRINK`, in f; R16).
     """
     i, j, k, l = class_indices(name)
     x = {a: sp.Symbol(f"x{a}") for a in range(1, 5)}
+    weight = SHRINK if shrunk else 1
 
     def p(a, b):
-        return sp.KroneckerDelta(a, b) - 1 / B - x[a] * x[b] / B
+        return sp.KroneckerDelta(a, b) - 1 / B - weight * x[a] * x[b] / B
 
     given = {k: x1, l: x2} if k != l else {k: x1}
     m = B - len(given)
@@ -343,6 +348,13 @@ def _class_integrands():
     return {name: ((x1, x2, B), derive_class_integrand(name)) for name in CLASSES}
 
 
+@cache
+def _shrunk_class_integrands():
+    """The 11 class integrands at eps > 0 as one stacked kernel f(x_1, x_2, B, tau) -> (11, ...)."""
+    return sp.lambdify((x1, x2, B, SHRINK), [derive_class_integrand(name, shrunk=True) for name in CLASSES],
+                       modules="numpy", cse=True)
+
+
 def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dict[str, float], dict[str, float]]:
     """The 11 entries of the backward operator F(Sigma*) at the BSB1 fixed point, with error estimates.
 
@@ -373,6 +385,54 @@ def operator_eigenvalues(phi: Activation, batch_size: int, n: int = 64) -> dict[
     values, errors = operator_classes(phi, batch_size, n)
     values, errors = projected_eigenvalues(values, batch_size), projected_eigenvalue_errors(errors, batch_size)
     return {key: Estimate(values[key], errors[key], "spherical") for key in values}
+
+
+def operator_eigenvalues_eps(phi: Activation, batch_size: int, eps: float, sigma_w2: float = 1.0,
+                             n: int = 32) -> dict[str, Estimate]:
+    """{"G", "L", "M"} of the backward operator at the attracting fixed point with eps > 0 (R16), any phi.
+
+    With n_eps(y) = sqrt(B) y / S, S^2 = |y|^2 + B eps, the Jacobian is J_h = sqrt(B)/S D (G - tau v v^T),
+    tau = |y|^2 / S^2, D = diag(phi'(sqrt(tau) x)): each class is
+    T = sigma_w^2 B E[S^-2 E_v[phi'_k phi'_l P_ki P_lj]] = B/(B-3) E_{s ~ chi^2_(B-3)}[s/(mu s + B t) g(tau(s))],
+    t = eps / sigma_w^2, tau = mu s / (mu s + B t), g the class integrand (:func:`derive_class_integrand` with
+    ``shrunk``) over two BN coordinates. eps = 0 gives :func:`operator_classes`. Error: the pair quadrature's
+    plus the change from n/2 to n radial nodes. Past the collapse (mu* = 0) ValueError: not derived there.
+    """
+    from .epsilon import fixed_point_radial  # epsilon's fixed point; imported here, as epsilon builds on this module
+
+    check_finite_rate(phi)
+    point = fixed_point_radial(phi, batch_size, eps, sigma_w2)
+    if point.collapsed:
+        raise ValueError(f"the backward L and M eigenvalues past the collapse (eps / sigma_w2 = {eps:g} >= "
+                         "collapse_eps, mu* = 0) are not derived here: every BN output is phi(0), v is undefined")
+    dphi, kernel, bt = phi.numpy_derivative, _shrunk_class_integrands(), batch_size * eps / sigma_w2
+    diagonal = [class_indices(name)[2] == class_indices(name)[3] for name in CLASSES]  # phi'(x_k)^2 classes
+
+    def classes(nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        s, w = chi2_rule(batch_size - 3, nodes)
+        tau = s * point.mu / (s * point.mu + bt)
+        total, error = np.zeros(len(CLASSES)), np.zeros(len(CLASSES))
+        for weight, shrink in zip(w * s / (point.mu * s + bt), tau):
+            root = np.sqrt(shrink)
+
+            def integrand(a, b, shrink=shrink, root=root):  # a, b: the BN output sqrt(tau) x
+                pair, square = dphi(a) * dphi(b), dphi(a) ** 2
+                f = kernel(a / root, b / root, batch_size, shrink)
+                return np.stack([(square if same else pair) * np.broadcast_to(fi, a.shape)
+                                 for fi, same in zip(f, diagonal)])
+
+            value, err = expect_pair_with_error(integrand, batch_size, phi.kinks, n, scale=root)
+            total += weight * value
+            error += weight * err
+        factor = batch_size / (batch_size - 3)
+        return factor * total, factor * error
+
+    fine, quadrature_error = classes(N_RADIAL_BACKWARD)
+    coarse, _ = classes(N_RADIAL_BACKWARD // 2)
+    errors = quadrature_error + np.abs(fine - coarse) + np.abs(fine) * point.error / point.mu
+    values = projected_eigenvalues(dict(zip(CLASSES, fine)), batch_size)
+    bounds = projected_eigenvalue_errors(dict(zip(CLASSES, errors)), batch_size)
+    return {key: Estimate(values[key], bounds[key], "radial") for key in values}
 
 
 def _inverse_log(rate: np.ndarray) -> np.ndarray:

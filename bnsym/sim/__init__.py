@@ -27,8 +27,10 @@ from .networks import (
 )
 from .probes import (
     backward_rayleigh,
+    backward_rayleigh_autograd,
     layer_jacobian,
     layer_jacobian_mean_square,
+    network_gradient_norms,
     neuron_gradient_ratios,
     simulated_decay,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "Normals",
     "SAMPLERS",
     "backward_rayleigh",
+    "backward_rayleigh_autograd",
     "batch_norm",
     "configure_torch",
     "default_device",
@@ -47,6 +50,7 @@ __all__ = [
     "inputs_with_gram",
     "layer_jacobian",
     "layer_jacobian_mean_square",
+    "network_gradient_norms",
     "neuron_gradient_ratios",
     "mc_tolerance",
     "mean_and_se",

@@ -6,8 +6,10 @@ supplies the directions R G, L and M that theory and simulation share.
 
 * :func:`simulated_decay`: the forward response of wide networks to a perturbation Sigma + delta Lam;
 * :func:`backward_rayleigh`: Rayleigh quotients of the backward operator of simulated layers;
+  :func:`backward_rayleigh_autograd`, the same by autograd through real layers, any eps;
 * :func:`layer_jacobian`, :func:`layer_jacobian_mean_square`: the Jacobian of one layer and the mean of its
-  squared singular values; :func:`neuron_gradient_ratios`, the per-neuron factors behind that mean.
+  squared singular values; :func:`neuron_gradient_ratios`, the per-neuron factors behind that mean;
+* :func:`network_gradient_norms`: gradient norms of whole networks by autograd, any B >= 2.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from ..core.batchnorm import batch_norm_forward
-from ..core.device import Normals, configure_torch, default_device
+from ..core.device import Normals, configure_torch, default_device, generator
 from ..core.geometry import eigen_directions
 from .networks import centred_factor, inputs_with_gram, simulate_forward
+from .philipp import haar_orthogonal
 
 
 def simulated_decay(phi: str | Activation, sigma: np.ndarray, direction: np.ndarray, delta: float, width: int,
@@ -85,14 +88,47 @@ def backward_rayleigh(phi: str | Activation, grams: torch.Tensor, width: int, se
     return out
 
 
-def _layer_blocks(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int, seed: int,
-                  batch_norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W, E): the weights (M, N, N) and the per-neuron blocks (M, N, B, B) of :func:`layer_jacobian`."""
+def backward_rayleigh_autograd(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int,
+                               eps: float = 0.0, seed: int = 0) -> dict[str, np.ndarray]:
+    """Rayleigh quotients <Lambda, T{Lambda}>/|Lambda|^2 of the backward operator of real random layers, by autograd.
+
+    Unlike :func:`backward_rayleigh` no Jacobian formula is used: inputs x (N x B) of Gram ``sigma`` go through an
+    explicit W ~ N(0, 1/N), and torch differentiates x'_a = phi((h_a - mean h_a) / sqrt(var h_a + eps)) (biased
+    variance, as BatchNorm1d in training mode) neuron by neuron; T{Lambda} = (1/N) sum_a J_a^T Lambda J_a.
+    Returns {"G", "L", "M"} -> (M,) numpy arrays, one quotient per network.
+    """
     configure_torch()
     activation = parse_activation(phi)
     x = inputs_with_gram(sigma, width, n_networks, seed=seed, device="cpu")  # (M, N, B)
+    h = Normals(seed + 1, "cpu")(n_networks, width, width) / math.sqrt(width) @ x
+
+    def layer(row: torch.Tensor) -> torch.Tensor:
+        centred = row - row.mean()
+        return activation.torch(centred / torch.sqrt(centred.square().mean() + eps))
+
+    jac = torch.func.vmap(torch.func.jacrev(layer))(h.reshape(-1, h.shape[-1])).reshape(*h.shape, h.shape[-1])
+    out = {}
+    for name, lam in eigen_directions(h.shape[-1]).items():
+        lam_t = torch.as_tensor(lam, dtype=torch.float64)
+        quotient = torch.einsum("ij,mnki,kl,mnlj->m", lam_t, jac, lam_t, jac) / width
+        out[name] = quotient.numpy() / float((lam * lam).sum())
+    return out
+
+
+def _layer_blocks(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int, seed: int,
+                  batch_norm: bool, orthogonal: bool = False,
+                  in_width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W, E): the weights (M, N, N_in) and the per-neuron blocks (M, N, B, B) of :func:`layer_jacobian`."""
+    configure_torch()
+    activation = parse_activation(phi)
+    in_width = in_width or width
+    x = inputs_with_gram(sigma, in_width, n_networks, seed=seed, device="cpu")  # (M, N_in, B)
     b = x.shape[-1]
-    w = Normals(seed + 1, "cpu")(n_networks, width, width) / math.sqrt(width)
+    if orthogonal:  # the first N rows of a Haar orthogonal N_in x N_in matrix, times sqrt(N_in / N): W W^T = N_in/N I
+        haar = haar_orthogonal(in_width, generator(seed + 1, "cpu"), "cpu", batch=(n_networks,))
+        w = haar[:, :width] * math.sqrt(in_width / width)
+    else:
+        w = Normals(seed + 1, "cpu")(n_networks, width, in_width) / math.sqrt(width)
     h = w @ x  # (M, N, B)
     if not batch_norm:
         return w, torch.diag_embed(activation.torch_derivative(h))
@@ -104,7 +140,7 @@ def _layer_blocks(phi: str | Activation, sigma: np.ndarray, width: int, n_networ
 
 
 def layer_jacobian(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int, seed: int = 0,
-                   batch_norm: bool = True) -> torch.Tensor:
+                   batch_norm: bool = True, orthogonal: bool = False, in_width: int | None = None) -> torch.Tensor:
     """Jacobians d x'/d x of one random layer x' = phi(BN(W x)) (or phi(W x) with ``batch_norm=False``), W_ac ~
     N(0, 1/N), at inputs x (N x B) whose Gram is ``sigma``, as (M, N B, N B) float64 tensors on the CPU.
 
@@ -112,10 +148,13 @@ def layer_jacobian(phi: str | Activation, sigma: np.ndarray, width: int, n_netwo
     and v_a = z_a / sqrt(B) (E_a = diag(phi'(h_a)) without batch norm). With batch norm the output is projected
     by G per neuron (its mean over the batch carries no gradient: the next batch norm removes it), so the
     squared singular values average, over the N (B - 1) nonzero ones, to the backward rate lambda_G as N -> oo.
+    ``in_width``: N_in inputs (default N; W_ac ~ N(0, 1/N), so the Jacobian's scale does not depend on N_in);
+    ``orthogonal``: W has orthogonal rows of squared length N_in/N (Haar), so J J^T = E E^T exactly. Shape
+    (M, N B, N_in B).
     """
-    w, block = _layer_blocks(phi, sigma, width, n_networks, seed, batch_norm)
+    w, block = _layer_blocks(phi, sigma, width, n_networks, seed, batch_norm, orthogonal, in_width)
     b = block.shape[-1]
-    return torch.einsum("mac,maij->maicj", w, block).reshape(n_networks, width * b, width * b)
+    return torch.einsum("mac,maij->maicj", w, block).reshape(n_networks, width * b, w.shape[-1] * b)
 
 
 def layer_jacobian_mean_square(phi: str | Activation, sigma: np.ndarray, width: int, n_networks: int,
@@ -134,3 +173,23 @@ def neuron_gradient_ratios(phi: str | Activation, sigma: np.ndarray, width: int,
     factor by which neuron a's batch norm and phi scale an isotropic centred gradient. Shape (M, N)."""
     _, block = _layer_blocks(phi, sigma, width, n_networks, seed, True)
     return (block.square().sum((-1, -2)) / (block.shape[-1] - 1)).numpy()
+
+
+def network_gradient_norms(phi: str | Activation, sigma: np.ndarray, width: int, depth: int, n_networks: int,
+                           seed: int = 0) -> np.ndarray:
+    """Squared norms of dL/dh^l, l = 1..depth, of random networks x^l = phi(BN(W^l x^(l-1))) (eps = 0, explicit
+    W ~ N(0, 1/N), batch statistics per neuron, biased variance) by autograd, for L = <g, x^depth> with Gaussian g
+    and inputs of Gram ``sigma``. Any B >= 2 (at B = 2 every entry is 0). Shape (M, depth)."""
+    configure_torch()
+    activation = parse_activation(phi)
+    x = inputs_with_gram(sigma, width, n_networks, seed=seed, device="cpu")
+    normals = Normals(seed + 1, "cpu")
+    pre = []
+    for _ in range(depth):
+        h = (normals(n_networks, width, width) / math.sqrt(width)) @ x
+        h.requires_grad_(True)
+        pre.append(h)
+        centred = h - h.mean(-1, keepdim=True)
+        x = activation.torch(centred / centred.square().mean(-1, keepdim=True).sqrt())
+    grads = torch.autograd.grad((normals(*x.shape) * x).sum(), pre)
+    return torch.stack([g.square().sum((-1, -2)) for g in grads], dim=1).numpy()
