@@ -23,6 +23,7 @@ class Experiment:
 
 EXPERIMENTS = {
     "trainability": Experiment("bnsym.train.trainability:run_cell", "bnsym.train.maps:show"),
+    "bjorck_training": Experiment("bnsym.train.bjorck:run_cell"),
 }
 
 
