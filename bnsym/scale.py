@@ -382,7 +382,7 @@ PRODUCTS = {
         residual=Sizes(width=256, batch_size=128, depth=20, n_networks=24), alignment=Sizes(n_draws=20_000),
         digits=Sizes(depths=(1, 4, 16), width=32, n_steps=120, n_networks=2),
         resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=24),
-        training=Sizes(depth=16, width=32, epochs=8, n_networks=4, n_values=4,
+        training=Sizes(depth=12, width=32, epochs=6, n_networks=4, n_values=3,
                        learning_rates=(1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001))),
     "paper": Products(
         fuss_catalan=Sizes(widths=(200, 400, 1000), n_networks=20),
