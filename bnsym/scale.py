@@ -373,7 +373,7 @@ PRODUCTS = {
         residual=Sizes(width=128, batch_size=64, depth=12, n_networks=16), alignment=Sizes(n_draws=2000),
         digits=Sizes(depths=(1, 6), width=32, n_steps=40, n_networks=1),
         resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=12),
-        training=Sizes(depth=6, width=16, epochs=3, n_networks=2, n_values=3,
+        training=Sizes(depth=4, width=16, epochs=2, n_networks=2, n_values=2,
                        learning_rates=(1.0, 0.1, 0.01, 0.001))),
     "book": Products(
         fuss_catalan=Sizes(widths=(100, 200, 400), n_networks=12),
