@@ -35,6 +35,7 @@ from bnsym.sim import daneshmand, mc_tolerance
 from bnsym.sweep.cli import int_list
 from bnsym.sweep.runner import connect, keyed
 from bnsym.train import best_factor, grid, line_agreement, run_cell, train, trains
+from bnsym.train import bjorck as bjorck_cells
 from bnsym.train.dynamics import first_steps
 from bnsym.train.trainability import validate
 
@@ -49,7 +50,8 @@ ARGUMENTS = re.compile(r"\b(B|batch|phi|activation|eps|tol|method|Sigma|x|A|jaco
                        r"trained|optimizer|epochs|n_seeds|ghost_batch|batch_size|normalise_y|task|version|key|"
                        r"n_workers|scheduler|first|last|step|steps|configs|trainability|N|sample|cells|s_w2|s_b2|c0|"
                        r"lower|upper|errors|fan_in|init|h|centre|bn|relu|dtype|n_networks|n_samples|lrs|"
-                       r"rank_bound|pretrain_steps|Sigma0|layer|network spec|points|replicates)\b")
+                       r"rank_bound|pretrain_steps|Sigma0|layer|network spec|points|replicates|keep|top|head|alternate|"
+                       r"n_evals|warm_epochs|warm_lr)\b")
 
 HOSTILE_NUMBERS = st.sampled_from([None, True, "8", Decimal("8"), [8], complex(8, 0), float("nan"), float("inf"),
                                    -float("inf"), 10**400, -(10**400), 2**63, 1e300, 1e-300, -0.0, object()])
@@ -680,6 +682,29 @@ def test_trainability_configurations(config):
     checked = _outcome(validate, config)
     if checked is not None:
         assert all(type(checked[key]) is int for key in ("depth", "width", "batch_size", "epochs", "n_seeds", "seed"))
+
+
+BJORCK_CELL = _arguments(
+    keep=(st.lists(st.sampled_from(["gamma", "beta", "mu", "sigma"]), max_size=5),
+          st.sampled_from([["scale"], "mu", None, [None], 3, [["mu"]]])),
+    top=(st.one_of(st.none(), st.integers(0, 2)), st.one_of(st.integers(3, 9), st.just(-1), HOSTILE_NUMBERS)),
+    head=(st.booleans(), st.sampled_from(["yes", 1, None, 0.0])), alternate=(st.booleans(), st.sampled_from([1, "no"])),
+    blocks=_count(2, 20), width=_count(1, 64), epochs=_count(3, 6), n_evals=_count(1, 3), warm_epochs=_count(0, 2),
+    warm_lr=POSITIVE, lrs=(st.lists(_floats(1e-4, 10.0, [1e-300]), min_size=1, max_size=3),
+                           st.one_of(st.just([0.0]), HOSTILE_ARRAYS)), n_seeds=_count(1, 4), seed=SEED)
+
+
+@FAST
+@given(config=BJORCK_CELL)
+def test_bjorck_training_configurations(config):
+    """A cell of Bjorck et al.'s training sweep is checked before anything trains: whole numbers come back as ints,
+    the parts kept as a subset of batch norm's four in their order."""
+    checked = _outcome(bjorck_cells.validate, config)
+    if checked is not None:
+        assert all(type(checked[key]) is int for key in ("blocks", "width", "epochs", "n_evals", "warm_epochs",
+                                                         "n_seeds", "seed"))
+        assert checked["keep"] == [part for part in ("gamma", "beta", "mu", "sigma") if part in config["keep"]]
+        assert checked["top"] is None or 0 <= checked["top"] <= checked["blocks"]
 
 
 def _cells(n: int) -> st.SearchStrategy:

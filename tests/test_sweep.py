@@ -48,6 +48,12 @@ def test_a_tiny_grid_completes(two_worker_run):
     assert all(0 <= row["test_accuracy"] <= 1 for row in result.rows())
 
 
+def test_local_workers_keep_glibc_malloc_defaults_and_one_thread(client):
+    """Dask's MALLOC_TRIM_THRESHOLD_ would pin glibc's mmap threshold (every large array mapped afresh)."""
+    assert set(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()) == {None}
+    assert set(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}
+
+
 def test_a_rerun_executes_zero_tasks(two_worker_run):
     out, first = two_worker_run
     again = sweep.run("trainability", CONFIGS, out)  # no client: none is started when nothing is left to run

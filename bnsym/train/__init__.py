@@ -4,9 +4,10 @@
   evaluation; ``bnsym.train.loop``: SGD / RMSProp training on the digits split of ``bnsym.core.digits``;
 * :mod:`.dynamics`: per-layer norms over the first SGD steps (Fig 4);
 * ``bnsym.train.trainability``: the sweep task of Figs 3 and 5 and the 16 xi analysis; :mod:`.maps`: accuracy
-  maps.
+  maps;
 * ``bnsym.train.rank_training``: the sweep task of Daneshmand et al.'s training experiments (rank pre-training,
-  broken and uncentred batch norm, gradient alignment) and its verdicts.
+  broken and uncentred batch norm, gradient alignment) and its verdicts;
+* :mod:`.bjorck`: the sweep task of Bjorck et al.'s training variants (chapter 12c) and its reading.
 """
 
 from .loop import Run, train

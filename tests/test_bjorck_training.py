@@ -1,0 +1,147 @@
+"""Bjorck et al.'s training variants on digits: batch norm's parts, its placement, alternating statistics, the warm
+start, and the reading of a sweep cell."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bnsym.core.digits import digits
+from bnsym.sim import bjorck
+from bnsym.sim.bjorck_training import (
+    EPS,
+    PARTS,
+    Norm,
+    accuracies,
+    decay,
+    forward,
+    init_params,
+    normalise,
+    train_networks,
+)
+from bnsym.sweep import resolve
+from bnsym.train import bjorck as cells
+
+ROUNDING = 1e-5  # float32 comparisons of two orders of the same arithmetic
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)  # tiny products: threads only add overhead
+
+
+def _params(n_networks=3, blocks=2, width=8, seed=0):
+    return init_params(n_networks, blocks, width, torch.Generator().manual_seed(seed), "cpu")
+
+
+@pytest.mark.parametrize("parts", [PARTS, ("mu", "sigma"), ("sigma",), ("mu",), ("gamma", "beta"), ()])
+def test_each_part_of_batch_norm_against_torch(parts):
+    """N(h) with the parts kept against torch's own batch norm (F.batch_norm) and the batch moments by hand."""
+    gen = torch.Generator().manual_seed(1)
+    h = 3 * torch.randn(2, 64, 5, generator=gen, dtype=torch.float64) + 1.5
+    gamma, beta = torch.rand(2, 5, generator=gen, dtype=torch.float64) + 0.5, torch.randn(2, 5, generator=gen,
+                                                                                            dtype=torch.float64)
+    mean, var = h.mean(1, keepdim=True), h.var(1, unbiased=False, keepdim=True)
+    expected = h
+    if "mu" in parts and "sigma" in parts:  # torch's batch norm, channels second: (B, n) per network
+        expected = torch.stack([F.batch_norm(h[i], None, None, training=True, eps=EPS) for i in range(2)])
+    elif "mu" in parts:
+        expected = h - mean
+    elif "sigma" in parts:
+        expected = h / torch.sqrt(var + EPS)
+    expected = expected * (gamma[:, None] if "gamma" in parts else 1) + (beta[:, None] if "beta" in parts else 0)
+    assert torch.allclose(normalise(h, Norm.keeping(parts), gamma, beta, None), expected, rtol=0, atol=1e-12)
+
+
+def test_full_and_no_batch_norm_equal_the_products_chapter_network():
+    """With every part (gamma = 1, beta = 0) or none, the forward is sim.bjorck's digit ResNet, BN on or off."""
+    params = _params()
+    x = digits().x_train[:32]
+    for norm, flag in ((Norm(), True), (Norm.keeping(()), False)):
+        logits, _ = forward(params, x, norm)
+        reference, _ = bjorck.resnet_logits(params[:4], x, torch.full((3,), flag))
+        assert torch.allclose(logits, reference, rtol=0, atol=ROUNDING)
+
+
+def test_placement_of_batch_norm():
+    assert Norm().sites(3) == [True] * 6 + [False]
+    assert Norm(top=1).sites(3) == [False] * 4 + [True] * 2 + [False]
+    assert Norm(top=0, head=True).sites(3) == [False] * 6 + [True]
+    params = _params(blocks=3)
+    x = digits().x_train[:16]
+    _, taken = forward(params, x, Norm(top=1, head=True))
+    assert len(taken) == 3  # two sites of the top block and the head
+
+
+def test_population_statistics_make_a_test_prediction_independent_of_the_others():
+    params, data = _params(), digits()
+    _, references = forward(params, data.x_train, Norm())
+    alone, _ = forward(params, data.x_test[:1], Norm(), references)
+    together, _ = forward(params, data.x_test[:7], Norm(), references)
+    assert torch.allclose(alone[:, 0], together[:, 0], rtol=0, atol=ROUNDING)
+    own, _ = forward(params, data.x_train, Norm())  # the reference set itself: its own statistics
+    assert torch.allclose(forward(params, data.x_train, Norm(), references)[0], own, rtol=0, atol=ROUNDING)
+    train_accuracy, _ = accuracies(params, data, Norm())
+    assert torch.equal(train_accuracy, (own.argmax(-1) == data.y_train).float().mean(-1))
+
+
+def test_training_learns_and_is_deterministic():
+    data = digits()
+    runs = [train_networks(data, 2, 16, Norm(), [0.1, 0.1], 2, seed=4, n_evals=2) for _ in range(2)]
+    np.testing.assert_array_equal(runs[0].test_accuracy, runs[1].test_accuracy)
+    assert np.all(runs[0].test_accuracy[:, -1] > 0.6) and not runs[0].diverged.any()
+    np.testing.assert_array_equal(runs[0].epochs, [1, 2])
+
+
+def test_divergence_is_flagged_and_parks_the_run():
+    run = train_networks(digits(), 3, 16, Norm.keeping(()), [1e3, 0.01], 1, seed=0)
+    assert run.diverged.tolist() == [True, False]
+    assert np.isnan(run.test_accuracy[0]).all() and np.isfinite(run.test_accuracy[1]).all()
+
+
+def test_alternating_statistics_and_the_warm_start_change_training():
+    data = digits()
+    plain = train_networks(data, 2, 8, Norm(), [0.3], 1, seed=2)
+    alternating = train_networks(data, 2, 8, Norm(alternate=True), [0.3], 1, seed=2)
+    assert not np.array_equal(plain.test_accuracy, alternating.test_accuracy)  # the switch is live
+    cold = train_networks(data, 2, 8, Norm.keeping(()), [0.01], 1, seed=2)
+    warm = train_networks(data, 2, 8, Norm.keeping(()), [0.01], 1, seed=2, warm_epochs=1, warm_lr=0.01)
+    assert not np.array_equal(cold.test_accuracy, warm.test_accuracy)
+
+
+def test_learning_rate_schedule():
+    """The paper's steps: the rate divided by 10 at 50 % and by 100 at 75 % of training."""
+    assert [decay(done) for done in (0, 0.49, 0.5, 0.74, 0.75, 0.99)] == [1, 1, 0.1, 0.1, 0.01, 0.01]
+
+
+def test_sweep_cell_is_registered_json_ready_and_read_back():
+    assert resolve("bjorck_training") is cells.run_cell
+    row = cells.run_cell({"keep": ["mu", "sigma"], "blocks": 2, "width": 8, "epochs": 2, "n_evals": 2,
+                          "lrs": [1e3, 0.1], "n_seeds": 2, "seed": 5})
+    json.dumps(row, allow_nan=False)
+    row["lrs"] = [1e3, 0.1]
+    assert row["diverged"] == [[True, True], [False, False]]
+    assert np.all(cells.max_stable_lr(row) == 0.1)
+    lr, accuracy = cells.best_lr(row)
+    assert lr == 0.1 and accuracy.shape == (2,)
+    assert np.all(cells.test_accuracy(row)[0] == 0)  # a diverged run counts as 0
+
+
+def test_paired_difference():
+    mean, se, z = cells.paired([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+    assert (mean, se) == pytest.approx((2.0, 1 / np.sqrt(3)))
+    assert z == pytest.approx(2 * np.sqrt(3))
+    assert cells.paired([1.0, 1.0], [0.0, 0.0])[2] == np.inf and cells.paired([1.0, 1.0], [1.0, 1.0])[2] == 0
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"keep": ["mu", "scale"]}, "keep"), ({"keep": "mu"}, "keep"), ({"top": 9, "blocks": 4}, "top"),
+    ({"lrs": [0.1, -1]}, "lrs"), ({"n_evals": 5, "epochs": 2}, "n_evals"), ({"lr": 0.1}, "unknown"),
+    ({"head": "yes"}, "head"), ({"width": 0}, "width"), ({"warm_lr": 0}, "warm_lr"), ([1], "dict")])
+def test_bad_cells_are_refused(config, match):
+    with pytest.raises(ValueError, match=match):
+        cells.validate(config)
