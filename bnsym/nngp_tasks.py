@@ -131,17 +131,6 @@ def on_one_thread(task: Callable[..., Any], *args: Any) -> Any:
 
 
 @contextmanager
-def untrimmed_workers() -> Iterator[None]:
-    """Dask worker processes spawned inside keep glibc's adaptive malloc. Dask sets ``MALLOC_TRIM_THRESHOLD_`` = 64 KiB
-    in them, which also freezes the mmap threshold: each of a task's many large temporaries is then a fresh mmap
-    with its page faults (one worker computed a prior 1.6 to 2 times slower than this process did)."""
-    import dask
-
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-        yield
-
-
-@contextmanager
 def resolve_client(client: object) -> Iterator[Any]:
     """None: no cluster; a ``distributed.Client``: that one; a scheduler address (str) or True (a LocalCluster, or
     ``$BNSYM_DASK_SCHEDULER``): a client from ``bnsym.sweep.runner.connect``, closed on exit."""
@@ -151,7 +140,7 @@ def resolve_client(client: object) -> Iterator[Any]:
     if client is True or isinstance(client, str):
         from .sweep.runner import connect
 
-        with untrimmed_workers(), connect(None if client is True else client) as opened:
+        with connect(None if client is True else client) as opened:
             yield opened
         return
     distributed = sys.modules.get("distributed")

@@ -14,9 +14,9 @@ from sklearn.base import clone
 from sklearn.datasets import load_digits
 
 from bnsym.nngp import BatchNormNNGPClassifier, bn_nngp_priors
-from bnsym.nngp_tasks import untrimmed_workers
 from bnsym.ntk import bn_ntk
 from bnsym.ntk_estimators import BatchNormNTKRegressor
+from bnsym.sweep.runner import untrimmed_workers
 
 DEPTHS, B, CHUNK = [1, 2], 8, 2  # 96 digits: 12 batches, 6 chunks, 21 tiles of pairs
 

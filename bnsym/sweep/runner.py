@@ -84,15 +84,21 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
     if n_workers is not None:
         n_workers = check_whole_number(n_workers, "n_workers", 1, MAX_WORKERS, "one process each")
     n_workers = n_workers or os.cpu_count() or 1
-    # Dask's nanny gives its workers MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold: every
-    # array above 128 KiB is then mapped and faulted in afresh, and small torch training tasks took 2.7x the CPU
-    # time. The workers keep glibc's adaptive default (and Dask's thread limits).
+    with untrimmed_workers(), LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield client
+
+
+@contextmanager
+def untrimmed_workers() -> Iterator[None]:
+    """Dask worker processes spawned inside keep glibc's adaptive malloc (and Dask's thread limits). Dask's nanny
+    gives its workers ``MALLOC_TRIM_THRESHOLD_`` = 64 KiB, which also freezes glibc's mmap threshold: every array
+    above 128 KiB is then mapped and faulted in afresh (small torch training tasks took 2.7x the CPU time, a
+    BN-NNGP prior 1.6 to 2x the time of this process)."""
     environ = {name: value for name, value in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
                if name != "MALLOC_TRIM_THRESHOLD_"}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
-            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                         dashboard_address=":0") as cluster, Client(cluster) as client:
-        yield client
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+        yield
 
 
 def execute(task: str, config: Mapping[str, Any]) -> dict:
