@@ -348,7 +348,7 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, eps: floa
       error over independent scramblings (about 1e-5 for smooth phi).
     * "fourier": the Fourier method (Thm 3, eq. (12)), any phi, eps = 0, G Sigma G of full rank B - 1 and
       condition number at most 1e3 on 1^perp; deterministic quadrature of the pair densities, error estimate =
-      difference from a rule with half the nodes (about 1e-6 to 1e-8 at B = 8).
+      difference from a rule with half the nodes (about 1e-5 at B = 4, 1e-7 at B = 8).
 
     Default: "laplace" where it applies, else "spherical" where it applies, else "qmc" ("fourier" only by name).
     With ``with_error=True`` returns the Estimate (V and its elementwise error; it unpacks as ``V, error``). A torch
