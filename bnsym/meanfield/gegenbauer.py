@@ -27,7 +27,7 @@ are summed to l = L and the tails added with c_l = 1; the error is the tail time
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sympy as sp
@@ -309,7 +309,10 @@ class GegenbauerSums:
 
     ``energy`` = sum_l a_l^2 = E[phi^2] and ``dirichlet`` = sum_l l(l+B-3) a_l^2 = E[(B-1-x^2) phi'^2] (exact),
     ``cross`` ~ sum_l a_l^2 C^_l(rho), ``weighted`` ~ sum_l c_l a_l^2, ``weighted_dirichlet`` ~
-    sum_l l(l+B-3) c_l a_l^2, each with its error bound (tail x sup |C^_l(rho)| beyond ``terms``).
+    sum_l l(l+B-3) c_l a_l^2. Their errors add two parts: the tail's (tail x sup |C^_l(rho)| beyond ``terms``)
+    and the quadrature's (the change from a rule with half the nodes): ``cross_error`` for cross,
+    ``energy_error`` for energy, ``dirichlet_error`` for weighted_dirichlet; weighted = energy - cross errs by at
+    most ``cross_error + energy_error``.
     """
 
     terms: int
@@ -318,8 +321,27 @@ class GegenbauerSums:
     cross: float
     weighted: float
     weighted_dirichlet: float
-    cross_error: float
-    dirichlet_error: float
+    cross_tail: float
+    dirichlet_tail: float
+    cross_rule: float = 0.0
+    dirichlet_rule: float = 0.0
+    energy_rule: float = 0.0
+
+    @property
+    def cross_error(self) -> float:
+        return self.cross_tail + self.cross_rule
+
+    @property
+    def dirichlet_error(self) -> float:
+        return self.dirichlet_tail + self.dirichlet_rule
+
+    @property
+    def energy_error(self) -> float:
+        return self.energy_rule
+
+    def rule_part(self) -> GegenbauerSums:
+        """These sums with the tails' errors dropped: what the quadrature alone contributes."""
+        return replace(self, cross_tail=0.0, dirichlet_tail=0.0)
 
 
 def sphere_laplacian_eigenvalues(terms: int, batch_size: int) -> np.ndarray:
@@ -335,10 +357,10 @@ def rate_contributions(phi: Activation, batch_size: int, terms: int) -> tuple[np
     return sphere_laplacian_eigenvalues(terms, batch_size) / (batch_size - 3) * weighted, weighted
 
 
-def gegenbauer_sums(phi: Activation, batch_size: int, terms: int) -> GegenbauerSums:
-    """The sums behind Thm F.13 and Thm 9 from a_0..a_L (L = ``terms``), tails added with c_l = 1."""
-    a = coefficients(phi, batch_size, terms)
-    x, w = one_coordinate_rule(batch_size, phi.kinks, 2 * terms + 64)
+def _sums_on_rule(phi: Activation, batch_size: int, terms: int, n: int) -> GegenbauerSums:
+    """The sums of :func:`gegenbauer_sums` with an n-node rule, errors from the tails alone."""
+    a = coefficients(phi, batch_size, terms, n)
+    x, w = one_coordinate_rule(batch_size, phi.kinks, n)
     energy = float(w @ phi.numpy(x) ** 2)
     dirichlet = float(w @ ((batch_size - 1 - x**2) * phi.numpy_derivative(x) ** 2))
     laplacian = sphere_laplacian_eigenvalues(terms, batch_size)
@@ -355,24 +377,50 @@ def gegenbauer_sums(phi: Activation, batch_size: int, terms: int) -> GegenbauerS
         cross=float(a2 @ c_hat),
         weighted=float(a2 @ (1 - c_hat) + tail_energy),
         weighted_dirichlet=float(laplacian @ (a2 * (1 - c_hat)) + tail_dirichlet),
-        cross_error=float(tail_energy * beyond),
-        dirichlet_error=float(tail_dirichlet * beyond),
+        cross_tail=float(tail_energy * beyond),
+        dirichlet_tail=float(tail_dirichlet * beyond),
     )
 
 
+def gegenbauer_sums(phi: Activation, batch_size: int, terms: int) -> GegenbauerSums:
+    """The sums behind Thm F.13 and Thm 9 from a_0..a_L (L = ``terms``), tails added with c_l = 1.
+
+    The coefficients and the exact tails are integrals over one BN coordinate, whose law narrows like
+    1/sqrt(B) in t = x/sqrt(B-1): at large B a steep phi needs many more nodes than degrees. They are computed
+    with n = 2L + 64 and n/2 nodes; the value is the n rule's, and each change joins its field's error.
+    """
+    n = 2 * terms + 64
+    coarse, fine = _sums_on_rule(phi, batch_size, terms, n // 2), _sums_on_rule(phi, batch_size, terms, n)
+    return replace(fine, cross_rule=abs(fine.cross - coarse.cross), energy_rule=abs(fine.energy - coarse.energy),
+                   dirichlet_rule=abs(fine.weighted_dirichlet - coarse.weighted_dirichlet))
+
+
+MAX_RULE_NODES = 2048  # the one-coordinate rule of gegenbauer_sums, 2 L + 64 nodes, stays below this where it errs
+
+
 def _converged_sums(phi: Activation, batch_size: int, tol: float, max_terms: int, error_of) -> GegenbauerSums:
-    """Double the truncation degree from 16 until ``error_of(sums) <= tol``; say why when max_terms is not enough."""
+    """Double the truncation degree from 16 until ``error_of(sums) <= tol``; say why when it cannot.
+
+    It cannot when the degree reaches ``max_terms`` (algebraically decaying coefficients) or when the quadrature
+    alone errs by more than tol / 2 and the next rule would pass ``MAX_RULE_NODES`` (phi steeper than the rule
+    resolves on the narrow law of a coordinate at large B): ValueError naming the spherical route, whose rules
+    split the BN sphere instead.
+    """
     terms = 16
     while True:
         sums = gegenbauer_sums(phi, batch_size, terms)
         if error_of(sums) <= tol:
             return sums
-        if terms >= max_terms:
+        unresolved = error_of(sums.rule_part()) > tol / 2 and 4 * terms + 64 > MAX_RULE_NODES
+        if terms >= max_terms or unresolved:
+            reason = ("its coefficients decay only algebraically" + (" because phi has a kink" if phi.kinks else "")
+                      if not unresolved else
+                      f"the one-coordinate rule does not resolve phi within {MAX_RULE_NODES} nodes (the law of a "
+                      f"BN coordinate narrows like 1/sqrt(B) in t = x/sqrt(B-1), a steep phi varies faster)")
             raise ValueError(
-                f"the Gegenbauer series of {phi} at B = {batch_size} does not reach tol = {tol:g} within {max_terms} "
-                f"terms (error estimate {error_of(sums):.2g}): its coefficients decay only algebraically"
-                + (" because phi has a kink" if phi.kinks else "")
-                + "; pass a larger tol or max_terms, or use another method")
+                f"the Gegenbauer series of {phi} at B = {batch_size} does not reach tol = {tol:g} at degree {terms} "
+                f"(error estimate {error_of(sums):.2g}): {reason}; pass a larger tol or max_terms, or use "
+                "method='spherical'")
         terms *= 2
 
 
@@ -383,16 +431,16 @@ def fixed_point_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8, 
     """
     from .forward import FixedPoint
 
-    sums = _converged_sums(phi, batch_size, tol, max_terms, lambda s: s.cross_error)
+    sums = _converged_sums(phi, batch_size, tol, max_terms, lambda s: max(s.cross_error, s.energy_error))
     return FixedPoint(q=sums.energy, c=sums.cross / sums.energy, batch_size=batch_size, method="gegenbauer",
-                      error=sums.cross_error)
+                      error=max(sums.cross_error, sums.energy_error))
 
 
 def gradient_rate_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8, max_terms: int = 2048) -> Estimate:
     """lambda_G of Thm 9 (eq. 27) with its absolute error bound (lambda_G times the relative bound of the ratio);
     the degree doubles until the relative bound is below ``tol``."""
     def relative_error(s: GegenbauerSums) -> float:
-        return s.dirichlet_error / s.weighted_dirichlet + s.cross_error / s.weighted
+        return s.dirichlet_error / s.weighted_dirichlet + (s.cross_error + s.energy_error) / s.weighted
 
     sums = _converged_sums(phi, batch_size, tol, max_terms, relative_error)
     rate = sums.weighted_dirichlet / ((batch_size - 3) * sums.weighted)
