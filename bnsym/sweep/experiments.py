@@ -23,6 +23,7 @@ class Experiment:
 
 EXPERIMENTS = {
     "trainability": Experiment("bnsym.train.trainability:run_cell", "bnsym.train.maps:show"),
+    "philipp_training": Experiment("bnsym.train.philipp:run_cell"),
 }
 
 
