@@ -240,7 +240,7 @@ EXPLODE = {
                     meanfield=Sizes(width=100, depth=20, n_networks=4),
                     resnets=Sizes(depths=(10, 25), n_points=150, n_networks=1),
                     collapse=Sizes(batch_size=200, n_networks=1),
-                    training=Sizes(depth=6, width=16, epochs=2, n_networks=2, n_points=128, batch_size=128)),
+                    training=Sizes(depth=4, width=16, epochs=2, n_networks=2, n_points=64, batch_size=128)),
     "book": Explode(orders=Sizes(width=48, n_networks=128, depths=(10, 40, 120)),
                     sphere=Sizes(n_points=60_000, n_networks=4, depth=8),
                     params=Sizes(n_draws=8000), noise=Sizes(n_draws=40_000, depth=50, batch_size=4000,

@@ -132,3 +132,11 @@ def test_run_cell_returns_json_ready_records(arch):
 def test_bad_configurations_are_refused(config, match):
     with pytest.raises(ValueError, match=match):
         P.validate(config)
+
+
+def test_log_slopes_against_polyfit():
+    values = np.exp(np.random.default_rng(0).normal(size=(3, 9)))
+    expected = [np.polyfit(np.arange(9), np.log(row), 1)[0] for row in values]
+    np.testing.assert_allclose(P.log_slopes(values), expected, rtol=1e-10)
+    with pytest.raises(ValueError, match="values"):
+        P.log_slopes([[1.0, 0.0]])

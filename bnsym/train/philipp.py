@@ -41,6 +41,18 @@ DEFAULTS: dict[str, Any] = {"matrix": "gaussian", "skip": "none", "depth": 10, "
                             "single_steps": (0.01, 0.03, 0.1, 0.3, 1.0),
                             "layer_scales": (0.01, 0.03, 0.1, 0.3, 1.0), "deltas": tuple(np.logspace(-3, 1, 17))}
 MAX_DEPTH, MAX_WIDTH, MAX_SEEDS, MAX_EPOCHS = 200, 1024, 256, 10_000
+# Table 2's rows, (phi, norm, matrix, skip), and the paper's CIFAR-10 training errors in per cent (layer-wise
+# "custom" step sizes, single step size), printed values for reference
+TABLE2 = {
+    ("relu", "none", "gaussian", "none"): (31.48, 19.24), ("relu", "layer", "gaussian", "none"): (42.48, 21.23),
+    ("relu", "batch", "gaussian", "none"): (34.83, 76.65), ("tanh", "none", "gaussian", "none"): (23.42, 16.22),
+    ("tanh", "layer", "gaussian", "none"): (1.92, 17.5), ("tanh", "batch", "gaussian", "none"): (12.31, 23.8),
+    ("selu", "none", "gaussian", "none"): (0.24, 1.78), ("relu", "none", "looks-linear", "none"): (0.002, 0.008),
+    ("relu", "layer", "looks-linear", "none"): (0.77, 1.2), ("relu", "batch", "looks-linear", "none"): (0.38, 0.19),
+    ("tanh", "layer", "gaussian", "identity"): (0.35, 0.27), ("tanh", "batch", "gaussian", "identity"): (0.13, 0.24),
+    ("relu", "layer", "gaussian", "identity"): (2.09, 1.49), ("relu", "batch", "gaussian", "identity"): (0.06, 0.096),
+    ("selu", "layer", "gaussian", "identity"): (1.55, 1.55),
+}
 
 
 def _layout(arch: sim.Architecture, depth: int, width: int, n_features: int) -> list[tuple[int, int, str, bool]]:
@@ -282,3 +294,12 @@ def run_cell(config: Mapping[str, Any]) -> dict:
 
 run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
 run_cell.validate = validate  # the sweep runner checks every configuration before submitting any
+
+
+def log_slopes(values: object) -> np.ndarray:
+    """The least-squares slope of log(values) against the layer index, one per row (per network) of ``values``
+    (networks, layers; positive entries): the per-layer growth rate of a profile in log scale (Figs. 2A, 2E)."""
+    values = check_real_array(values, "values", 2, low=0.0, open_low=True)
+    layers = np.arange(values.shape[-1]) - (values.shape[-1] - 1) / 2
+    logs = np.log(values)
+    return ((logs - logs.mean(-1, keepdims=True)) * layers).sum(-1) / (layers**2).sum()
