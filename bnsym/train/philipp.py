@@ -233,8 +233,13 @@ def validate(config: Mapping[str, Any]) -> dict:
     if not {"phi", "norm"} <= set(config):
         raise ValueError("a configuration needs phi and norm")
     c = {**DEFAULTS, "seed": 0, **config}
+    norm = check_choice(c["norm"], "norm", sim.NORMS)
+    matrix = check_choice(c["matrix"], "matrix", ("gaussian", "looks-linear"))  # orthogonal: square matrices only
     skip = check_choice(c["skip"], "skip", ("none", "identity"))
-    c["arch"] = sim.Architecture(c["phi"], c["norm"], c["matrix"], skip)
+    if matrix == "looks-linear" and c["phi"] != "relu":
+        raise ValueError(f"looks-linear initialization needs phi = 'relu' (relu(a) - relu(-a) = a), got "
+                         f"{c['phi']!r:.40}")
+    c["arch"] = sim.Architecture(c["phi"], norm, matrix, skip)
     c["depth"] = check_whole_number(c["depth"], "depth", 2, MAX_DEPTH, "the layers run one after another")
     if c["skip"] == "identity" and (c["depth"] < 4 or c["depth"] % 2 or c["matrix"] != "gaussian"):
         raise ValueError(f"a ResNet needs an even depth >= 4 (a first and a last linear layer around blocks of two) "
