@@ -5,6 +5,8 @@
 * :mod:`.dynamics`: per-layer norms over the first SGD steps (Fig 4);
 * ``bnsym.train.trainability``: the sweep task of Figs 3 and 5 and the 16 xi analysis; :mod:`.maps`: accuracy
   maps.
+* ``bnsym.train.philipp``: Philipp et al.'s architectures on digits (a substitute for CIFAR-10), single against
+  layer-wise step sizes, the sweep task ``philipp_training`` of chapter 7c.
 """
 
 from .loop import Run, train
