@@ -95,6 +95,7 @@ class Explode:
     meanfield: Sizes  # B.1.1: n_networks bias-free MLPs of width and depth
     resnets: Sizes  # Fig. 3 and B.1.2: ResNets of up to max(depths) blocks on n_points points, n_networks each
     collapse: Sizes  # Fig. 1B-C: one batch of batch_size points per network, n_networks per architecture
+    training: Sizes  # chapter 7c, digits for CIFAR-10: n_networks per architecture, measured on n_points images
 
 
 @dataclass(frozen=True)
@@ -240,21 +241,24 @@ EXPLODE = {
                                                             batch_sizes=(20, 100, 500)),
                     meanfield=Sizes(width=100, depth=20, n_networks=4),
                     resnets=Sizes(depths=(10, 25), n_points=150, n_networks=1),
-                    collapse=Sizes(batch_size=200, n_networks=1)),
+                    collapse=Sizes(batch_size=200, n_networks=1),
+                    training=Sizes(depth=4, width=16, epochs=2, n_networks=2, n_points=64, batch_size=128)),
     "book": Explode(orders=Sizes(width=48, n_networks=128, depths=(10, 40, 120)),
                     sphere=Sizes(n_points=60_000, n_networks=4, depth=8),
                     params=Sizes(n_draws=8000), noise=Sizes(n_draws=40_000, depth=50, batch_size=4000,
                                                               batch_sizes=(20, 100, 500, 2000)),
                     meanfield=Sizes(width=200, depth=50, n_networks=6),
                     resnets=Sizes(depths=(10, 25, 50), n_points=400, n_networks=2),
-                    collapse=Sizes(batch_size=1000, n_networks=3)),
+                    collapse=Sizes(batch_size=1000, n_networks=3),
+                    training=Sizes(depth=16, width=32, epochs=4, n_networks=4, n_points=256, batch_size=128)),
     "paper": Explode(orders=Sizes(width=64, n_networks=200, depths=(10, 40, 160, 640)),
                      sphere=Sizes(n_points=400_000, n_networks=20, depth=10),
                      params=Sizes(n_draws=100_000), noise=Sizes(n_draws=400_000, depth=50, batch_size=10_000,
                                                                 batch_sizes=(20, 100, 1000, 5000)),
                      meanfield=Sizes(width=400, depth=50, n_networks=20),
                      resnets=Sizes(depths=(10, 25, 50, 100), n_points=2000, n_networks=10),
-                     collapse=Sizes(batch_size=10_000, n_networks=20)),
+                     collapse=Sizes(batch_size=10_000, n_networks=20),
+                     training=Sizes(depth=50, width=100, epochs=30, n_networks=8, n_points=1000, batch_size=128)),
 }
 
 EPSILON = {

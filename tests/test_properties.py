@@ -37,6 +37,7 @@ from bnsym.sweep.runner import connect, keyed
 from bnsym.train import best_factor, grid, line_agreement, run_cell, train, trains
 from bnsym.train import bjorck as bjorck_cells
 from bnsym.train.dynamics import first_steps
+from bnsym.train.philipp import validate as philipp_validate
 from bnsym.train.trainability import validate
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None,
@@ -51,7 +52,7 @@ ARGUMENTS = re.compile(r"\b(B|batch|phi|activation|eps|tol|method|Sigma|x|A|jaco
                        r"n_workers|scheduler|first|last|step|steps|configs|trainability|N|sample|cells|s_w2|s_b2|c0|"
                        r"lower|upper|errors|fan_in|init|h|centre|bn|relu|dtype|n_networks|n_samples|lrs|"
                        r"rank_bound|pretrain_steps|Sigma0|layer|network spec|points|replicates|keep|top|head|alternate|"
-                       r"n_evals|warm_epochs|warm_lr)\b")
+                       r"n_evals|warm_epochs|warm_lr|matrix|skip|n_probe|deltas|single_steps|layer_scales)\b")
 
 HOSTILE_NUMBERS = st.sampled_from([None, True, "8", Decimal("8"), [8], complex(8, 0), float("nan"), float("inf"),
                                    -float("inf"), 10**400, -(10**400), 2**63, 1e300, 1e-300, -0.0, object()])
@@ -705,6 +706,25 @@ def test_bjorck_training_configurations(config):
                                                          "n_seeds", "seed"))
         assert checked["keep"] == [part for part in ("gamma", "beta", "mu", "sigma") if part in config["keep"]]
         assert checked["top"] is None or 0 <= checked["top"] <= checked["blocks"]
+
+
+PHILIPP_CONFIG = _arguments(
+    phi=(st.sampled_from(["relu", "tanh", "selu"]), st.sampled_from(["swosh", "", None, 3])),
+    norm=(st.sampled_from(["none", "layer", "batch", "lolayer"]), st.sampled_from(["group", None, 1])),
+    matrix=(st.just("gaussian"), st.sampled_from(["orthogonal", "sparse", None])),
+    skip=(st.just("none"), st.sampled_from(["gaussian", None, True])), depth=_count(2, 40), width=_count(2, 64),
+    epochs=_count(1, 5), n_seeds=_count(2, 8), batch_size=_count(2, 256), n_probe=_count(2, 512), seed=SEED,
+    deltas=(st.lists(POSITIVE[0], min_size=1, max_size=3), st.one_of(st.just([]), st.lists(POSITIVE[1], min_size=1,
+                                                                                         max_size=2))))
+
+
+@FAST
+@given(config=PHILIPP_CONFIG)
+def test_philipp_training_configurations(config):
+    """A Philipp et al. training cell is checked before anything trains; its whole numbers come back as ints."""
+    checked = _outcome(philipp_validate, config)
+    if checked is not None:
+        assert all(type(checked[key]) is int for key in ("depth", "width", "epochs", "n_seeds", "batch_size", "seed"))
 
 
 def _cells(n: int) -> st.SearchStrategy:

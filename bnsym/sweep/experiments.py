@@ -25,6 +25,7 @@ EXPERIMENTS = {
     "trainability": Experiment("bnsym.train.trainability:run_cell", "bnsym.train.maps:show"),
     "rank_training": Experiment("bnsym.train.rank_training:run_cell"),
     "bjorck_training": Experiment("bnsym.train.bjorck:run_cell"),
+    "philipp_training": Experiment("bnsym.train.philipp:run_cell"),
 }
 
 
