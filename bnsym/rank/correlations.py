@@ -93,7 +93,7 @@ def last_layer_gradient_cosines(H: torch.Tensor, errors: torch.Tensor) -> dict[s
 
 
 def gradient_alignment(H: torch.Tensor, errors: torch.Tensor, row: int | None = None) -> torch.Tensor:
-    """Fig. 10's "average pairwise gradient angle": the mean |cos| over pairs i < j of the per-example gradients
+    """Fig. 10's "average pairwise gradient angle": the mean absolute cosine over pairs i < j of the per-example gradients
     errors_i h_i^T of a linear read-out (``row`` None), or of its row ``row``, for a batch of networks.
 
     ``H`` (n, d, P) are the last hidden layers, ``errors`` (n, d_out, P) the loss gradients in the logits. By eq. 97
