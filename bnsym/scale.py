@@ -180,6 +180,7 @@ class Products:
     alignment: Sizes  # the alignment of minibatch noise
     digits: Sizes  # the digits training grids (depths in blocks)
     resnet_init: Sizes  # chapter 12b: n_networks conv ResNet-(6 depth + 2) of width channels, one batch_size batch each
+    landscape: Sizes  # Fig. 24: n_networks digit ResNets per arm, the loss along the gradient of a minibatch
 
 
 @dataclass(frozen=True)
@@ -371,21 +372,24 @@ PRODUCTS = {
         gradient_descent=Sizes(depths=(1, 2, 3)), noise=Sizes(n_draws=4000),
         residual=Sizes(width=128, batch_size=64, depth=12, n_networks=16), alignment=Sizes(n_draws=2000),
         digits=Sizes(depths=(1, 6), width=32, n_steps=40, n_networks=1),
-        resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=12)),
+        resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=12),
+        landscape=Sizes(n_networks=16)),
     "book": Products(
         fuss_catalan=Sizes(widths=(100, 200, 400), n_networks=12),
         conditioning=Sizes(width=200, n_networks=6, depth=14),
         gradient_descent=Sizes(depths=(1, 2, 3)), noise=Sizes(n_draws=20_000),
         residual=Sizes(width=256, batch_size=128, depth=20, n_networks=24), alignment=Sizes(n_draws=20_000),
         digits=Sizes(depths=(1, 4, 16), width=32, n_steps=120, n_networks=2),
-        resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=24)),
+        resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=24),
+        landscape=Sizes(n_networks=32)),
     "paper": Products(
         fuss_catalan=Sizes(widths=(200, 400, 1000), n_networks=20),
         conditioning=Sizes(width=1000, n_networks=5, depth=12),
         gradient_descent=Sizes(depths=(1, 2, 3)), noise=Sizes(n_draws=100_000),
         residual=Sizes(width=512, batch_size=128, depth=54, n_networks=32), alignment=Sizes(n_draws=100_000),
         digits=Sizes(depths=(1, 4, 16, 32), width=64, n_steps=300, n_networks=3),
-        resnet_init=Sizes(depth=18, width=16, batch_size=128, n_networks=32)),
+        resnet_init=Sizes(depth=18, width=16, batch_size=128, n_networks=32),
+        landscape=Sizes(n_networks=64)),
 }
 
 SCALES = {
