@@ -22,6 +22,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from . import products as _products
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
@@ -579,3 +580,57 @@ def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, 
     result = route.compute(phi, matrix, eps, None, original=Sigma, batch1=batch1, nodes=nodes, blocks=blocks,
                            with_error=with_error)
     return result.to(Sigma.dtype) if isinstance(result, torch.Tensor) else result  # computed in float64
+
+
+# Bjorck et al. (2018): products of Gaussian matrices (Theorem 1) and gradient descent on them (Prop. 1)
+
+
+def fuss_catalan_density(x: float | np.ndarray, M: int) -> float | np.ndarray:
+    """Theorem 1's density rho(x) of a squared singular value of a product of M N x N Gaussian matrices with
+    entries of variance 1/N, as N -> infinity (Bjorck et al. 2018, eqs. 9-10; x is an eigenvalue of X X^T).
+
+    0 outside (0, (M+1)^(M+1)/M^M], inf at x = 0; a float for a number, an array of x's shape for an array.
+    ValueError for a non-finite x or M not a whole number in [1, 10^4]. Computed by
+    :func:`bnsym.products.fuss_catalan_density`.
+    """
+    values = _products.fuss_catalan_density(x, M)
+    return float(values) if np.ndim(values) == 0 else values
+
+
+def fuss_catalan_moment(k: int, M: int) -> int:
+    """E[x^k] = binomial((M+1)k, k)/(Mk+1) of Theorem 1's density, exactly (the Fuss-Catalan numbers; M = 1 gives
+    the Catalan numbers). ValueError for k or M not a whole number (k in [0, 10^4], M in [1, 10^4])."""
+    return _products.fuss_catalan_moment(k, M)
+
+
+def fuss_catalan_edges(M: int) -> dict[str, float]:
+    """The edges of Theorem 1's density for M factors: ``soft`` = (M+1)^(M+1)/M^M, the largest squared singular
+    value (about e (M+1) for large M, so the largest singular value grows like sqrt(M)), and the hard edge
+    rho(x) ~ ``hard_coefficient`` x^``hard_exponent`` as x -> 0, with coefficient sin(pi/(M+1))/pi and exponent
+    -M/(M+1). ValueError for M not a whole number in [1, 10^4]."""
+    coefficient, exponent = _products.hard_edge(M)
+    return {"soft": _products.soft_edge(M), "hard_coefficient": coefficient, "hard_exponent": exponent}
+
+
+def log_condition_number(factors: np.ndarray | torch.Tensor) -> float | np.ndarray | torch.Tensor:
+    """log kappa (natural log) of the product X_1 X_2 ... X_M of square factors, shape (..., M, N, N), without
+    float64 saturation: kappa = sigma_max(X) sigma_max(X^-1), both products accumulated with rescaling
+    (:func:`bnsym.products.log_condition_number`), so it is right far beyond 1e16.
+
+    A torch tensor gives a tensor of shape (...) on its device; a numpy array or a list gives a float for one
+    product and an array for a stack. ValueError for a non-finite entry, fewer than three axes, non-square
+    factors or a singular factor (kappa is infinite).
+    """
+    result = _products.log_condition_number(factors)
+    if isinstance(factors, torch.Tensor):
+        return result
+    values = result.cpu().numpy()
+    return float(values) if values.ndim == 0 else values
+
+
+def max_stable_lr(Abar: np.ndarray, x: np.ndarray) -> float:
+    """The largest stable gradient-descent step on ||Abar A_1 x - y||^2 over A_1 (Proposition 1): 2/lambda_max of
+    the Hessian 2 (x x^T kron Abar^T Abar), i.e. 1/(sigma_max(Abar)^2 sigma_max(x)^2). ``Abar`` is (p, n), ``x``
+    (n, m). ValueError for non-finite entries, matrices that do not chain, or Abar x = 0 (the loss does not
+    depend on A_1)."""
+    return _products.max_stable_lr(Abar, x)

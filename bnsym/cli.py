@@ -1,6 +1,7 @@
 """The ``bnsym`` command: ``bnsym predict --phi relu --batch-size 8 --json``; ``bnsym arch "dense,bn,relu*20"
 --batch-size 32`` (signal propagation of any architecture, :mod:`bnsym.arch`, imported only for it);
-``bnsym sweep ...`` (:mod:`.sweep`)."""
+``bnsym sweep ...`` (:mod:`.sweep`); ``bnsym products --factors 3 --x 0.5,1`` (Bjorck et al.'s random-matrix
+products: the Fuss-Catalan law, condition numbers, the stable step)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     arch.add_argument("--json", action="store_true", help="print one JSON object")
     arch.add_argument("--plot", default=None, help="write the signal-propagation plot to this image file")
     add_sweep_parser(commands, _Parser)
+    _add_products_parser(commands)
     return parser
 
 
@@ -255,6 +257,73 @@ def _print_arch(result: dict) -> None:
         print(result["note"])
 
 
+# bnsym products: Bjorck et al. (2018), Theorem 1 and Proposition 1 (chapter 12), through bnsym.api
+
+MAX_CLI_MOMENT = 50  # --moments: the exact Fuss-Catalan integers, k = 0..50
+
+
+def _add_products_parser(commands: argparse._SubParsersAction) -> None:
+    products = commands.add_parser(
+        "products", help="products of Gaussian matrices: the Fuss-Catalan law, condition numbers, the stable step",
+        description="Bjorck et al. (2018): the Fuss-Catalan density of a squared singular value of a product of M "
+        "N x N Gaussian matrices (entries of variance 1/N, N -> infinity), its moments and edges; the condition "
+        "number of a product of given factors without float64 saturation; the largest stable gradient-descent "
+        "step on ||Abar A_1 x - y||^2 (Proposition 1). Matrices are read from .npy files (a 2-d one may also be "
+        "text).")
+    products.add_argument("--factors", "-M", default=None, help="M, the number of Gaussian factors (>= 1)")
+    products.add_argument("--moments", default="4", help=f"the moments E x^k for k = 0..K (K <= {MAX_CLI_MOMENT}, "
+                          "default 4; needs --factors)")
+    products.add_argument("--x", default=None, help="squared singular values at which to evaluate the density, "
+                          "comma-separated, e.g. 0.5,1,2 (needs --factors)")
+    products.add_argument("--condition", default=None, metavar="FILE",
+                          help="factors (..., M, N, N) of a product: print its natural log condition number")
+    products.add_argument("--max-lr", nargs=2, default=None, metavar=("ABAR", "X"),
+                          help="matrices Abar (p, n) and x (n, m): print the largest stable step on A_1")
+    products.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _matrix_file(path: str, option: str) -> np.ndarray:
+    """The array in ``path`` (.npy, or text that numpy.loadtxt reads), as floats; ValueError if it cannot be read."""
+    try:
+        return np.load(path, allow_pickle=False) if path.endswith(".npy") else np.loadtxt(path, ndmin=2)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{option}: cannot read {path!r} as an array ({error})") from None
+
+
+def products_prediction(factors: object = None, moments: object = 4, x: str | None = None,
+                        condition: str | None = None, max_lr: list[str] | None = None) -> dict:
+    """The answer of ``bnsym products`` as a JSON-ready dict: with ``factors`` M, the soft and hard edges and the
+    moments 0..``moments`` of Theorem 1's density (and the density at the comma-separated ``x``); with
+    ``condition`` (a file of factors), log kappa of their product; with ``max_lr`` (files Abar, x), the stable step."""
+    from . import api
+    from .core.validation import check_whole_number
+
+    result: dict = {}
+    if factors is not None:
+        m = _number(factors, "M (--factors)", int)
+        edges = api.fuss_catalan_edges(m)
+        order = check_whole_number(_number(moments, "--moments", int), "--moments (the highest moment order)", 0,
+                                   MAX_CLI_MOMENT, "the moments are printed as exact integers")
+        result.update(factors=m, soft_edge=edges["soft"],
+                      hard_edge={"coefficient": edges["hard_coefficient"], "exponent": edges["hard_exponent"]},
+                      moments={str(k): api.fuss_catalan_moment(k, m) for k in range(order + 1)})
+        if x is not None:
+            values = [_number(v.strip(), "each value of --x") for v in x.split(",")]
+            rho = np.atleast_1d(api.fuss_catalan_density(values, m))
+            result["density"] = {"x": values, "rho": [_finite_or_none(float(r)) for r in rho]}
+    elif x is not None:
+        raise ValueError("--x needs --factors M: the density depends on the number of factors")
+    if condition is not None:
+        log_kappa = api.log_condition_number(_matrix_file(condition, "--condition"))
+        result["log_condition_number"] = np.asarray(log_kappa).tolist()
+    if max_lr is not None:
+        result["max_stable_lr"] = api.max_stable_lr(_matrix_file(max_lr[0], "--max-lr ABAR"),
+                                                    _matrix_file(max_lr[1], "--max-lr X"))
+    if not result:
+        raise ValueError("bnsym products needs --factors M, --condition FILE or --max-lr ABAR X")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; every error is one ``bnsym: error: ...`` line on stderr and exit status 2, like argparse's.
 
@@ -272,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = arch_prediction(args.spec, args.batch_size, args.correlation, args.points)
                 if args.plot:
                     _plot(result, args.plot)
+            elif args.command == "products":
+                result = products_prediction(args.factors, args.moments, args.x, args.condition, args.max_lr)
             else:
                 arguments = {"phi": args.phi, "batch_size": args.batch_size, "eps": args.eps,
                              "method": args.method, "sigma_w2": args.sigma_w2}

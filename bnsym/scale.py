@@ -183,6 +183,7 @@ class Products:
     digits: Sizes  # the digits training grids (depths in blocks)
     resnet_init: Sizes  # chapter 12b: n_networks conv ResNet-(6 depth + 2) of width channels, one batch_size batch each
     training: Sizes  # chapter 12c: digit ResNets of depth blocks, n_networks seeds per rate, n_values curve points
+    landscape: Sizes  # Fig. 24: n_networks digit ResNets per arm, the loss along the gradient of a minibatch
 
 
 @dataclass(frozen=True)
@@ -381,7 +382,8 @@ PRODUCTS = {
         digits=Sizes(depths=(1, 6), width=32, n_steps=40, n_networks=1),
         resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=12),
         training=Sizes(depth=4, width=16, epochs=2, n_networks=2, n_values=2,
-                       learning_rates=(1.0, 0.1, 0.01, 0.001))),
+                       learning_rates=(1.0, 0.1, 0.01, 0.001)),
+        landscape=Sizes(n_networks=16)),
     "book": Products(
         fuss_catalan=Sizes(widths=(100, 200, 400), n_networks=12),
         conditioning=Sizes(width=200, n_networks=6, depth=14),
@@ -390,7 +392,8 @@ PRODUCTS = {
         digits=Sizes(depths=(1, 4, 16), width=32, n_steps=120, n_networks=2),
         resnet_init=Sizes(depth=18, width=16, batch_size=32, n_networks=24),
         training=Sizes(depth=12, width=32, epochs=6, n_networks=4, n_values=3,
-                       learning_rates=(1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001))),
+                       learning_rates=(1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)),
+        landscape=Sizes(n_networks=32)),
     "paper": Products(
         fuss_catalan=Sizes(widths=(200, 400, 1000), n_networks=20),
         conditioning=Sizes(width=1000, n_networks=5, depth=12),
@@ -399,7 +402,8 @@ PRODUCTS = {
         digits=Sizes(depths=(1, 4, 16, 32), width=64, n_steps=300, n_networks=3),
         resnet_init=Sizes(depth=18, width=16, batch_size=128, n_networks=32),
         training=Sizes(depth=32, width=64, epochs=40, n_networks=8, n_values=10,
-                       learning_rates=(3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4))),
+                       learning_rates=(3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4)),
+        landscape=Sizes(n_networks=64)),
 }
 
 SCALES = {

@@ -50,6 +50,27 @@ def test_kernel_gradients_are_autograds_and_output_gradients_sum_to_zero():
     assert run.input_means[7].shape == (3, 4) and np.all(run.input_means[7] >= 0)  # post-ReLU inputs
 
 
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_bias_gradients_class_masks_and_summands(batch_norm):
+    """Recording the class masks leaves the full gradients alone; the class-masked kernel gradients bound the full
+    one (backprop is linear); the recorded summands of one parameter sum to its dL/dK."""
+    run = resnet_init.init_run(3, 4, 8, 4, 2, batch_norm=batch_norm, seed=3, extra_layers=(7,), chunk=2, device="cpu",
+                               summand_layer=16, masked_layer=7)
+    assert sorted(run.bias_grads) == list(range(1, 20)) and run.bias_grads[16].shape == (2, 16)
+    plain = resnet_init.init_run(3, 4, 8, 4, 2, batch_norm=batch_norm, seed=3, extra_layers=(7,), chunk=2,
+                                 device="cpu")
+    np.testing.assert_allclose(run.kernel_grads[7], plain.kernel_grads[7], rtol=1e-12)  # masks leave it alone
+    for layer, grads in plain.bias_grads.items():
+        np.testing.assert_allclose(run.bias_grads[layer], grads, rtol=1e-12, atol=1e-300)
+    assert run.class_grads.shape == (2, 10) and np.all(run.class_grads >= 0)
+    # the full mean |dL/dK| is at most the sum of the per-class ones (triangle inequality), with equality for none
+    full = np.abs(run.kernel_grads[7]).mean(-1)
+    assert np.all(full <= run.class_grads.sum(-1) * (1 + 1e-12))
+    sums = run.top_summands.sum(-1)
+    assert run.top_summands.shape == (2, 4 * 2 * 2)  # batch 4, layer 16 at 2 x 2
+    assert np.all(np.isclose(np.abs(sums)[:, None], np.abs(run.kernel_grads[16])).any(-1))
+
+
 def test_kernel_gradient_against_autograd_of_one_conv():
     gen = torch.Generator().manual_seed(2)
     inp = torch.randn(2, 3, 5, 5, generator=gen, dtype=torch.float64)
@@ -68,6 +89,8 @@ def test_init_run_validates_its_input():
         resnet_init.init_run(3, 4, 8, 4, 1, batch_norm=False, seed=0, extra_layers=(20,), device="cpu")
     with pytest.raises(ValueError, match="n_networks"):
         resnet_init.init_run(3, 4, 8, 4, 0, batch_norm=False, seed=0, device="cpu")
+    with pytest.raises(ValueError, match="masked_layer 7 must be a recorded layer"):
+        resnet_init.init_run(3, 4, 8, 4, 1, batch_norm=False, seed=0, masked_layer=7, device="cpu")
 
 
 def test_class_bias():

@@ -184,3 +184,16 @@ def test_layer_jacobian_is_autograd(phi, batch_norm):
     mean_square = layer_jacobian_mean_square(phi, sigma, width, 2, seed=3, batch_norm=batch_norm)
     rank = width * (b - 1 if batch_norm else b)
     assert np.allclose(mean_square, torch.linalg.svdvals(jac).square().sum(-1).numpy() / rank, rtol=1e-12)
+
+
+def test_loss_along_gradient_starts_at_the_batch_loss_and_descends():
+    """Fig. 24's path: s = 0 is the minibatch loss at that step, and a small step along -g/|g| lowers it."""
+    from bnsym.core.digits import digits
+    from bnsym.sim import bjorck
+
+    data = digits(device="cpu")
+    distances = np.array([0.0, 1e-4, 10.0])
+    found = bjorck.loss_along_gradient(data, 2, 8, {False: 1e-4, True: 0.1}, distances, 3, probe_batches=(1, 2))
+    assert sorted(found) == [(False, 1), (False, 2), (True, 1), (True, 2)]
+    for losses in found.values():
+        assert losses.shape == (3, 3) and np.all(losses[:, 1] < losses[:, 0])

@@ -93,8 +93,8 @@ def last_layer_gradient_cosines(H: torch.Tensor, errors: torch.Tensor) -> dict[s
 
 
 def gradient_alignment(H: torch.Tensor, errors: torch.Tensor, row: int | None = None) -> torch.Tensor:
-    """Fig. 10's "average pairwise gradient angle": the mean absolute cosine over pairs i < j of the per-example gradients
-    errors_i h_i^T of a linear read-out (``row`` None), or of its row ``row``, for a batch of networks.
+    """Fig. 10's "average pairwise gradient angle": the mean absolute cosine over pairs i < j of the per-example
+    gradients errors_i h_i^T of a linear read-out (``row`` None), or of its row ``row``, for a batch of networks.
 
     ``H`` (n, d, P) are the last hidden layers, ``errors`` (n, d_out, P) the loss gradients in the logits. By eq. 97
     the cosine is cos(e_i, e_j) cos(h_i, h_j) for the whole read-out and sign(e_ik e_jk) cos(h_i, h_j) for row k

@@ -196,3 +196,43 @@ def loss_along_step(data: Digits, blocks: int, width: int, lr: float, batch_norm
     squared_norm = float(sum(g.square().sum() for g in grads))
     block_moments = torch.stack(moments, -1).cpu().numpy() if moments else np.zeros((len(t), 0))
     return losses.cpu().numpy(), block_moments, squared_norm
+
+
+def loss_along_gradient(data: Digits, blocks: int, width: int, lr: dict[bool, float], distances: np.ndarray,
+                        n_networks: int, probe_batches: tuple[int, ...] = (1, 5), batch: int = 128,
+                        momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> dict:
+    """Fig. 24: the minibatch loss L(theta - s g/|g|) along the gradient direction of that minibatch, at distances
+    s, for the minibatches ``probe_batches`` (1 = at initialisation) of SGD with the paper's momentum and weight
+    decay, ``n_networks`` networks without and with BN, each trained at its ``lr[batch_norm]``.
+
+    Returns {(batch_norm, probe): losses (n_networks, S)}; the loss at s = 0 is the batch's loss itself.
+    """
+    x_train, y_train = data.x_train, data.y_train
+    device = x_train.device
+    flags = [False] * n_networks + [True] * n_networks
+    bn_t = torch.tensor(flags, device=device)
+    lr_t = torch.tensor([lr[f] for f in flags], dtype=torch.float32, device=device)
+    params = [p.requires_grad_() for p in init_resnets(len(flags), blocks, width, seed, device)]
+    velocity = [torch.zeros_like(p) for p in params]
+    s = torch.as_tensor(np.asarray(distances, dtype=np.float32), device=device)
+    gen = generator(seed + 1, device)
+    found = {}
+    for step in range(1, max(probe_batches) + 1):
+        index = torch.randint(len(y_train), (batch,), generator=gen, device=device)
+        grads = torch.autograd.grad(_loss(resnet_logits(params, x_train[index], bn_t)[0], y_train[index]).sum(),
+                                    params)
+        with torch.no_grad():
+            if step in probe_batches:
+                norm = torch.sqrt(sum(g.square().flatten(1).sum(1) for g in grads))  # (C,)
+                path = [(p[:, None] - s.view((1, -1) + (1,) * (p.ndim - 1))
+                         * (g / norm.view((-1,) + (1,) * (g.ndim - 1)))[:, None]).flatten(0, 1)
+                        for p, g in zip(params, grads)]
+                losses = _loss(resnet_logits(path, x_train[index], bn_t.repeat_interleave(len(s)))[0],
+                               y_train[index]).view(len(flags), len(s)).cpu().numpy()
+                for bn in (False, True):
+                    found[bn, step] = losses[bn * n_networks:(bn + 1) * n_networks]
+            for p, v, g in zip(params, velocity, grads):
+                shape = (-1,) + (1,) * (p.ndim - 1)
+                v.mul_(momentum).add_(g + weight_decay * p)
+                p.sub_(lr_t.view(shape) * v)
+    return found
