@@ -2,10 +2,13 @@
 
 References are independent of bnsym.meanfield.gegenbauer: scipy's Gegenbauer polynomials and 2F1, adaptive
 quadrature of the one-coordinate marginal and the catalogue's angular pair integral (conftest), the
-spherical fixed point of chapter 1, and the exact Thm 9 minimum (B-2)/(B-3) of a linear phi.
+spherical fixed point of chapter 1, and the exact Thm 9 minimum (B-2)/(B-3) of a linear phi. At large B the
+Gauss rule is also checked against the same series on the split rule (another quadrature of the same integrals).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -239,4 +242,31 @@ def test_steep_phi_at_large_batch_is_resolved_or_refused(batch):
         except ValueError as error:
             assert "'spherical'" in str(error)
             continue
+        assert abs(series.value - reference.value) <= series.error + reference.error
+        if quantity == "rate":  # the spherical route errs by 1e-4 here: the split rule is the sharper reference
+            split = geg.gradient_rate_gegenbauer(replace(parse_activation("tanh(gamma=3)"), kinks=(0.0,)), batch)
+            assert abs(series.value - split.value) <= series.error + split.error
+
+
+@pytest.mark.parametrize("batch", (1024, 4096))
+def test_large_batch_gauss_rule_keeps_psi_orthonormal(batch):
+    """The one-coordinate Gauss rule at large B integrates psi_l psi_m exactly (degree <= 2n - 1). Its weights at the
+    outer nodes are tiny and psi_l there huge (1e52 at l = 64, B = 1024): weights accurate only absolutely (as
+    Golub-Welsch's are) made this Gram matrix 1e82 off the identity."""
+    x, w = geg.one_coordinate_rule(batch, (), 320)
+    values = geg.psi(128, batch, x)
+    np.testing.assert_allclose((values * w) @ values.T, np.eye(129), atol=1e-12)
+
+
+@pytest.mark.parametrize("spec", ["tanh", "tanh(gamma=2)"])
+@pytest.mark.parametrize("batch", (256, 1024))
+def test_smooth_phi_at_large_batch_answers_within_its_error(spec, batch):
+    """The series route answers for a smooth phi at large B (it once refused tanh at B = 1024 with an error estimate
+    of 1), and agrees within both errors with the same route on a split rule (a kink put at 0: Gauss-Legendre pieces,
+    weights in log space) and with the spherical route."""
+    series = bnsym.gradient_rate(spec, batch, method="gegenbauer", with_error=True)
+    split = geg.gradient_rate_gegenbauer(replace(parse_activation(spec), kinks=(0.0,)), batch)
+    spherical = bnsym.gradient_rate(spec, batch, method="spherical", with_error=True)
+    assert series.error <= 1e-8 * series.value  # the default tol, relative
+    for reference in (split, spherical):
         assert abs(series.value - reference.value) <= series.error + reference.error

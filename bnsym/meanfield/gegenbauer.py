@@ -28,6 +28,7 @@ are summed to l = L and the tails added with c_l = 1; the error is the tail time
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import sympy as sp
@@ -273,19 +274,43 @@ def _half_piece(n: int, lo: float, hi: float, special: float, a: float) -> tuple
     return tt, np.log(w * h * u) + a * np.log1p(-tt * tt)  # dt = 2 h u du, du = dx/2
 
 
+@lru_cache(maxsize=64)
+def _gauss_jacobi_coordinate(batch_size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n-point Gauss rule for one BN coordinate, weights w_i = 1 / sum_{k<n} psi_k(x_i)^2 (Christoffel function).
+
+    Golub-Welsch weights (squared eigenvector components) are accurate only to about 1e-16 absolutely, while psi_l
+    grows like sqrt(C_l(1)) towards t = +-1 (1e52 at l = 64, B = 1024): at large B their products spoilt the high
+    coefficients (tanh at B = 1024, n = 320: |a_l| of 2e23 for l near 128, where they are 2e-8). The Christoffel
+    weights are accurate relative to themselves, so w_i psi_l(x_i)^2 <= 1 holds; nodes whose weight underflows
+    (the sum overflows) carry nothing and are dropped.
+    """
+    a = (batch_size - 4) / 2
+    t_nodes, _ = gauss_jacobi(n, a, a)
+    x = np.sqrt(batch_size - 1) * t_nodes
+    with np.errstate(over="ignore", invalid="ignore"):
+        inverse = np.concatenate([(psi(n - 1, batch_size, part) ** 2).sum(axis=0)
+                                  for part in np.array_split(x, max(1, n // 256))])
+    keep = np.isfinite(inverse)
+    nodes, weights = x[keep], 1.0 / inverse[keep]
+    weights /= weights.sum()
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights  # cached (read-only): each degree asks for the same rules again
+
+
 def one_coordinate_rule(batch_size: int, kinks: tuple[float, ...] = (), n: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """Nodes x and weights (summing to 1) for E[f(x)], x one BN coordinate, density prop. to (B-1-x^2)^((B-4)/2).
 
-    Without kinks: Gauss-Jacobi for (1-t^2)^a, a = (B-4)/2, t = x/sqrt(B-1). With kinks, [-1, 1] is split at
-    t = kink/sqrt(B-1) and each piece is halved, every half with a rule adapted to its one special end
-    (:func:`_half_piece`). Weights are formed in log space and normalised by their sum (the exact mass).
+    Without kinks: Gauss-Jacobi for (1-t^2)^a, a = (B-4)/2, t = x/sqrt(B-1) (:func:`_gauss_jacobi_coordinate`).
+    With kinks, [-1, 1] is split at t = kink/sqrt(B-1) and each piece is halved, every half with a rule adapted to
+    its one special end (:func:`_half_piece`). Weights are formed in log space and normalised by their sum (the
+    exact mass).
     """
     a = (batch_size - 4) / 2
     root = np.sqrt(batch_size - 1)
     cuts = sorted({-1.0, 1.0, *(k / root for k in kinks if -root < k < root)})
     if len(cuts) == 2:
-        s, w = gauss_jacobi(n, a, a)
-        return root * s, w
+        return _gauss_jacobi_coordinate(batch_size, n)
     nodes, log_w = [], []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
         mid = (lo + hi) / 2
