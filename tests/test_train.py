@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from scipy import integrate, special
 
 from bnsym import parse_activation
 from bnsym.core.digits import digits
-from bnsym.train import best_factor, line_agreement, train
+from bnsym.train import LR_PER_EXAMPLE, best_factor, line_agreement, readout_matched_lr, train
 from bnsym.train.dynamics import FirstSteps, first_steps
 from bnsym.train.networks import forward, init_weights, predict
 from bnsym.train.trainability import validate
@@ -100,3 +101,30 @@ def test_line_analysis_edge_cases():
     assert np.isnan(line_agreement([1], [5.0], [True])["train_above"])
     low, high, errors = best_factor([1, 2], [np.inf, 1.0], [False, False])
     assert low < high and errors == 1  # the xi = inf cell is predicted to train at every c
+
+
+def _sphere_second_moment(phi, batch: int) -> float:
+    """E[phi(x_1)^2] for x = sqrt(B) e v, v uniform on the unit sphere of 1-perp (the BN output at eps = 0): x_1 =
+    sqrt(B - 1) t with t's density proportional to (1 - t^2)^((B - 4) / 2), by one-dimensional quadrature."""
+    norm = special.beta(0.5, (batch - 2) / 2)
+    value, _ = integrate.quad(lambda t: phi(np.sqrt(batch - 1) * t) ** 2 * (1 - t * t) ** ((batch - 4) / 2),
+                              -1, 1, epsabs=1e-13, epsrel=1e-12)
+    return value / norm
+
+
+def test_readout_matched_lr_scales_by_the_second_moment_on_the_bn_sphere():
+    batch = 16
+    q_relu = _sphere_second_moment(lambda x: max(x, 0.0), batch)
+    q_shifted = _sphere_second_moment(lambda x: max(x + 1.5, 0.0), batch)
+    expected = LR_PER_EXAMPLE["sgd"] * q_relu / q_shifted
+    assert readout_matched_lr("relu(beta=1.5)", batch, eps=0.0) == pytest.approx(expected, rel=1e-6)
+    assert readout_matched_lr("relu(beta=1.5)", batch, eps=0.0, lr_per_example=1.0) == pytest.approx(
+        q_relu / q_shifted, rel=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"lr_per_example": 0.0}, "lr_per_example"),
+                                             ({"lr_per_example": float("nan")}, "lr_per_example"),
+                                             ({"eps": 10.0}, "zero signal")])
+def test_readout_matched_lr_refuses_what_has_no_answer(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        readout_matched_lr("relu", 16, **kwargs)  # at eps = 10 relu has collapsed: x^L = phi(0) = 0

@@ -13,6 +13,16 @@
 """
 
 from .loop import Run, train
-from .trainability import LR_PER_EXAMPLE, MARGIN, best_factor, grid, line_agreement, run_cell, trains
+from .trainability import (
+    LR_PER_EXAMPLE,
+    MARGIN,
+    best_factor,
+    grid,
+    line_agreement,
+    readout_matched_lr,
+    run_cell,
+    trains,
+)
 
-__all__ = ["LR_PER_EXAMPLE", "MARGIN", "Run", "best_factor", "grid", "line_agreement", "run_cell", "train", "trains"]
+__all__ = ["LR_PER_EXAMPLE", "MARGIN", "Run", "best_factor", "grid", "line_agreement", "readout_matched_lr", "run_cell",
+           "train", "trains"]

@@ -10,7 +10,8 @@ misclassifies fewest cells.
 Learning rate: lr = ``lr_per_example`` x (examples per step), the paper's linear scaling. The paper's 1e-5 B
 is for 10 epochs of 60000 MNIST images; on 1437 digits for an epoch or two it leaves shallow networks near
 chance, so the default is the optimiser's entry of ``LR_PER_EXAMPLE``, the best of the chapter's
-learning-rate check (depth 8 and 24, B = 8 and 32, one epoch).
+learning-rate check (depth 8 and 24, B = 8 and 32, one epoch). :func:`readout_matched_lr` rescales it for another
+phi so that the read-out's step stays that of relu (Fig 5b's shifted relus need a tenth of relu's rate).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..core.validation import MAX_BATCH_SIZE, check_real_array, check_whole_number
-from .loop import MAX_DEPTH, check_network, check_training, train
+from ..core.validation import MAX_BATCH_SIZE, check_range, check_real_array, check_whole_number
+from .loop import MAX_DEPTH, MAX_LR, check_network, check_training, train
 
 LR_PER_EXAMPLE = {"sgd": 1e-2, "rmsprop": 1e-4}  # lr / B per optimiser, from the chapter's learning-rate check
 MARGIN = 0.10  # a cell trains when its test accuracy exceeds chance by more than 10 points
@@ -73,6 +74,27 @@ def validate(config: Mapping[str, Any]) -> dict:
 
 run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
 run_cell.validate = validate  # the sweep runner checks every configuration before submitting any
+
+
+def readout_matched_lr(phi: str, batch_size: int, eps: float = 1e-3, lr_per_example: float | None = None,
+                       reference: str = "relu") -> float:
+    """The learning rate per example for ``phi`` that gives the read-out the step ``lr_per_example`` gives it with
+    ``reference`` (default: the SGD entry of ``LR_PER_EXAMPLE``, chosen for relu).
+
+    The read-out W^{L+1} sees the last layer's output x^L, whose squared norm is N q* per example (q* the diagonal
+    of the BSB1 fixed point Sigma*, Thm 4 / R16); its SGD step moves the logits by about lr N q* times the
+    softmax error. Keeping lr q* fixed keeps that step fixed: c(phi) = c(reference) q*(reference) / q*(phi).
+    relu(z + 2) has q* = 5.0 against relu's 0.50 (B = 32), so it gets a tenth of relu's rate.
+    """
+    from ..api import fixed_point
+
+    base = LR_PER_EXAMPLE["sgd"] if lr_per_example is None else lr_per_example
+    base = check_range(base, "lr_per_example", 0.0, MAX_LR, open_low=True, why="a learning rate is positive")
+    q_phi, q_reference = (fixed_point(spec, batch_size, eps=eps).q for spec in (phi, reference))
+    if not q_phi > 0:
+        raise ValueError(f"phi = {phi!r} has q* = {q_phi:g} at B = {batch_size}, eps = {eps:g}: its read-out sees a "
+                         "zero signal, and no learning rate matches the reference's step")
+    return float(base * q_reference / q_phi)
 
 
 def grid(depths: Sequence[int], batch_sizes: Sequence[int], **settings: Any) -> list[dict]:
