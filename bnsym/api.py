@@ -22,7 +22,6 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from . import products as _products
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
@@ -69,6 +68,7 @@ from .meanfield.qmc import bn_kernel_qmc
 from .meanfield.small_batch import small_batch_fixed_point, small_batch_rate, small_batch_size
 
 torch = lazy_module("torch")
+_products = lazy_module("bnsym.products")  # Bjorck et al.'s products import torch and scipy.stats
 
 DEFAULT_TOL = 1e-8  # the error target of the series routes where a function takes no ``tol``
 MAX_FIXED_NODES = 1024  # a fixed Gauss-Jacobi rule of cross_batch_kernel: nodes^2 points per entry

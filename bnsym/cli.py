@@ -148,13 +148,19 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
     from . import api
 
     rate = api.gradient_rate(phi, batch_size, eps, sigma_w2)
-    if eps < api.collapse_eps(phi, batch_size, sigma_w2):
-        backward = {k: _finite_or_none(v) for k, v in api.backward_eigenvalues(phi, batch_size, eps, sigma_w2).items()}
-    else:  # past the collapse every output is phi(0): the L and M eigenvalues are not derived there
-        backward = {"G": rate}
+    backward, why = {"G": rate}, None
+    if eps >= api.collapse_eps(phi, batch_size, sigma_w2):  # every output is phi(0): L and M are not derived there
+        why = "past the collapse every output is phi(0): the L and M eigenvalues are not derived there"
+    else:
+        try:
+            backward = {k: _finite_or_none(v) for k, v in
+                        api.backward_eigenvalues(phi, batch_size, eps, sigma_w2).items()}
+        except ValueError as error:  # eps > 0 at small B: the radial rule may not resolve L and M; G stands
+            why = f"L and M left out: {error}"
     return {
         "gradient_rate": rate,
         "backward_eigenvalues": backward,
+        **({"backward_note": why} if why else {}),
         "depth_scale": _finite_or_none(api.depth_scale(phi, batch_size, eps, sigma_w2)),
         "max_trainable_depth": _finite_or_none(api.max_trainable_depth(phi, batch_size, eps, sigma_w2)),
     }

@@ -51,8 +51,8 @@ p_const = sp.Symbol("p", positive=True)  # probability that a batch-norm input i
 a_pi, b_pi = sp.symbols("a_Pi b_Pi", real=True)  # a gradient covariance Pi = a_Pi I + b_Pi 11^T
 rank_c = sp.Symbol("C", integer=True, positive=True)  # the rank of G Sigma G (linear batch norm, Lemma F.1)
 sigma0, delta_k, delta_sum = sp.symbols("sigma_0 delta_k S_delta", real=True)  # an eigenvalue and its perturbation
-lam_f = sp.Symbol("lambda", real=True)  # the Fourier frequency of the Fourier method (Thm 3)
-p_f = sp.Symbol("p")  # its complex Laplace variable p = c + i lambda (a complex symbol)
+lam_f = sp.Symbol("lambda_F", real=True)  # the Fourier frequency of the Fourier method (Thm 3)
+p_f = sp.Symbol("p_F")  # its complex Laplace variable p = c + i lambda (a complex symbol)
 zeta = sp.Symbol("zeta")  # 1 + 2 p mu / B at a BSB1 input (complex)
 w_q = sp.Symbol("w", positive=True)  # a quadratic form (a, b) C^-1 (a, b)^T of the Fourier method
 

@@ -88,7 +88,7 @@ def small_batch_size(batch_size: object) -> int | None:
         return None
     try:
         value = float(batch_size)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return int(value) if value in SMALL_BATCH_SIZES else None
 
