@@ -61,3 +61,13 @@ def test_first_smooth_answer_lambdifies_only_phi_and_imports_no_torch(tmp_path, 
     answer, counts = _first_answer(phi, tmp_path)
     assert counts == {"derivations": 0, "lambdified": 2, "imported": []}
     assert answer["fixed_point"]["method"] == "spherical" and answer["gradient_rate"] > 1
+
+
+def test_a_module_stand_in_pickles_as_its_module():
+    """A function shipped to a Dask worker may refer to a stand-in (the activations' torch before torch is imported):
+    it pickles as the import of its module, whatever was imported first."""
+    import pickle
+
+    from bnsym.core.lazy import _ImportedOnFirstUse
+
+    assert pickle.loads(pickle.dumps(_ImportedOnFirstUse("json"))) is __import__("json")

@@ -32,13 +32,16 @@ def lazy_attributes(package: str, exports: dict[str, str]) -> tuple[Callable[[st
     return __getattr__, __dir__
 
 
-
 class _ImportedOnFirstUse(ModuleType):
     """Stands for the module of its name: the first attribute read imports it (thread-safe: the import system locks
     each module), and every read is the real module's attribute, so nothing is copied that could go stale."""
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(sys.modules.get(self.__name__) or import_module(self.__name__), attribute)
+
+    def __reduce__(self) -> tuple[Callable[[str], ModuleType], tuple[str]]:
+        """Pickled as the import of its module (a function shipped to a Dask worker may refer to the stand-in)."""
+        return import_module, (self.__name__,)
 
 
 def lazy_module(name: str) -> ModuleType:
