@@ -166,7 +166,8 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
 def task_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: Sequence[int],
                 nodes: int | None, device: torch.device | str | None, client: object, chunk_batches: int | None,
                 tangent: bool) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """:func:`block_prior`'s blocks of the prior K^l, or with ``tangent`` of the NTK Theta^l (:mod:`bnsym.ntk`)."""
+    """:func:`block_prior`'s blocks of the prior K^l, or with ``tangent`` of the NTK Theta^l
+    (:func:`bnsym.ntk.bn_ntk`)."""
     batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes, tangent)
     chunk = check_chunk_batches(chunk_batches, batches.shape[1], len(batches))
     within = np.zeros((len(depths), *batches.shape[:2], batches.shape[1]))

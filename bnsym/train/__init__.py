@@ -7,7 +7,7 @@
   maps;
 * ``bnsym.train.rank_training``: the sweep task of Daneshmand et al.'s training experiments (rank pre-training,
   broken and uncentred batch norm, gradient alignment) and its verdicts;
-* :mod:`.bjorck`: the sweep task of Bjorck et al.'s training variants (chapter 12c) and its reading;
+* ``bnsym.train.bjorck``: the sweep task of Bjorck et al.'s training variants (chapter 12c) and its reading;
 * ``bnsym.train.philipp``: Philipp et al.'s architectures on digits (a substitute for CIFAR-10), single against
   layer-wise step sizes, the sweep task ``philipp_training`` of chapter 7c.
 """
