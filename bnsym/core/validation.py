@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 from scipy.special import gammaln, roots_legendre
@@ -543,3 +543,20 @@ def check_resolved(value: object, error: object, what: str) -> None:
     if errors.size and scale > 0 and errors.max() > max(MAX_RELATIVE_ERROR * scale, ROUNDING_FLOOR):
         raise ValueError(f"{what} is not resolved: its error estimate {errors.max():.2g} exceeds "
                          f"{MAX_RELATIVE_ERROR:g} of its size {scale:.3g}")
+
+
+def check_settings(config: object, defaults: Mapping[str, object], required: Iterable[str] = (),
+                   what: str = "") -> dict:
+    """A sweep cell's ``config`` (a mapping of settings) completed with ``seed`` 0 and ``defaults``: ValueError for
+    anything but a mapping, an unknown setting or a missing ``required`` one (``what`` names the task)."""
+    if not isinstance(config, Mapping):
+        raise ValueError(f"config must be a dict of settings, got {config!r:.80}")
+    known = {*defaults, *required, "seed"}
+    unknown = set(config) - known
+    if unknown:
+        raise ValueError(f"unknown {what + ' ' if what else ''}settings {sorted(unknown)}; known: {sorted(known)}")
+    missing = set(required) - set(config)
+    if missing:
+        raise ValueError(f"a {what + ' ' if what else ''}cell needs {sorted(missing)} (required: "
+                         f"{' and '.join(required)})")
+    return {"seed": 0, **defaults, **config}

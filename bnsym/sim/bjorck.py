@@ -10,6 +10,7 @@ over the batch axis -2 of the rows (..., B, n).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -122,6 +123,17 @@ def resnet_logits(params: list[torch.Tensor], x: torch.Tensor, batch_norm: torch
     return h @ w_out.mT + b_out[:, None, :], moments
 
 
+def momentum_step(params: Sequence[torch.Tensor], velocity: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+                  alive: torch.Tensor, rate: torch.Tensor, momentum: float, weight_decay: float) -> None:
+    """One SGD step with momentum and weight decay of a stack of networks (leading axis), in place: v <- m v + g +
+    wd p, p <- p - rate v; a network no longer ``alive`` (diverged) is parked at 0 and stays there."""
+    with torch.no_grad():
+        for p, v, g in zip(params, velocity, grads):
+            shape = (-1,) + (1,) * (p.ndim - 1)
+            v.mul_(momentum).add_(torch.nan_to_num(g) + weight_decay * p)
+            p.sub_(torch.where(alive.view(shape), rate.view(shape) * v, 0.0))
+            p.copy_(torch.where(alive.view(shape), p, 0.0))
+
 def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy per network, (C,)."""
     return torch.nn.functional.cross_entropy(logits.transpose(1, 2), y.expand(logits.shape[0], -1),
@@ -159,12 +171,7 @@ def train_grid(data: Digits, blocks: int, width: int, lrs: np.ndarray, n_network
         loss = _loss(resnet_logits(params, x_train[index], bn_t)[0], y_train[index])
         alive &= torch.isfinite(loss) & (loss <= DIVERGED_LOSS)
         grads = torch.autograd.grad(torch.where(alive, loss, 0.0).sum(), params)
-        with torch.no_grad():
-            for p, v, g in zip(params, velocity, grads):
-                shape = (-1,) + (1,) * (p.ndim - 1)
-                v.mul_(momentum).add_(torch.nan_to_num(g) + weight_decay * p)
-                p.sub_(torch.where(alive.view(shape), lr_t.view(shape) * v, 0.0))
-                p.copy_(torch.where(alive.view(shape), p, 0.0))  # a diverged network is parked at 0
+        momentum_step(params, velocity, grads, alive, lr_t, momentum, weight_decay)
     with torch.no_grad():
         accuracy = [(resnet_logits(params, xs, bn_t)[0].argmax(-1) == ys).float().mean(1) for xs, ys in
                     ((x_train, y_train), (x_test, y_test))]

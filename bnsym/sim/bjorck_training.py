@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ..core.batchnorm import batch_norm_forward
 from ..core.device import configure_torch, generator
 from ..core.digits import N_CLASSES, Digits
-from .bjorck import DIVERGED_LOSS
+from .bjorck import DIVERGED_LOSS, momentum_step
 
 EPS = 1e-5  # batch norm's epsilon (PyTorch's default, the paper's framework)
 MOMENTUM, WEIGHT_DECAY, BATCH = 0.9, 5e-4, 128  # the paper's SGD (App. B)
@@ -169,12 +169,7 @@ def train_networks(data: Digits, blocks: int, width: int, norm: Norm, lrs: Seque
         alive &= torch.isfinite(loss) & (loss <= DIVERGED_LOSS)
         grads = torch.autograd.grad(torch.where(alive, loss, 0.0).sum(), params, allow_unused=True,
                                     materialize_grads=True)  # a dropped gamma or beta gets no gradient
-        with torch.no_grad():
-            for p, v, g in zip(params, velocity, grads):
-                shape = (-1,) + (1,) * (p.ndim - 1)
-                v.mul_(MOMENTUM).add_(torch.nan_to_num(g) + WEIGHT_DECAY * p)
-                p.sub_(torch.where(alive.view(shape), rate.view(shape) * v, 0.0))
-                p.copy_(torch.where(alive.view(shape), p, 0.0))  # a diverged network is parked at 0
+        momentum_step(params, velocity, grads, alive, rate, MOMENTUM, WEIGHT_DECAY)
         if step + 1 in evals:
             for row, accuracy in enumerate(accuracies(params, data, norm)):
                 curves[row, :, evals[step + 1]] = torch.where(alive, accuracy, float("nan"))

@@ -18,7 +18,15 @@ import torch
 
 from ..core.digits import digits
 from ..core.statistics import mean_and_se
-from ..core.validation import check_choice, check_flag, check_range, check_real_array, check_seed, check_whole_number
+from ..core.validation import (
+    check_choice,
+    check_flag,
+    check_range,
+    check_real_array,
+    check_seed,
+    check_settings,
+    check_whole_number,
+)
 from ..sim.bjorck_training import PARTS, Norm, train_networks
 
 DEFAULTS: dict[str, Any] = {"keep": list(PARTS), "top": None, "head": False, "alternate": False, "warm_epochs": 0,
@@ -30,12 +38,7 @@ STABLE_TRAIN_ACCURACY = 0.2  # a run ending below 20 % training accuracy (chance
 
 def validate(config: Mapping[str, Any]) -> dict:
     """The configuration completed with ``DEFAULTS`` and checked; ValueError naming a bad or unknown setting."""
-    if not isinstance(config, Mapping):
-        raise ValueError(f"config must be a dict of settings, got {config!r:.80}")
-    unknown = set(config) - set(DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    c = {**DEFAULTS, **config}
+    c = check_settings(config, DEFAULTS)
     if isinstance(c["keep"], str) or not hasattr(c["keep"], "__iter__"):
         raise ValueError(f"keep must be a list of batch norm's parts ({', '.join(PARTS)}), got {c['keep']!r:.80}")
     c["keep"] = sorted({check_choice(part, "keep", PARTS) for part in c["keep"]}, key=PARTS.index)

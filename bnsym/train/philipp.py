@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from ..core.activations import parse_activation
 from ..core.digits import N_CLASSES, digits
-from ..core.validation import check_choice, check_real_array, check_seed, check_whole_number
+from ..core.validation import check_choice, check_real_array, check_seed, check_settings, check_whole_number
 from ..sim import philipp as sim
 
 SCHEMES = ("single", "layerwise")
@@ -225,14 +225,7 @@ def validate(config: Mapping[str, Any]) -> dict:
     """The configuration completed with ``DEFAULTS`` and checked; ValueError naming a bad or unknown setting.
 
     ``phi`` and ``norm`` are required; a ResNet (``skip="identity"``) needs an even depth of at least 4."""
-    if not isinstance(config, Mapping):
-        raise ValueError(f"config must be a dict of settings, got {config!r:.80}")
-    unknown = set(config) - set(DEFAULTS) - {"phi", "norm", "seed"}
-    if unknown:
-        raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted({*DEFAULTS, 'phi', 'norm', 'seed'})}")
-    if not {"phi", "norm"} <= set(config):
-        raise ValueError("a configuration needs phi and norm")
-    c = {**DEFAULTS, "seed": 0, **config}
+    c = check_settings(config, DEFAULTS, ("phi", "norm"))
     norm = check_choice(c["norm"], "norm", sim.NORMS)
     matrix = check_choice(c["matrix"], "matrix", ("gaussian", "looks-linear"))  # orthogonal: square matrices only
     skip = check_choice(c["skip"], "skip", ("none", "identity"))

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..core.estimate import Estimate
-from ..core.validation import check_choice
+from ..core.validation import check_choice, check_settings
 from ..rank import differentiable_rank_bound, gradient_alignment
 from ..sim import daneshmand, mc_tolerance, mean_and_se
 
@@ -42,15 +42,7 @@ SERIES = ("train_loss", "test_loss", "test_accuracy", "rank_bound", "alignment",
 def validate(config: Mapping[str, Any]) -> dict:
     """The configuration completed with ``DEFAULTS`` and ``seed`` 0; ValueError naming a bad or unknown setting (the
     sizes themselves are checked by the simulator)."""
-    if not isinstance(config, Mapping):
-        raise ValueError(f"config must be a dict of settings, got {config!r:.80}")
-    unknown = set(config) - set(DEFAULTS) - {*GRID_KEYS, "seed"}
-    if unknown:
-        raise ValueError(f"unknown rank-training settings {sorted(unknown)}; known: {sorted({*DEFAULTS, *GRID_KEYS})}")
-    missing = set(GRID_KEYS) - set(config)
-    if missing:
-        raise ValueError(f"a rank-training cell needs {sorted(missing)}")
-    c = {**DEFAULTS, "seed": 0, **config}
+    c = check_settings(config, DEFAULTS, GRID_KEYS, "rank-training")
     c["model"] = check_choice(c["model"], "model", MODELS)
     return c
 

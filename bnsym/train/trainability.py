@@ -21,7 +21,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..core.validation import MAX_BATCH_SIZE, check_range, check_real_array, check_whole_number
+from ..core.validation import (
+    MAX_BATCH_SIZE,
+    check_range,
+    check_real_array,
+    check_settings,
+    check_whole_number,
+)
 from .loop import MAX_DEPTH, MAX_LR, check_network, check_training, train
 
 LR_PER_EXAMPLE = {"sgd": 1e-2, "rmsprop": 1e-4}  # lr / B per optimiser, from the chapter's learning-rate check
@@ -51,15 +57,7 @@ def run_cell(config: Mapping[str, Any]) -> dict:
 def validate(config: Mapping[str, Any]) -> dict:
     """The configuration completed with ``DEFAULTS`` and checked (whole numbers as ints); ValueError naming a
     bad or unknown setting."""
-    if not isinstance(config, Mapping):
-        raise ValueError(f"config must be a dict of settings, got {config!r:.80}")
-    unknown = set(config) - set(DEFAULTS) - {*GRID_KEYS, "seed"}
-    if unknown:
-        raise ValueError(f"unknown trainability settings {sorted(unknown)}; known: {sorted({*DEFAULTS, *GRID_KEYS})}")
-    missing = set(GRID_KEYS) - set(config)
-    if missing:
-        raise ValueError(f"a trainability cell needs {sorted(missing)}")
-    c = {**DEFAULTS, "seed": 0, **config}
+    c = check_settings(config, DEFAULTS, GRID_KEYS, "trainability")
     if isinstance(c["optimizer"], str) and c["optimizer"] in LR_PER_EXAMPLE and c["lr_per_example"] is None:
         c["lr_per_example"] = LR_PER_EXAMPLE[c["optimizer"]]
     step_batch = c["batch_size"] if c["ghost_batch"] is None else c["ghost_batch"]
