@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from harness import parse, row, threads, time_interleaved, write
+from harness import parse, row, synchronizer, threads, time_interleaved, write
 
 from bnsym.core.digits import digits
 from bnsym.nngp import BatchNormNNGPClassifier, default_nodes
@@ -38,10 +38,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     split = digits(torch.float64)
     X, y = split.x_train.numpy()[:n_train], split.y_train.numpy()[:n_train]
     X_test, y_test = split.x_test.numpy()[:n_test], split.y_test.numpy()[:n_test]
-    estimators = {"nngp": lambda: BatchNormNNGPClassifier("relu", depth=depth, batch_size=batch, noise=1e-2),
-                  "ntk": lambda: BatchNormNTKClassifier("relu", depth=depth, batch_size=batch),
+    device = args.device
+    estimators = {"nngp": lambda: BatchNormNNGPClassifier("relu", depth=depth, batch_size=batch, noise=1e-2,
+                                                          device=device),
+                  "ntk": lambda: BatchNormNTKClassifier("relu", depth=depth, batch_size=batch, device=device),
                   "ntk, nngp rule": lambda: BatchNormNTKClassifier("relu", depth=depth, batch_size=batch,
-                                                                   nodes=default_nodes(batch))}
+                                                                   nodes=default_nodes(batch), device=device)}
     accuracy: dict[str, list[float]] = {name: [] for name in estimators}
 
     def fit_predict(name: str) -> None:
@@ -53,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for count in args.threads:
         with threads(count) as used:
             times = time_interleaved({name: (lambda name=name: fit_predict(name)) for name in estimators},
-                                     args.repeats)
+                                     args.repeats, synchronizer(device))
             rows.append(row(case, "BatchNormNNGPClassifier fit + predict", times["nngp"], threads=used,
                             ours_cpu=times.cpu["nngp"], accuracy=accuracy["nngp"][-1],
                             target=f"median < {TARGET_SECONDS:g} s, accuracy >= {TARGET_ACCURACY}",

@@ -138,6 +138,15 @@ def summary(times: Sequence[float]) -> dict[str, float]:
     return {"min": min(times), "median": statistics.median(times), "max": max(times)}
 
 
+def fitted_exponent(times: Mapping[int, Sequence[float]]) -> float | None:
+    """p of a least-squares fit log t = log c + p log n over the median time at each size n (None below two sizes)."""
+    if len(times) < 2:
+        return None
+    n = np.array(sorted(times), dtype=float)
+    t = np.array([statistics.median(times[int(size)]) for size in n])
+    return float(np.polyfit(np.log(n), np.log(t), 1)[0])
+
+
 def row(case: str, ours: str, ours_times: Sequence[float], peer: str | None = None,
         peer_times: Sequence[float] | None = None, target: str | None = None, met: bool | None = None,
         ours_cpu: Sequence[float] | None = None, peer_cpu: Sequence[float] | None = None, **extra: object) -> dict:

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 from distributed import Client, LocalCluster
-from harness import parse, row, time_interleaved, write
+from harness import fitted_exponent, parse, row, time_interleaved, write
 
 from bnsym.nngp import bn_nngp_priors
 from bnsym.sweep.runner import untrimmed_workers
@@ -71,8 +71,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         for w in WORKERS:
             clients[w].close()
             clusters[w].close()
-    exponents = {f"{w} worker{'s' if w > 1 else ''}": _exponent(times[w]) for w in WORKERS}
-    cpu_exponents = {f"{w} worker{'s' if w > 1 else ''}": _exponent(cpu_times[w]) for w in WORKERS}
+    exponents = {f"{w} worker{'s' if w > 1 else ''}": fitted_exponent(times[w]) for w in WORKERS}
+    cpu_exponents = {f"{w} worker{'s' if w > 1 else ''}": fitted_exponent(cpu_times[w]) for w in WORKERS}
     efficiency = [line["parallel_efficiency"] for line in rows]
     question = (f"How does the BN-NNGP prior's time grow with n (B = {batch}, depth {depth}), and how much do 2 local "
                 "workers gain over 1?")
@@ -89,15 +89,6 @@ def _timed_on_workers(client: Client, cpu: list[float], x: np.ndarray, batch: in
     bn_nngp_priors("relu", x, [depth], batch, device=device, client=client)
     after = client.run(time.process_time)
     cpu.append(sum(after[worker] - before[worker] for worker in after))
-
-
-def _exponent(times: dict[int, list[float]]) -> float | None:
-    """p of a least-squares fit log t = log c + p log n over the median times (None below two sizes)."""
-    if len(times) < 2:
-        return None
-    n = np.array(sorted(times), dtype=float)
-    t = np.array([np.median(times[int(size)]) for size in n])
-    return float(np.polyfit(np.log(n), np.log(t), 1)[0])
 
 
 if __name__ == "__main__":

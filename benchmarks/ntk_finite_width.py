@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
             start = time.perf_counter()
             means, ses = [], []
             for width in widths:
-                samples = np.stack([empirical_ntk(net, x, int(width), seed) for seed in range(seeds)])
+                samples = np.stack([empirical_ntk(net, x, int(width), seed, device=args.device)
+                                    for seed in range(seeds)])
                 means.append(samples.mean(0)[upper])
                 ses.append(samples.std(0, ddof=1)[upper] / np.sqrt(seeds))
             elapsed = time.perf_counter() - start
