@@ -1,12 +1,13 @@
 """The BN-NNGP prior at data-set scale on one device (a GPU where there is one): all of digits, and up to n = 20,000.
 
 Times ``bnsym.nngp.bn_nngp_priors("relu", x, [depth], B, device=...)`` with no cluster: first the prior of all
-1797 scikit-learn digits (standardised pixels) at each ``chunks`` setting (batches per task, 0: the library's
-default), then synthetic standard normal inputs (d = 64; the cost does not depend on their values) at each n of
-``n`` with the last ``chunks`` setting, up to the time ``budget``: a size whose predicted time (the last one's times
-(n / n_last)^2, since k = n / B batches make k (k - 1) / 2 pairs) would pass it is not run, and the JSON says so.
-Reported: seconds per size, pair-layers per second, the fitted exponent of time against n (about 2 once the pairs
-dominate), and the GPU's peak memory where there is one. The kernel matrix (n^2 float64) stays in host memory.
+1797 scikit-learn digits (standardised pixels) at each ``chunks`` setting (batches per task; 0: the library's
+default, which on a GPU is the largest tile that fits, and 4 is the CPU's default), then synthetic standard normal
+inputs (d = 64; the cost does not depend on their values) at each n of ``n`` with the last ``chunks`` setting, up
+to the time ``budget``: a size whose predicted time (the last one's times (n / n_last)^2, since k = n / B batches
+make k (k - 1) / 2 pairs) would pass it is not run, and the JSON says so. Reported: seconds per size, pair-layers
+per second, the fitted exponent of time against n (about 2 once the pairs dominate), and the GPU's peak memory
+where there is one. The kernel matrix (n^2 float64) stays in host memory.
 
     python benchmarks/nngp_device.py --device cuda    # the committed GPU record
     python benchmarks/nngp_device.py                  # the same on the CPU (small sizes: --set n=1024,2048)
@@ -24,7 +25,7 @@ from sklearn.datasets import load_digits
 
 from bnsym.nngp import bn_nngp_priors
 
-SIZES = {"default": {"n": "2048,4096,8192,20000", "batch": 32, "depth": 10, "chunks": "0,64", "budget": 300.0},
+SIZES = {"default": {"n": "2048,4096,8192,20000", "batch": 32, "depth": 10, "chunks": "4,0", "budget": 300.0},
          "smoke": {"n": "64,128", "batch": 16, "depth": 2, "chunks": "0,4", "budget": 60.0}}
 FEATURES = 64
 

@@ -27,7 +27,7 @@ from bnsym.core.digits import digits
 from bnsym.train.kernel_regime import accuracy_rows
 
 SIZES = {"default": {"n_digits": 384, "n_digits_test": 256, "batch": 32, "depths": "1,2,5,10", "width": 1024,
-                     "seeds": 8, "steps": 400},
+                     "seeds": 8, "steps": 800},
          "smoke": {"n_digits": 16, "n_digits_test": 8, "batch": 8, "depths": "1", "width": 32, "seeds": 2,
                    "steps": 5}}
 

@@ -60,7 +60,7 @@ from .core.validation import (
 )
 from .meanfield.kernels import gaussian_kernel
 from .meanfield.ntk_laplace import tangent_nodes
-from .nngp_tasks import allocate, check_chunk_batches, run_blocks
+from .nngp_tasks import allocate, check_chunk_batches, on_gpu, run_blocks
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
@@ -169,7 +169,7 @@ def task_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     """:func:`block_prior`'s blocks of the prior K^l, or with ``tangent`` of the NTK Theta^l
     (:func:`bnsym.ntk.bn_ntk`)."""
     batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes, tangent)
-    chunk = check_chunk_batches(chunk_batches, batches.shape[1], len(batches))
+    chunk = check_chunk_batches(chunk_batches, batches.shape[1], len(batches), on_gpu(device, client))
     within = np.zeros((len(depths), *batches.shape[:2], batches.shape[1]))
     cross = np.zeros((len(depths), len(pairs), batches.shape[1], batches.shape[1]))
 
@@ -310,7 +310,7 @@ def batched_kernels(phi: str | Activation, X: np.ndarray, depths: Sequence[int],
     depths = _check_depths(depths)
     rows, pairs = layout.rows, layout.pairs
     k, batch = rows.shape
-    chunk = check_chunk_batches(chunk_batches, batch, len(layout.batches))
+    chunk = check_chunk_batches(chunk_batches, batch, len(layout.batches), on_gpu(device, client))
     if layout.n_test is None:
         arrays = allocate({f"train-depth{d}": (k * batch, k * batch) for d in depths}, out, max_memory)
         train = {d: arrays[f"train-depth{d}"].reshape(k, batch, k, batch) for d in depths}

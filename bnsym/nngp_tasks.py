@@ -43,11 +43,14 @@ RETRIES = 3  # reruns of a task that raised on a worker (a lost worker is resche
 Blocks = dict[int, np.ndarray]  # depth -> blocks (P, B, B)
 
 
-def check_chunk_batches(chunk_batches: object, batch_size: int, n_batches: int) -> int:
-    """Batches per chunk, a whole number >= 1 whose tile of pairs fits in ``MAX_TILE_ENTRIES``; None: k // 4 of the
-    k batches, from 1 to ``CHUNK_BATCHES`` (at least four chunks, so that two workers share even a small prior)."""
+def check_chunk_batches(chunk_batches: object, batch_size: int, n_batches: int, on_gpu: bool = False) -> int:
+    """Batches per chunk, a whole number >= 1 whose tile of pairs fits in ``MAX_TILE_ENTRIES``. None: on the CPU,
+    k // 4 of the k batches, from 1 to ``CHUNK_BATCHES`` (at least four chunks, so that two workers share even a
+    small prior); ``on_gpu``, the largest tile that fits (one tile for up to 181 batches at B = 32: each task a few
+    large tensor operations, 13x faster than the CPU's chunks for all 1797 digits at depth 10 on an H200)."""
     if chunk_batches is None:
-        chunk = min(max(n_batches // 4, 1), CHUNK_BATCHES)
+        most = math.isqrt(MAX_TILE_ENTRIES) // (2 * batch_size)
+        chunk = max(1, min(n_batches, most) if on_gpu else min(n_batches // 4, CHUNK_BATCHES))
     else:
         chunk = check_whole_number(chunk_batches, "chunk_batches", 1, MAX_CHUNK_BATCHES,
                                    "batches per task; a tile task holds the pairs of two chunks")
@@ -57,6 +60,14 @@ def check_chunk_batches(chunk_batches: object, batch_size: int, n_batches: int) 
                          f"pairs, {entries:,} entries of joint covariances, above {MAX_TILE_ENTRIES:,} (1 GiB of "
                          "float64): use a smaller chunk_batches or batch_size")
     return chunk
+
+
+def on_gpu(device: torch.device | str | None, client: object) -> bool:
+    """Whether the tasks run on a GPU: ``device`` CUDA, or None with no cluster and CUDA here (a cluster's workers
+    pick their own device)."""
+    if device is not None:
+        return check_device(device).type == "cuda"
+    return client is None and torch.cuda.is_available()
 
 
 def _device(device: str | None) -> torch.device:
@@ -203,6 +214,7 @@ def _run_here(phi: Activation, batches: np.ndarray, chunks: list[np.ndarray], ti
     the NTK's in turn (its forward-mode passes take turns in a process: a cluster runs them in parallel)."""
     workers = 1 if tangent else max(1, min(torch.get_num_threads(), len(chunks) + len(tiles)))
     phi_kernel_torch(phi, torch.zeros(1, dtype=torch.float64))  # lambdify here: sympy is not thread-safe
+    torch.linalg.eigvalsh(torch.eye(2, dtype=torch.float64, device=_device(device)))  # CUDA's linalg: lazy, unsafe
     with _torch_threads(1), ThreadPoolExecutor(workers) as pool:
         within = []
         for chunk, result in zip(chunks, pool.map(lambda c: within_task(phi, batches[c], max(depths), first, nodes,

@@ -28,8 +28,11 @@ def test_benchmark_runs_at_smoke_size(script, tmp_path):
 
 
 def test_every_committed_result_has_a_script():
-    """benchmarks/results/*.json is what the book page shows: each comes from a script that still exists."""
+    """benchmarks/results/*.json (and gpu/*.json, run with --device cuda) is what the book shows: each comes from a
+    script that still exists, at its full size."""
     stems = {p.stem for p in harness.scripts()}
-    for result in (BENCHMARKS / "results").glob("*.json"):
+    for result in [*(BENCHMARKS / "results").glob("*.json"), *(BENCHMARKS / "results" / "gpu").glob("*.json")]:
         assert result.stem in stems, f"{result.name} has no benchmarks/{result.stem}.py"
-        assert json.loads(result.read_text())["benchmark"] == result.stem
+        record = json.loads(result.read_text())
+        assert record["benchmark"] == result.stem and not record["config"]["smoke"]
+        assert record["machine"]["device"].startswith("cuda") == (result.parent.name == "gpu"), result

@@ -211,6 +211,20 @@ def test_prior_in_tasks_is_the_same_in_memory_on_disk_and_in_any_chunks(data, tm
     np.testing.assert_array_equal(np.diag(joint.test), joint.test_diagonal)
 
 
+@pytest.mark.parametrize("batches, batch, expected", [(57, 32, 57), (625, 32, 181), (625, 8, 625), (3, 32, 3)])
+def test_default_chunks_on_a_gpu_are_the_largest_tiles_that_fit(batches, batch, expected):
+    """On a GPU a task is a few large tensor operations: the default chunk is the largest whose tile of pairs fits
+    MAX_TILE_ENTRIES (capped at the k batches); on the CPU it stays k // 4, at most CHUNK_BATCHES."""
+    from bnsym.nngp_tasks import CHUNK_BATCHES, MAX_TILE_ENTRIES, check_chunk_batches, on_gpu
+
+    chunk = check_chunk_batches(None, batch, batches, on_gpu=True)
+    assert chunk == expected and chunk * chunk * (2 * batch) ** 2 <= MAX_TILE_ENTRIES
+    assert (chunk + 1) * (chunk + 1) * (2 * batch) ** 2 > MAX_TILE_ENTRIES or chunk == batches
+    assert check_chunk_batches(None, batch, batches) == max(1, min(batches // 4, CHUNK_BATCHES))
+    assert not on_gpu("cpu", None) and on_gpu(None, None) == torch.cuda.is_available()
+    assert not on_gpu(None, object())  # a cluster's workers pick their own device
+
+
 def test_progress_bar_shows_when_enabled(data, monkeypatch, capsys):
     X, _ = data
     monkeypatch.setenv("BNSYM_PROGRESS", "1")

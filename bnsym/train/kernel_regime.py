@@ -23,7 +23,7 @@ from ..ntk_estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow
 from ..sim.ntk import train_on_batches
 
 BOOTSTRAP = 1000  # resamples of the seeds for the slope's standard error
-SGD_RATE = 0.2  # the SGD baseline's learning rate, times 1 / lambda_max of the BN-NTK of the training set
+SGD_RATE = 0.5  # the SGD baseline's learning rate, times 1 / lambda_max of the BN-NTK within one training batch
 
 
 def relu_mlp(depth: int) -> object:
@@ -107,7 +107,10 @@ def accuracy_rows(task: str, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y
     """One row per depth: the test score of the BN-NTK estimator (t = infinity), the BN-NNGP posterior mean (noise
     0.01), the NTK of the network without batch norm (kernel regression, :func:`bnsym.ntk.arccos_ntk`) and the mean
     over ``n_networks`` seeds of the same BN network at ``width`` trained by SGD over the fixed batches (one batch a
-    step, ``steps`` steps, squared loss, learning rate ``SGD_RATE`` / lambda_max of the BN-NTK).
+    step, ``steps`` steps, squared loss, learning rate ``SGD_RATE`` / lambda_max, the largest eigenvalue of the BN-NTK
+    within one batch: a step on one batch is stable below 2 / lambda_max); also the score of the networks' mean
+    output (the initial outputs' noise averaged away, as in the estimators' mean prediction) and the networks' mean
+    score on the training copies (how well SGD fitted them).
 
     ``task`` "classification": ``y`` holds labels, the score is the accuracy and the targets are centred one-hot
     vectors; "regression": ``y`` holds standardised targets and the score is the mean squared error. Test points
@@ -122,10 +125,10 @@ def accuracy_rows(task: str, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y
     else:
         targets = np.asarray(y, dtype=float)[:, None]
 
-    def score(outputs: np.ndarray) -> float:
+    def score(outputs: np.ndarray, truth: np.ndarray = y_test) -> float:
         if classify:
-            return float(np.mean(classes[outputs.argmax(-1)] == y_test))
-        return float(np.mean((outputs[..., 0] - y_test) ** 2))
+            return float(np.mean(classes[outputs.argmax(-1)] == truth))
+        return float(np.mean((outputs[..., 0] - truth) ** 2))
 
     layout = batch_layout(X, batch_size, X_test)
     k = len(layout.rows)
@@ -141,10 +144,15 @@ def accuracy_rows(task: str, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y
                                           device=device).fit(X, y)
             ntk_score, nngp_score = (float(np.mean((m.predict(X_test) - y_test) ** 2)) for m in (ntk, nngp))
         plain = arccos_ntk("relu", X_test, X, depth) @ flow_weights(arccos_ntk("relu", X, None, depth), targets, np.inf)
-        rate = SGD_RATE / np.linalg.eigvalsh(ntk.kernel_).max()
-        sgd = train_on_batches(relu_mlp(depth), layout.batches[:k], targets[layout.rows], layout.batches[k:], width,
+        within = ntk.kernel_.reshape(k, batch_size, k, batch_size)[np.arange(k), :, np.arange(k), :]
+        rate = SGD_RATE / np.linalg.eigvalsh(within).max()
+        evaluated = np.concatenate([layout.batches[k:], layout.batches[:k]])  # test batches, then training ones
+        sgd = train_on_batches(relu_mlp(depth), layout.batches[:k], targets[layout.rows], evaluated, width,
                                n_networks, rate, steps, centred=False, stochastic=True, device=device)
-        sgd = sgd.reshape(n_networks, -1, targets.shape[1])[:, : len(X_test)]
+        sgd = sgd.reshape(n_networks, -1, targets.shape[1])
         rows.append({"depth": depth, "BN-NTK": ntk_score, "BN-NNGP": nngp_score, "no-BN NTK": score(plain),
-                     f"SGD (N = {width})": float(np.mean([score(run) for run in sgd]))})
+                     f"SGD (N = {width})": float(np.mean([score(run) for run in sgd[:, : len(X_test)]])),
+                     "SGD, mean of the networks": score(sgd[:, : len(X_test)].mean(0)),
+                     "SGD, training copies": float(np.mean([score(run, y[layout.rows.ravel()])
+                                                            for run in sgd[:, -k * batch_size:]]))})
     return rows
