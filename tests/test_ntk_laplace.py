@@ -12,7 +12,7 @@ from bnsym.core.activations import parse_activation
 from bnsym.core.statistics import mc_tolerance
 from bnsym.meanfield.crossbatch import _mean_rho, _rate
 from bnsym.meanfield.ntk_laplace import ntk_blocks, ntk_per_entry, tangent_cross_block
-from bnsym.ntk import ntk_blocks_laplace
+from bnsym.ntk import bn_ntk, ntk_blocks_laplace
 
 torch.set_num_threads(1)
 
@@ -116,3 +116,42 @@ def test_bad_input_is_refused():
         ntk_blocks_laplace("relu", x, [[0, 0]], 1)
     with pytest.raises(ValueError, match="depth"):
         ntk_blocks_laplace("relu", x, [[0, 1]], 0)
+
+
+def test_the_ntk_is_infinite_below_three_spanned_dimensions():
+    """One batch of B = 16 inputs with d features, depth 1: the NTK's mean diagonal at 16, 32, 64 nodes per axis.
+    With d = 4 it converges (each doubling changes it less than half as much as the one before); with d = 2 the
+    first BN's 1 / s(w)^2 has an infinite mean (E[1 / chi^2_2]), and each doubling adds about as much as the one
+    before, a logarithmic divergence, which is why bn_ntk refuses such batches."""
+    rng = np.random.default_rng(1)
+    steps = {}
+    for d in (2, 4):
+        x = rng.standard_normal((1, 16, d))
+        diagonal = [np.trace(ntk_blocks_laplace("relu", x, np.zeros((0, 2)), 1, nodes)[0][0]) for nodes in (16, 32, 64)]
+        steps[d] = np.diff(diagonal)
+    assert steps[4][1] < steps[4][0] / 2, steps
+    assert steps[2][1] > 0.8 * steps[2][0] > 0, steps
+    with pytest.raises(ValueError, match="span at least 3 dimensions.*n_features = 2"):
+        bn_ntk("relu", rng.standard_normal((16, 2)), 1, 8)
+    plane = rng.standard_normal((8, 2)) @ rng.standard_normal((2, 4))  # a test batch in a 2-dimensional plane
+    with pytest.raises(ValueError, match="batch 2 spans 2"):
+        bn_ntk("relu", rng.standard_normal((16, 4)), 1, 8, X_test=plane)
+
+
+def test_finite_networks_first_layer_terms_have_the_tail_the_span_says():
+    """Independent of the Laplace route: one neuron's first-layer tangent term, c = sum_a |d x_a / d w|^2 (torch
+    autograd through train-mode BN, eps = 0, then relu, of one batch of B = 16 inputs with d features, w ~ N(0, I_d)),
+    has P(c > t) ~ t^(-r/2) for a batch spanning r dimensions (c ~ 1 / (w^T S w)). The Hill estimate of the tail
+    index from the top k of N neurons' terms is r / 2 within mc_tolerance standard errors (alpha / sqrt(k)): 1 at
+    r = 2, where the mean, the NTK's term, is infinite (check_spans), and 2 at r = 4."""
+    draws, top = 200_000, 200
+    for d in (2, 4):
+        generator = torch.Generator().manual_seed(d)
+        x = torch.randn(16, d, generator=generator, dtype=torch.float64)
+        w = torch.randn(draws, d, generator=generator, dtype=torch.float64, requires_grad=True)
+        h = w @ x.T
+        out = torch.relu((h - h.mean(1, keepdim=True)) / h.std(1, correction=0, keepdim=True))
+        terms = sum((torch.autograd.grad(out[:, a].sum(), w, retain_graph=True)[0] ** 2).sum(1) for a in range(16))
+        largest = np.sort(terms.numpy())[::-1][: top + 1]
+        alpha = top / np.sum(np.log(largest[:top] / largest[top]))
+        assert abs(alpha - d / 2) <= mc_tolerance(top, 2) * alpha / np.sqrt(top), (d, alpha)
