@@ -241,6 +241,16 @@ def test_a_function_is_a_task_stored_under_its_path(client, tmp_path):
     assert sweep.run("builtins:dict", configs, tmp_path, client=client).cached == 2
 
 
+def test_show_of_a_task_without_a_show_function_prints_its_cells(client, tmp_path, capsys):
+    """No heat map for a task that registers no show function: a plain table of the settings that vary and the
+    scalar results, one row per finished cell."""
+    sweep.run(dict, [{"x": 1, "label": "a", "same": 0}, {"x": 2, "label": "b", "same": 0}], tmp_path, client=client)
+    assert main(["sweep", "show", str(tmp_path)]) == 0
+    header, _, *cells = capsys.readouterr().out.strip().splitlines()
+    assert header.split()[:2] == ["x", "label"] and "same" in header  # the settings that vary, then the results
+    assert sorted(cell.split()[:2] for cell in cells) == [["1", "a"], ["2", "b"]]
+
+
 def _nested():
     def task(config: dict) -> dict:
         return config

@@ -89,9 +89,23 @@ def _show(records: list[dict], png: Path, shower) -> str:
         raise ValueError(f"the directory mixes tasks {tasks}: show one task's results per directory")
     show = shower(tasks[0])
     if show is None:
-        raise ValueError(f"task {tasks[0]!r} has no show function (register one in bnsym.sweep.EXPERIMENTS)")
+        return str(_plain_table(records))
     try:
         shown = show(records, png)
     except OSError as error:
         raise ValueError(f"the heat map cannot be written to {png}: {error.strerror or error}") from None
     return f"{shown}\nheat map: {png}"
+
+
+def _plain_table(records: list[dict]) -> object:
+    """A task without a show function: one row per finished cell, the settings that vary and the scalar results."""
+    from ..report import table
+
+    done = [record for record in records if record["error"] is None]
+    if not done:
+        raise ValueError("the sweep has no successful results to show")
+    varying = [key for key in done[0]["config"] if len({repr(record["config"].get(key)) for record in done}) > 1]
+    scalar = (bool, int, float, str)
+    rows = [{**{key: record["config"].get(key) for key in varying},
+             **{key: value for key, value in record["result"].items() if isinstance(value, scalar)}} for record in done]
+    return table(rows, formats={key: ".4g" for key, value in rows[0].items() if isinstance(value, float)})
