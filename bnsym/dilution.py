@@ -37,15 +37,18 @@ from functools import cache
 
 import numpy as np
 import sympy as sp
-from scipy import integrate
 from scipy.special import gammaln
 
 from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
 from .core.estimate import ROUNDING
 from .core.kernels import lambdified
+from .core.lazy import lazy_module
 from .core.symbols import E_dphi2, E_phi, E_phi2, P_n, k, r, r_d, z
 from .core.validation import check_activation, check_number, check_real_array, check_whole_number, shown
+from .meanfield.kernels import c_alpha
+
+integrate = lazy_module("scipy.integrate")  # quad, for a phi without closed-form moments (about 0.2 s of CPU to import)
 
 MIN_RATIO, MAX_RATIO = 1e-150, 1e150  # the formulas square r and k and add or multiply two squares: all stay normal
 MAX_DEPTH = 10**8  # the tail sums cost O(L) time and memory (0.8 GB at 1e8); residual networks are far shallower
@@ -397,7 +400,10 @@ def derive_normalised_gsc_rate() -> Derivation:
 
 
 def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
-    """(E phi(z), E phi(z)^2, E phi'(z)^2) for z ~ N(0, 1), by adaptive quadrature split at the kinks."""
+    """(E phi(z), E phi(z)^2, E phi'(z)^2) for z ~ N(0, 1): closed forms for positive-homogeneous phi
+    (:func:`homogeneous_moments`), else adaptive quadrature split at the kinks."""
+    if phi.is_homogeneous:
+        return homogeneous_moments(phi)
     edges = [-np.inf, *sorted(phi.kinks), np.inf]
     weight = lambda t: math.exp(-t * t / 2) / math.sqrt(2 * math.pi)  # noqa: E731
 
@@ -415,6 +421,18 @@ def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
         expect(lambda t: phi.numpy(t) ** 2),
         expect(lambda t: phi.numpy_derivative(t) ** 2),
     )
+
+
+def homogeneous_moments(phi: Activation) -> tuple[float, float, float]:
+    """(E phi, E phi^2, E phi'^2) for phi = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17), z ~ N(0, 1).
+
+    E[rho_alpha(z)^p] = c_(alpha p / 2) with c_alpha = E[rho_alpha(z)^2] (Defn E.7), and the two parts have disjoint
+    supports, so E phi = (a - b) c_(alpha/2), E phi^2 = (a^2 + b^2) c_alpha and, with phi' = alpha (a rho_(alpha-1)(z)
+    + b rho_(alpha-1)(-z)), E phi'^2 = alpha^2 (a^2 + b^2) c_(alpha-1) (finite for alpha > 1/2).
+    """
+    alpha, (a, b) = phi.degree, phi.ab
+    return (float((a - b) * c_alpha(alpha / 2)), float((a * a + b * b) * c_alpha(alpha)),
+            float(alpha**2 * (a * a + b * b) * c_alpha(alpha - 1)))
 
 
 @lambdified()

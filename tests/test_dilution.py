@@ -160,6 +160,17 @@ def test_batch_relu_rate_is_pi_over_pi_minus_1():
     assert normalised_gsc_rate("relu", "layer") == pytest.approx(1.0, rel=1e-10)
 
 
+@pytest.mark.parametrize("phi", ["relu", "relu^1.5", "relu^0.75", "leaky_relu(0.2)", "leaky_relu(-0.5)", "identity"])
+def test_homogeneous_moments_match_quadrature(phi):
+    """The closed forms of a positive-homogeneous phi against adaptive quadrature of the same phi (its degree
+    removed, so that gaussian_moments integrates it)."""
+    from dataclasses import replace
+
+    act = bnsym.parse_activation(phi)
+    assert dilution.homogeneous_moments(act) == pytest.approx(
+        dilution.gaussian_moments(replace(act, degree=None)), rel=1e-12, abs=1e-15)
+
+
 @pytest.mark.parametrize("phi", ["tanh", "selu", "relu"])
 @pytest.mark.parametrize("norm", ["batch", "layer"])
 def test_normalised_rate_matches_gaussian_sampling(phi, norm):
