@@ -189,7 +189,7 @@ def test_normalised_rate_rejects_unknown_norm():
 def test_selu_forms_agree_and_self_normalise():
     act = bnsym.parse_activation("selu")
     xs = np.linspace(-3, 3, 13)
-    sym = sp.lambdify(dilution.z, act.expr, "numpy")(xs)
+    sym = sp.lambdify(symbols.z, act.expr, "numpy")(xs)
     assert np.allclose(act.numpy(xs), sym) and np.allclose(act.torch(torch.tensor(xs)).numpy(), sym)
     mean, second, _ = dilution.gaussian_moments(act)
     assert abs(mean) < 1e-3 and second == pytest.approx(1.0, abs=1e-3)  # Klambauer et al.'s fixed point
