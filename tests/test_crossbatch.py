@@ -141,7 +141,8 @@ def test_one_minus_the_rate_keeps_its_digits_at_large_batches(batch):
     to 1e-6 relative against 50-digit mpmath (it was 19 % off at B = 1e7, above the proven bound)."""
     import mpmath
 
-    from bnsym.meanfield.crossbatch import B, derive_cross_rate
+    from bnsym.core.symbols import B
+    from bnsym.meanfield.crossbatch import derive_cross_rate
 
     bound = sp.lambdify(B, derive_cross_rate()["bound"], "mpmath")  # a symbolic B = 1e7 would expand Gamma(5e6)
     with mpmath.workdps(50):

@@ -171,6 +171,17 @@ def test_homogeneous_moments_match_quadrature(phi):
         dilution.gaussian_moments(replace(act, degree=None)), rel=1e-12, abs=1e-15)
 
 
+@pytest.mark.parametrize("phi", ["tanh", "gelu", "silu", "erf", "mish", "x*sigmoid(1.702*x)", "tanh(gamma=3)"])
+def test_smooth_moments_match_quadrature(phi):
+    """Gauss-Hermite (or, where its two rules disagree, as for tanh(gamma=3), quadrature) against adaptive quadrature
+    of the same phi told of a kink at 0, which gaussian_moments integrates piecewise."""
+    from dataclasses import replace
+
+    act = bnsym.parse_activation(phi)
+    assert dilution.gaussian_moments(act) == pytest.approx(
+        dilution.gaussian_moments(replace(act, kinks=(0.0,))), rel=1e-12, abs=1e-13)
+
+
 @pytest.mark.parametrize("phi", ["tanh", "selu", "relu"])
 @pytest.mark.parametrize("norm", ["batch", "layer"])
 def test_normalised_rate_matches_gaussian_sampling(phi, norm):

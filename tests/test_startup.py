@@ -76,7 +76,8 @@ def test_first_smooth_answer_lambdifies_only_phi_and_imports_no_torch(tmp_path, 
     """A smooth phi is lambdified (its numpy value and slope), its torch callables are not built, and the spherical
     routes read their kernels from the stored code."""
     answer, counts = _first_answer(phi, tmp_path)
-    assert not {"torch", "scipy.stats"} & set(counts.pop("imported"))  # scipy.integrate: its moments by quad
+    # scipy.optimize may be: the collapse eps of a phi without a maximum of H on its grid is refined by it
+    assert not {"torch", "scipy.stats", "scipy.integrate"} & set(counts.pop("imported"))
     assert counts == {"derivations": 0, "lambdified": 2}
     assert answer["fixed_point"]["method"] == "spherical" and answer["gradient_rate"] > 1
 

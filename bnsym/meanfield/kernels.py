@@ -202,7 +202,7 @@ def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
 
 
 @cache
-def _hermite_nodes(degree: int) -> tuple[np.ndarray, np.ndarray]:
+def hermite_nodes(degree: int) -> tuple[np.ndarray, np.ndarray]:
     """Probabilists' Gauss-Hermite nodes and weights, sum_k w_k f(x_k) ~ E[f(u)], u ~ N(0, 1).
 
     scipy's, not numpy's hermegauss, whose weights overflow to nan beyond about 360 nodes.
@@ -214,7 +214,7 @@ def _hermite_nodes(degree: int) -> tuple[np.ndarray, np.ndarray]:
 def _gauss_hermite_rule(s11: np.ndarray, s22: np.ndarray, s12: np.ndarray, phi: Function, psi: Function,
                         degree: int) -> np.ndarray:
     """The tensor-product rule with `degree` nodes per axis, broadcast over the covariance arrays."""
-    nodes, weights = _hermite_nodes(degree)
+    nodes, weights = hermite_nodes(degree)
     a = np.sqrt(s11)
     b = np.divide(s12, a, out=np.zeros_like(a), where=a > 0)
     c = np.sqrt(np.clip(s22 - b * b, 0.0, None))  # clip: 0 up to rounding when the block is singular
