@@ -36,16 +36,20 @@ import math
 from functools import cache
 
 import numpy as np
-import sympy as sp
-from scipy import integrate
 from scipy.special import gammaln
 
 from .core.activations import Activation, parse_activation
 from .core.derivation import Derivation
 from .core.estimate import ROUNDING
 from .core.kernels import lambdified
-from .core.symbols import E_dphi2, E_phi, E_phi2, P_n, k, r, r_d, z
+from .core.lazy import lazy_module
 from .core.validation import check_activation, check_number, check_real_array, check_whole_number, shown
+from .meanfield.kernels import c_alpha, hermite_nodes
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
+
+HERMITE_NODES = 512  # Gauss-Hermite nodes of a smooth phi's moments (tanh: 256 and 512 agree to 3e-15, 128 to 2e-11)
+integrate = lazy_module("scipy.integrate")  # quad, for a kinked phi without closed forms (about 0.2 s of CPU to import)
 
 MIN_RATIO, MAX_RATIO = 1e-150, 1e150  # the formulas square r and k and add or multiply two squares: all stay normal
 MAX_DEPTH = 10**8  # the tail sums cost O(L) time and memory (0.8 GB at 1e8); residual networks are far shallower
@@ -196,6 +200,8 @@ def effective_depth(depth: int, p: float, threshold: float) -> int:
 @cache
 def derive_diluted_rate() -> Derivation:
     """Theorem 3 (F.3) from its premises: the GSC growth of f(u) = S u + rho(u), rho k-diluted by S."""
+    from .core.symbols import k, r, r_d
+
     d = Derivation("Theorem 3: GSC growth rate of a k-diluted block")
     q_u, q_g, q_rho, q_s, q_grho, q_gs = sp.symbols(
         r"Q\|u\| Q\|g\| Q\|\rho(u)\| Q\|Su\| Q\|gR\| Q\|gS\|", positive=True
@@ -222,6 +228,8 @@ def derive_diluted_rate() -> Derivation:
 @cache
 def derive_first_order_diluted_rate() -> Derivation:
     """Theorem 3's main-text form: the expansion of the exact rate around r = 1."""
+    from .core.symbols import r, r_d
+
     d = Derivation("Theorem 3, first order in r - 1")
     eps = sp.Symbol("epsilon", real=True)
     exact = derive_diluted_rate().result
@@ -244,6 +252,8 @@ def derive_first_order_diluted_rate() -> Derivation:
 @cache
 def _rate_kernels():
     """Lambdified exact rate, first-order rate and exact inverse (numpy, cse=True)."""
+    from .core.symbols import k, r, r_d
+
     exact = sp.lambdify((r, k), derive_diluted_rate().result, modules="numpy", cse=True)
     first = sp.lambdify((r, k), derive_first_order_diluted_rate().result, modules="numpy", cse=True)
     inverse = sp.lambdify((r_d, k), derive_first_order_diluted_rate()["inverse"], modules="numpy", cse=True)
@@ -313,6 +323,8 @@ def two_block_dilution(k_outer: sp.Expr, k_inner: sp.Expr) -> sp.Expr:
 @cache
 def derive_composed_dilution() -> Derivation:
     """Proposition 7 (E.7) by induction on the number of blocks."""
+    from .core.symbols import P_n
+
     d = Derivation("Proposition 7: dilution of a composition of diluted blocks")
     k1, k2, k3, kn = sp.symbols("k_1 k_2 k_3 k_{n+1}", positive=True)
     two = two_block_dilution(k1, k2)
@@ -337,6 +349,8 @@ def derive_composed_dilution() -> Derivation:
 @cache
 def _composition_kernel():
     """The composed dilution as a function of P_n - 1, lambdified from :func:`derive_composed_dilution`."""
+    from .core.symbols import P_n
+
     excess = sp.Symbol("P_n - 1", positive=True)
     return sp.lambdify(excess, derive_composed_dilution().result.subs(P_n, excess + 1), modules="numpy", cse=True)
 
@@ -369,6 +383,8 @@ def derive_normalised_gsc_rate() -> Derivation:
     layer norm by the per-vector std, sigma^2 = s^2 E phi^2 (a random W leaves no common mean).
     Backward, with g independent of z: ||g_x||^2 = s^2 ||g_h||^2 = s^2 ||g||^2 E[phi'^2] / sigma^2.
     """
+    from .core.symbols import E_dphi2, E_phi, E_phi2, r, z
+
     d = Derivation("Mean-field GSC rate of [linear, normalisation, phi]")
     n, s, g2 = sp.symbols("N s g^2", positive=True)
     sigma2 = sp.Symbol(r"\sigma^2", positive=True)
@@ -397,7 +413,16 @@ def derive_normalised_gsc_rate() -> Derivation:
 
 
 def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
-    """(E phi(z), E phi(z)^2, E phi'(z)^2) for z ~ N(0, 1), by adaptive quadrature split at the kinks."""
+    """(E phi(z), E phi(z)^2, E phi'(z)^2) for z ~ N(0, 1): closed forms for positive-homogeneous phi
+    (:func:`homogeneous_moments`); Gauss-Hermite for a phi without kinks where :data:`HERMITE_NODES` nodes and half
+    as many agree to 1e-12 of E phi^2 (:func:`hermite_moments`: gelu, tanh, erf, silu, ...); else adaptive
+    quadrature split at the kinks, to the same relative tolerance."""
+    if phi.is_homogeneous:
+        return homogeneous_moments(phi)
+    if not phi.kinks:
+        fine, coarse = hermite_moments(phi, HERMITE_NODES), hermite_moments(phi, HERMITE_NODES // 2)
+        if np.all(np.isfinite(fine)) and np.max(np.abs(fine - coarse)) <= 1e-12 * abs(fine[1]):
+            return float(fine[0]), float(fine[1]), float(fine[2])
     edges = [-np.inf, *sorted(phi.kinks), np.inf]
     weight = lambda t: math.exp(-t * t / 2) / math.sqrt(2 * math.pi)  # noqa: E731
 
@@ -417,9 +442,32 @@ def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
     )
 
 
+def hermite_moments(phi: Activation, nodes: int) -> np.ndarray:
+    """(E phi, E phi^2, E phi'^2) by the probabilists' Gauss-Hermite rule with ``nodes`` nodes (exact for polynomials
+    of degree < 2 nodes, geometric convergence for smooth phi); non-finite where phi overflows at the outer nodes."""
+    x, w = hermite_nodes(nodes)
+    with np.errstate(all="ignore"):
+        value, slope = phi.numpy(x), phi.numpy_derivative(x)
+        return np.array([w @ value, w @ value**2, w @ slope**2])
+
+
+def homogeneous_moments(phi: Activation) -> tuple[float, float, float]:
+    """(E phi, E phi^2, E phi'^2) for phi = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17), z ~ N(0, 1).
+
+    E[rho_alpha(z)^p] = c_(alpha p / 2) with c_alpha = E[rho_alpha(z)^2] (Defn E.7), and the two parts have disjoint
+    supports, so E phi = (a - b) c_(alpha/2), E phi^2 = (a^2 + b^2) c_alpha and, with phi' = alpha (a rho_(alpha-1)(z)
+    + b rho_(alpha-1)(-z)), E phi'^2 = alpha^2 (a^2 + b^2) c_(alpha-1) (finite for alpha > 1/2).
+    """
+    alpha, (a, b) = phi.degree, phi.ab
+    return (float((a - b) * c_alpha(alpha / 2)), float((a * a + b * b) * c_alpha(alpha)),
+            float(alpha**2 * (a * a + b * b) * c_alpha(alpha - 1)))
+
+
 @lambdified()
 def _normalised_rate_kernels():
     """The rate of each normalisation as a function of (E phi, E phi^2, E phi'^2), from the derivation."""
+    from .core.symbols import E_dphi2, E_phi, E_phi2
+
     derivation = derive_normalised_gsc_rate()
     return {name: ((E_phi, E_phi2, E_dphi2), derivation[name]) for name in ("batch", "layer")}
 

@@ -9,6 +9,7 @@ import torch
 
 import bnsym
 from bnsym.api import cross_batch_kernel
+from bnsym.core import symbols
 from bnsym.sim import mc_tolerance
 
 
@@ -123,7 +124,7 @@ def test_rate_bound_limits_and_arrays():
 
     batches = np.array([4, 8, 64, 10**6])
     bound = derive_cross_rate()["bound"]
-    bounds = np.array([float(bound.subs(bnsym.meanfield.crossbatch.B, int(b))) for b in batches[:3]])
+    bounds = np.array([float(bound.subs(symbols.B, int(b))) for b in batches[:3]])
     relu, linear = bnsym.cross_batch_rate("relu", batches), bnsym.cross_batch_rate("identity", batches)
     np.testing.assert_allclose(linear[:3], bounds, rtol=1e-12)  # equality exactly for linear phi
     assert np.all(relu[:3] < bounds) and np.all(bnsym.cross_batch_rate("relu^1.5", batches[:3]) < bounds)
@@ -140,7 +141,8 @@ def test_one_minus_the_rate_keeps_its_digits_at_large_batches(batch):
     to 1e-6 relative against 50-digit mpmath (it was 19 % off at B = 1e7, above the proven bound)."""
     import mpmath
 
-    from bnsym.meanfield.crossbatch import B, derive_cross_rate
+    from bnsym.core.symbols import B
+    from bnsym.meanfield.crossbatch import derive_cross_rate
 
     bound = sp.lambdify(B, derive_cross_rate()["bound"], "mpmath")  # a symbolic B = 1e7 would expand Gamma(5e6)
     with mpmath.workdps(50):

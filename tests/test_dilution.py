@@ -160,6 +160,28 @@ def test_batch_relu_rate_is_pi_over_pi_minus_1():
     assert normalised_gsc_rate("relu", "layer") == pytest.approx(1.0, rel=1e-10)
 
 
+@pytest.mark.parametrize("phi", ["relu", "relu^1.5", "relu^0.75", "leaky_relu(0.2)", "leaky_relu(-0.5)", "identity"])
+def test_homogeneous_moments_match_quadrature(phi):
+    """The closed forms of a positive-homogeneous phi against adaptive quadrature of the same phi (its degree
+    removed, so that gaussian_moments integrates it)."""
+    from dataclasses import replace
+
+    act = bnsym.parse_activation(phi)
+    assert dilution.homogeneous_moments(act) == pytest.approx(
+        dilution.gaussian_moments(replace(act, degree=None)), rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("phi", ["tanh", "gelu", "silu", "erf", "mish", "x*sigmoid(1.702*x)", "tanh(gamma=3)"])
+def test_smooth_moments_match_quadrature(phi):
+    """Gauss-Hermite (or, where its two rules disagree, as for tanh(gamma=3), quadrature) against adaptive quadrature
+    of the same phi told of a kink at 0, which gaussian_moments integrates piecewise."""
+    from dataclasses import replace
+
+    act = bnsym.parse_activation(phi)
+    assert dilution.gaussian_moments(act) == pytest.approx(
+        dilution.gaussian_moments(replace(act, kinks=(0.0,))), rel=1e-12, abs=1e-13)
+
+
 @pytest.mark.parametrize("phi", ["tanh", "selu", "relu"])
 @pytest.mark.parametrize("norm", ["batch", "layer"])
 def test_normalised_rate_matches_gaussian_sampling(phi, norm):
@@ -178,7 +200,7 @@ def test_normalised_rate_rejects_unknown_norm():
 def test_selu_forms_agree_and_self_normalise():
     act = bnsym.parse_activation("selu")
     xs = np.linspace(-3, 3, 13)
-    sym = sp.lambdify(dilution.z, act.expr, "numpy")(xs)
+    sym = sp.lambdify(symbols.z, act.expr, "numpy")(xs)
     assert np.allclose(act.numpy(xs), sym) and np.allclose(act.torch(torch.tensor(xs)).numpy(), sym)
     mean, second, _ = dilution.gaussian_moments(act)
     assert abs(mean) < 1e-3 and second == pytest.approx(1.0, abs=1e-3)  # Klambauer et al.'s fixed point

@@ -16,11 +16,11 @@ from conftest import HOMOGENEOUS, gaussian_pair_moment, homogeneous, random_psd,
 from scipy.special import gamma, hyp2f1
 
 from bnsym.core.activations import parse_activation
+from bnsym.core.symbols import c
 from bnsym.meanfield.kernels import (
     arccos_kernel,
     arccos_kernel_derivative,
     arccos_kernel_symbolic,
-    c,
     c_alpha,
     c_alpha_symbolic,
     derive_arccos_kernel,

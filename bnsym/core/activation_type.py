@@ -12,20 +12,49 @@ from functools import cached_property
 from typing import Callable
 
 import numpy as np
-import sympy as sp
 
 from .lazy import lazy_module
-from .symbols import z
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 torch = lazy_module("torch")
 
 
 @dataclass(frozen=True)
+class Deferred:
+    """A SymPy expression built when first read: ``build()`` gives it (see :class:`Activation`'s ``expr``)."""
+
+    build: Callable[[], sp.Expr]
+
+
+class _BuiltOnFirstRead:
+    """A field that reads as a SymPy expression: given a :class:`Deferred`, its ``build()`` on the first read, kept.
+
+    So a hand-written activation (relu) imports no SymPy (about 0.3 s of CPU) until a route asks for its formula.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, instance: object, owner: type | None = None) -> sp.Expr:
+        if instance is None:
+            raise AttributeError(self.slot[1:])  # no class-level default: the dataclass field is required
+        value = instance.__dict__[self.slot]
+        if isinstance(value, Deferred):
+            value = instance.__dict__[self.slot] = value.build()
+        return value
+
+    def __set__(self, instance: object, value: sp.Expr | Deferred) -> None:
+        instance.__dict__[self.slot] = value
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: the routes' caches key on the object
 class Activation:
-    """A coordinatewise nonlinearity phi with its symbolic and numeric forms."""
+    """A coordinatewise nonlinearity phi with its symbolic and numeric forms (``expr`` may be given as a
+    :class:`Deferred`, built when first read)."""
 
     name: str
-    expr: sp.Expr
+    expr: sp.Expr = _BuiltOnFirstRead()
     numpy: Callable[[np.ndarray], np.ndarray] = field(repr=False)
     torch: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
     numpy_derivative: Callable[[np.ndarray], np.ndarray] = field(repr=False)
@@ -38,20 +67,25 @@ class Activation:
     def from_expr(cls, name: str, expr: sp.Expr, degree: float | None = None,
                   kinks: tuple[float, ...] = ()) -> Activation:
         """An activation whose four numeric callables are lambdified from ``expr`` and its derivative."""
+        from .symbols import z
+
         value_np, value_t = _lambdified(expr)
         slope_np, slope_t = _lambdified(sp.diff(expr, z))
         return cls(name, expr, value_np, value_t, slope_np, slope_t, degree=degree, kinks=kinks)
 
     @cached_property
     def ab(self) -> tuple[float, float] | None:
-        """(a, b) = (phi(1), -phi(-1)) for positive-homogeneous phi = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17)."""
+        """(a, b) = (phi(1), -phi(-1)) for positive-homogeneous phi = a rho_alpha(z) - b rho_alpha(-z) (Prop E.17),
+        from the numeric phi (a hand-written phi builds no SymPy expression for them)."""
         if self.degree is None:
             return None
-        return float(self.expr.subs(z, 1)), -float(self.expr.subs(z, -1))
+        return float(self.numpy(1.0)), -float(self.numpy(-1.0))
 
     @property
     def derivative(self) -> sp.Expr:
         """phi'(z) as a SymPy expression."""
+        from .symbols import z
+
         return sp.diff(self.expr, z)
 
     @property
@@ -70,6 +104,8 @@ def _lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Call
     the identity) lambdifies to a bare number, so it is broadcast to the argument's shape and dtype. The torch
     callable is lambdified on its first call.
     """
+    from .symbols import z
+
     numeric = sp.nfloat(expr, 17)
     if not numeric.free_symbols:
         constant = float(numeric)

@@ -34,13 +34,13 @@ import re
 from functools import lru_cache
 
 import numpy as np
-import sympy as sp
 from scipy.special import expit
 
 from . import user_activations
-from .activation_type import Activation
+from .activation_type import Activation, Deferred
 from .lazy import lazy_module
-from .symbols import z
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 torch = lazy_module("torch")
 
@@ -85,8 +85,12 @@ def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
     if not (math.isfinite(alpha) and alpha > 0):
         raise ValueError(f"relu power alpha must be a finite number > 0, got {alpha} "
                          "(max(z, 0)^alpha is no activation otherwise)")
-    a_s, b_s = sp.nsimplify(alpha), sp.nsimplify(beta)
-    expr = sp.Piecewise(((z + b_s) ** a_s, z + b_s > 0), (0, True))
+
+    def expr():
+        from .symbols import z
+
+        a_s, b_s = sp.nsimplify(alpha), sp.nsimplify(beta)
+        return sp.Piecewise(((z + b_s) ** a_s, z + b_s > 0), (0, True))
 
     # Hand-written, not lambdified: the Piecewise lambdifies to numpy.select over both branches (z^alpha at
     # z < 0 is nan) and to torch.where, 10x (numpy) to 50x (torch) slower than np.maximum / torch.clamp;
@@ -118,7 +122,7 @@ def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
         name += f"^{_num(alpha)}"
     return Activation(
         name=name,
-        expr=expr,
+        expr=Deferred(expr),  # built when a route asks for it: the closed forms of relu need no SymPy
         numpy=value_np,
         torch=value_t,
         numpy_derivative=deriv_np,
@@ -131,12 +135,16 @@ def relu(alpha: float = 1.0, beta: float = 0.0) -> Activation:
 
 def leaky_relu(slope: float) -> Activation:
     """phi(z) = z for z > 0, slope * z otherwise: degree 1, (a, b) = (1, slope)."""
-    s_s = sp.nsimplify(slope)
+    def expr():
+        from .symbols import z
+
+        return sp.Piecewise((z, z > 0), (sp.nsimplify(slope) * z, True))
+
     # Hand-written, not lambdified: numpy.select (the lambdified Piecewise) is twice as slow as np.where, and
     # the lambdified slope is torch.where(z > 0, 1, slope) on Python numbers, float32 whatever the input.
     return Activation(
         name=f"leaky_relu({_num(slope)})",
-        expr=sp.Piecewise((z, z > 0), (s_s * z, True)),
+        expr=Deferred(expr),
         numpy=lambda x: np.where(np.asarray(x) > 0, x, slope * np.asarray(x)),
         torch=lambda x: torch.where(x > 0, x, slope * x),
         numpy_derivative=lambda x: np.where(np.asarray(x) > 0, 1.0, slope),
@@ -148,16 +156,22 @@ def leaky_relu(slope: float) -> Activation:
 
 def identity() -> Activation:
     """phi(z) = z: degree 1, (a, b) = (1, 1) since z = rho_1(z) - rho_1(-z)."""
+    from .symbols import z
+
     return Activation.from_expr("identity", z, degree=1.0)
 
 
 def cubic() -> Activation:
     """phi(z) = z^3: a polynomial, so its Gegenbauer series is finite (degrees 1 and 3)."""
+    from .symbols import z
+
     return Activation.from_expr("cubic", z**3)
 
 
 def _scaled_smooth(name: str, gamma: float) -> Activation:
     """phi(z) = f(gamma z) for f in {tanh, erf, sin}: smooth, not homogeneous."""
+    from .symbols import z
+
     f = {"tanh": sp.tanh, "erf": sp.erf, "sin": sp.sin}[name]
     return Activation.from_expr(name if gamma == 1 else f"{name}(gamma={_num(gamma)})", f(sp.nsimplify(gamma) * z))
 
@@ -187,6 +201,8 @@ def _exponential_linear(name: str, expr: sp.Expr, scale: float, alpha: float) ->
 
 def selu() -> Activation:
     """SeLU of the paper (I.1): c_pos a for a >= 0, c_pos c_neg' (e^a - 1) for a < 0."""
+    from .symbols import z
+
     lam, alp = sp.Float(SELU_SCALE), sp.Float(SELU_ALPHA)
     expr = sp.Piecewise((lam * z, z >= 0), (lam * alp * (sp.exp(z) - 1), True))
     return _exponential_linear("selu", expr, SELU_SCALE, SELU_ALPHA)
@@ -194,17 +210,23 @@ def selu() -> Activation:
 
 def elu(alpha: float = 1.0) -> Activation:
     """ELU (Clevert et al. 2016): z for z >= 0, alpha (e^z - 1) for z < 0; torch's default alpha = 1."""
+    from .symbols import z
+
     expr = sp.Piecewise((z, z >= 0), (sp.nsimplify(alpha) * (sp.exp(z) - 1), True))
     return _exponential_linear("elu" if alpha == 1 else f"elu(alpha={_num(alpha)})", expr, 1.0, alpha)
 
 
 def gelu() -> Activation:
     """GELU (Hendrycks & Gimpel 2016): z Phi(z) = z (1 + erf(z / sqrt 2)) / 2, torch's exact form."""
+    from .symbols import z
+
     return Activation.from_expr("gelu", z * (1 + sp.erf(z / sp.sqrt(2))) / 2)
 
 
 def gelu_tanh() -> Activation:
     """GELU's tanh approximation, torch's ``approximate="tanh"``: z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) / 2."""
+    from .symbols import z
+
     c, a = math.sqrt(2 / math.pi), 0.044715
     inner = sp.sqrt(2 / sp.pi) * (z + sp.Rational(44715, 10**6) * z**3)
 
@@ -229,6 +251,8 @@ def gelu_tanh() -> Activation:
 
 def swish(beta: float = 1.0) -> Activation:
     """Swish (Ramachandran et al. 2017): z sigmoid(beta z); beta = 1 is SiLU (Elfwing et al. 2018)."""
+    from .symbols import z
+
     b_s = sp.nsimplify(beta)
 
     # Hand-written, not lambdified: the lambdified z / (1 + e^(-beta z)) overflows e^(-beta z) for beta z below
@@ -254,6 +278,8 @@ def swish(beta: float = 1.0) -> Activation:
 
 def softplus(beta: float = 1.0) -> Activation:
     """Softplus: log(1 + e^(beta z)) / beta, beta > 0; torch's default beta = 1."""
+    from .symbols import z
+
     if not beta > 0:
         raise ValueError(f"softplus needs beta > 0, got {beta} (log(1 + e^(beta z)) / beta is not softplus otherwise)")
 
@@ -271,6 +297,7 @@ def softplus(beta: float = 1.0) -> Activation:
 
 def mish() -> Activation:
     """Mish (Misra 2019): z tanh(softplus(z))."""
+    from .symbols import z
 
     # Hand-written, not lambdified, for softplus's reason; the slope is tanh(s) + z sech(s)^2 sigmoid(z),
     # s = softplus(z).
@@ -300,6 +327,8 @@ def mish() -> Activation:
 
 def hardtanh() -> Activation:
     """Hardtanh: z clipped to [-1, 1] (torch's defaults)."""
+    from .symbols import z
+
     # Hand-written, not lambdified, for leaky_relu's reasons (numpy.select, and a torch slope of the wrong dtype).
     return Activation(
         name="hardtanh",

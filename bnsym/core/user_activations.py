@@ -19,26 +19,29 @@ import itertools
 from typing import Callable
 
 import numpy as np
-import sympy as sp
 
 from .activation_type import Activation
 from .lazy import lazy_module
-from .symbols import z
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 torch = lazy_module("torch")
 
+# SymPy's functions are looked up when a formula is read, so that importing this module does not import SymPy
 FUNCTIONS: dict[str, Callable[..., sp.Expr]] = {
-    "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "abs": sp.Abs, "tanh": sp.tanh, "sinh": sp.sinh,
-    "cosh": sp.cosh, "sin": sp.sin, "cos": sp.cos, "atan": sp.atan, "arctan": sp.atan, "erf": sp.erf,
-    "erfc": sp.erfc, "sigmoid": lambda u: 1 / (1 + sp.exp(-u)), "softplus": lambda u: sp.log(1 + sp.exp(u)),
-    "max": sp.Max, "min": sp.Min,
+    "exp": lambda u: sp.exp(u), "log": lambda u: sp.log(u), "sqrt": lambda u: sp.sqrt(u),
+    "abs": lambda u: sp.Abs(u), "tanh": lambda u: sp.tanh(u), "sinh": lambda u: sp.sinh(u),
+    "cosh": lambda u: sp.cosh(u), "sin": lambda u: sp.sin(u), "cos": lambda u: sp.cos(u),
+    "atan": lambda u: sp.atan(u), "arctan": lambda u: sp.atan(u), "erf": lambda u: sp.erf(u),
+    "erfc": lambda u: sp.erfc(u), "sigmoid": lambda u: 1 / (1 + sp.exp(-u)),
+    "softplus": lambda u: sp.log(1 + sp.exp(u)), "max": lambda *u: sp.Max(*u), "min": lambda *u: sp.Min(*u),
 }
-CONSTANTS = {"pi": sp.pi, "e": sp.E}
+CONSTANTS = {"pi": "pi", "e": "E"}  # names of SymPy's constants
 MAX_FORMULA = 500  # characters: a formula is a line, and a cap keeps the tree walk shallow
 MAX_EXPONENT = 64  # |constant exponent|: x^64 already overflows float64 on the BN sphere of large B
 
-_BINARY = {ast.Add: sp.Add, ast.Sub: lambda a, b: a - b, ast.Mult: sp.Mul, ast.Div: lambda a, b: a / b,
-           ast.Pow: sp.Pow}
+_BINARY = {ast.Add: lambda a, b: sp.Add(a, b), ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: sp.Mul(a, b),
+           ast.Div: lambda a, b: a / b, ast.Pow: lambda a, b: sp.Pow(a, b)}
 _numbering = itertools.count(1)
 
 
@@ -64,6 +67,8 @@ def from_sympy(expr: sp.Expr) -> Activation:
 
 def _from_one_variable(name: str, expr: sp.Expr, variables: set[str], text: str, symbols: set | None = None
                        ) -> Activation:
+    from .symbols import z
+
     if len(variables) != 1:
         raise ValueError(f"activation {text!r} must depend on exactly one variable, "
                          f"found {sorted(variables) or 'none'}")
@@ -80,7 +85,7 @@ def _build(node: ast.AST, variables: set[str], text: str) -> sp.Expr:
         return sp.Integer(node.value) if isinstance(node.value, int) else sp.Float(node.value)
     if isinstance(node, ast.Name):
         if node.id in CONSTANTS:
-            return CONSTANTS[node.id]
+            return getattr(sp, CONSTANTS[node.id])
         if node.id in FUNCTIONS:
             raise ValueError(f"activation {text!r}: {node.id} is a function; call it, e.g. {node.id}(x)")
         variables.add(node.id)
@@ -110,6 +115,8 @@ def _build(node: ast.AST, variables: set[str], text: str) -> sp.Expr:
 
 def from_callable(f: Callable) -> Activation:
     """The activation of a torch function or elementwise module (phi' by autograd), or of a numpy callable."""
+    from .symbols import z
+
     name = getattr(f, "__name__", None) or type(f).__name__
     expr = sp.Function(f"phi{next(_numbering)}")(z)  # an undefined function: only numeric routes apply
     probe = torch.linspace(-3.0, 3.0, 13, dtype=torch.float64, requires_grad=True)

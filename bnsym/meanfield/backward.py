@@ -23,14 +23,13 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import sympy as sp
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.kernels import lambdified
+from ..core.lazy import lazy_module
 from ..core.quadrature import chi2_rule
-from ..core.symbols import J1, M11, M12, N11, N12, B, Jrho, alpha, c, dJrho, mu_star, t, x1, x2
 from .forward import default_fixed_point, derive_bsb1_constant
 from .gegenbauer import expect_pair_polynomial
 from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel, phi_kernel_derivative
@@ -43,9 +42,15 @@ from .ultrasymmetric import (
     projected_eigenvalues,
 )
 
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
+
 MAX_TRAINABLE_DEPTH_FACTOR = 16  # the paper's prediction of the deepest trainable network: 16 xi (Sec. 4, Fig 3)
 N_RADIAL_BACKWARD = 24  # Gauss nodes of the radial rule for the eps > 0 operator; the error compares with half
-SHRINK = sp.Symbol("tau", positive=True)  # |y|^2 / (|y|^2 + B eps): the radial shrink of the BN output (eps > 0)
+
+
+def shrink_symbol() -> sp.Symbol:
+    """tau = |y|^2 / (|y|^2 + B eps): the radial shrink of the BN output (eps > 0)."""
+    return sp.Symbol("tau", positive=True)
 
 
 # ----------------------------------------------------------------------------------------------- derivations
@@ -76,6 +81,8 @@ def derive_bn_jacobian(batch_size: int = 4) -> Derivation:
 
 def derive_trace_identity() -> Derivation:
     """lambda_G = tr E[J^T G J]/(B - 1) as an expectation over two BN coordinates (Thm 7, eq. 24)."""
+    from ..core.symbols import M11, M12, N11, N12, B, mu_star
+
     d = Derivation("The gradient explosion rate as a two-coordinate expectation")
     d.step("Eigenvalue on $\\mathbb{R}G$ (Rayleigh quotient, $\\langle G, G\\rangle = B-1$, $JG = J$):",
            sp.Eq(sp.Symbol("lambda_G"), sp.Symbol("E tr(J^T G J)") / (B - 1)))
@@ -99,6 +106,8 @@ def derive_trace_identity() -> Derivation:
 
 def cancel_gammas(expr: sp.Expr) -> sp.Expr:
     """Rewrite Gamma(x + n) = (x)_n Gamma(x) for Gammas whose arguments differ by a positive integer n, then cancel."""
+    from ..core.symbols import B
+
     gammas = sorted(expr.atoms(sp.gamma), key=sp.default_sort_key)
     for high in gammas:
         for low in gammas:
@@ -112,6 +121,8 @@ def cancel_gammas(expr: sp.Expr) -> sp.Expr:
 
 def _sphere_moment(gaussian_moment: sp.Expr, degree: sp.Expr) -> sp.Expr:
     """E[f(x)] on the BN sphere for f homogeneous of the given degree: B^(k/2) E[f(y)] / E|y|^k, y ~ N(0, G)."""
+    from ..core.symbols import B
+
     # E|y|^k, |y|^2 ~ chi^2_{B-1}
     norm_moment = 2 ** (degree / 2) * sp.gamma((B - 1 + degree) / 2) / sp.gamma((B - 1) / 2)
     return B ** (degree / 2) * gaussian_moment / norm_moment
@@ -119,6 +130,8 @@ def _sphere_moment(gaussian_moment: sp.Expr, degree: sp.Expr) -> sp.Expr:
 
 def paper_homogeneous_rate() -> sp.Expr:
     """Thm 8 (eq. 25) as printed, alpha the degree of homogeneity and J = J_phi (catalogue R12)."""
+    from ..core.symbols import J1, B, Jrho, alpha, dJrho
+
     return ((B - 3 + 2 * alpha) * ((2 * alpha - 1) * dJrho + alpha**2 * (B - 1) * J1)
             / ((2 * alpha - 1) * (B - 3) * (B - 1) * (J1 - Jrho)) - alpha**2 / (B - 3))
 
@@ -126,6 +139,8 @@ def paper_homogeneous_rate() -> sp.Expr:
 @cache
 def derive_homogeneous_rate() -> Derivation:
     """Thm 8 from Thm 7 by homogeneity: every sphere moment is a Gaussian moment over a chi moment."""
+    from ..core.symbols import J1, M11, M12, N11, N12, B, Jrho, alpha, dJrho, mu_star
+
     d = Derivation("Thm 8: the rate for a degree-alpha positive-homogeneous phi")
     cst = c_alpha_symbolic(alpha)
     g = (B - 1) / B  # the diagonal of G; its off-diagonal correlation is rho = -1/(B-1)
@@ -162,6 +177,8 @@ def derive_homogeneous_rate() -> Derivation:
 
 def _for_b_above_three(expr: sp.Expr) -> sp.Expr:
     """Simplify using B > 3 (B = beta + 3, beta > 0), so that e.g. sqrt((B-2)/(B-1)^2) = sqrt(B-2)/(B-1)."""
+    from ..core.symbols import B
+
     beta = sp.Symbol("beta", positive=True)
     expr = sp.simplify(sp.simplify(expr.subs(B, beta + 3)).subs(beta, B - 3))
     expr = expr.replace(lambda e: isinstance(e, sp.acos) and e.args[0].could_extract_minus_sign(),
@@ -180,6 +197,8 @@ def _collect_terms(expr: sp.Expr, atoms: list[sp.Expr]) -> sp.Expr:
 
 
 def _relu_pieces() -> tuple[sp.Expr, sp.Expr]:
+    from ..core.symbols import B, c
+
     kernel = arccos_kernel_symbolic(1)
     rho = -1 / (B - 1)
     return sp.simplify(kernel.subs(c, rho)), sp.simplify(sp.diff(kernel, c).subs(c, rho))
@@ -188,6 +207,8 @@ def _relu_pieces() -> tuple[sp.Expr, sp.Expr]:
 @cache
 def derive_relu_rate() -> Derivation:
     """ReLU (alpha = 1, J_phi = J_1) simplified, and its B -> oo limit (the last step)."""
+    from ..core.symbols import J1, B, Jrho, alpha, dJrho
+
     d = Derivation("ReLU")
     j_rho, j_prime = _relu_pieces()
     relu = _for_b_above_three(derive_homogeneous_rate().result.subs({alpha: 1, J1: 1, Jrho: j_rho, dJrho: j_prime}))
@@ -203,6 +224,8 @@ def derive_relu_rate() -> Derivation:
 @cache
 def derive_linear_rate() -> Derivation:
     """The linear network: J_id(c) = 2c, rate (B-2)/(B-3), and its B -> oo limit (the last step)."""
+    from ..core.symbols import J1, B, Jrho, alpha, c, dJrho
+
     d = Derivation("The linear network")
     kernel = arccos_kernel_symbolic(1)
     j_identity = sp.simplify((2 * kernel - 2 * kernel.subs(c, -c)).subs(sp.acos(-c), sp.pi - sp.acos(c)))
@@ -226,6 +249,8 @@ def derive_linear_rate() -> Derivation:
 @lambdified()
 def _closed_form_kernel():
     """lambda_G(alpha, B, J_phi(1), J_phi(rho), J_phi'(rho)) lambdified from :func:`derive_homogeneous_rate`."""
+    from ..core.symbols import J1, B, Jrho, alpha, dJrho
+
     return (alpha, B, J1, Jrho, dJrho), derive_homogeneous_rate().result
 
 
@@ -278,11 +303,13 @@ def derive_class_integrand(name: str, shrunk: bool = False) -> sp.Expr:
     Given the coordinates (x_k, x_l) = (x_1, x_2) (or x_k = x_1 when k = l), the other m coordinates of the BN
     output are exchangeable with sum S_1 = -(x_1 + x_2) and sum of squares S_2 = B - x_1^2 - x_2^2, so
     E[x_i] = S_1/m, E[x_i^2] = S_2/m and E[x_i x_j] = (S_1^2 - S_2)/(m(m-1)) for i != j outside {k, l}.
-    ``shrunk``: eps > 0, P = G - tau v v^T with tau = |y|^2 / (|y|^2 + B eps) (:data:`SHRINK`, in f; R16).
+    ``shrunk``: eps > 0, P = G - tau v v^T with tau = |y|^2 / (|y|^2 + B eps) (:func:`shrink_symbol`, in f; R16).
     """
+    from ..core.symbols import B, x1, x2
+
     i, j, k, l = class_indices(name)
     x = {a: sp.Symbol(f"x{a}") for a in range(1, 5)}
-    weight = SHRINK if shrunk else 1
+    weight = shrink_symbol() if shrunk else 1
 
     def p(a, b):
         return sp.KroneckerDelta(a, b) - 1 / B - weight * x[a] * x[b] / B
@@ -315,6 +342,8 @@ def _expect_pair_monomials(poly: sp.Expr) -> sp.Expr:
     x_a = sqrt(B-1) t_a with (t_1, t_2) two coordinates of v uniform on S^(B-2) along unit vectors at correlation
     -1/(B-1), so E[x_1^a x_2^b] = (B-1)^((a+b)/2) E[t_1^a t_2^b] (zero for odd a + b).
     """
+    from ..core.symbols import B, t, x1, x2
+
     terms = sp.Poly(sp.expand(poly), x1, x2).terms()
     return sum((coeff * (B - 1) ** ((a + b) // 2) * expect_pair_polynomial(t**a, t**b, B, -1 / (B - 1))
                 for (a, b), coeff in terms if (a + b) % 2 == 0), sp.Integer(0))
@@ -328,6 +357,8 @@ def derive_linear_backward_eigenvalues() -> Derivation:
     E[r^-2] = 1/(mu* (B-3)), mu* = E[x_1^2] - E[x_1 x_2]; the pair moments are exact, and Thm E.62 gives the
     eigenvalues. Named results "G", "L", "M".
     """
+    from ..core.symbols import B, mu_star, x1, x2
+
     d = Derivation("The linear network's backward eigenvalues")
     mu = sp.factor(_expect_pair_monomials(x1**2 - x1 * x2))
     d.step("For $\\phi = \\mathrm{id}$, $\\mu^* = E[x_1^2] - E[x_1x_2]$:", sp.Eq(mu_star, mu))
@@ -345,13 +376,17 @@ def derive_linear_backward_eigenvalues() -> Derivation:
 @lambdified()
 def _class_integrands():
     """The integrand of each class (:func:`derive_class_integrand`) as a function of (x_1, x_2, B)."""
+    from ..core.symbols import B, x1, x2
+
     return {name: ((x1, x2, B), derive_class_integrand(name)) for name in CLASSES}
 
 
 @cache
 def _shrunk_class_integrands():
     """The 11 class integrands at eps > 0 as one stacked kernel f(x_1, x_2, B, tau) -> (11, ...)."""
-    return sp.lambdify((x1, x2, B, SHRINK), [derive_class_integrand(name, shrunk=True) for name in CLASSES],
+    from ..core.symbols import B, x1, x2
+
+    return sp.lambdify((x1, x2, B, shrink_symbol()), [derive_class_integrand(name, shrunk=True) for name in CLASSES],
                        modules="numpy", cse=True)
 
 
@@ -363,20 +398,20 @@ def operator_classes(phi: Activation, batch_size: int, n: int = 64) -> tuple[dic
     T_{ij|kl} = E[(J_h)_{ki} (J_h)_{lj}] = B E[r^-2] E_v[phi'(x_k) phi'(x_l) P_ki P_lj], E[r^-2] = 1/(mu* (B - 3)).
     """
     check_finite_rate(phi)
-    dphi = phi.numpy_derivative
+    dphi, kernels = phi.numpy_derivative, _class_integrands()
     point = default_fixed_point(phi, batch_size)
     factor = batch_size / (point.mu * (batch_size - 3))
-    values, errors = {}, {}
-    for name, f in _class_integrands().items():
-        if class_indices(name)[2] == class_indices(name)[3]:
-            def integrand(a, b, f=f):
-                return dphi(a) ** 2 * f(a, b, batch_size)
-        else:
-            def integrand(a, b, f=f):
-                return dphi(a) * dphi(b) * f(a, b, batch_size)
-        value, error = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
-        values[name] = factor * value
-        errors[name] = factor * (error + abs(value) * point.error / point.mu)
+    diagonal = [class_indices(name)[2] == class_indices(name)[3] for name in CLASSES]  # phi'(x_k)^2 classes
+
+    def integrand(a, b):  # the 11 classes stacked: phi' is evaluated once for all of them
+        slope_a = dphi(a)
+        pair, square = slope_a * dphi(b), slope_a**2
+        return np.stack([(square if same else pair) * kernels[name](a, b, batch_size)
+                         for name, same in zip(CLASSES, diagonal)])
+
+    value, error = expect_pair_with_error(integrand, batch_size, phi.kinks, n)
+    values = dict(zip(CLASSES, factor * value))
+    errors = dict(zip(CLASSES, factor * (error + np.abs(value) * point.error / point.mu)))
     return values, errors
 
 

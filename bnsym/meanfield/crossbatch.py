@@ -35,7 +35,6 @@ from functools import cache
 from typing import Callable
 
 import numpy as np
-import sympy as sp
 from scipy.special import gammaln
 
 from ..core.activations import Activation
@@ -44,12 +43,13 @@ from ..core.estimate import Estimate
 from ..core.kernels import lambdified
 from ..core.lazy import lazy_module
 from ..core.quadrature import gauss_jacobi
-from ..core.symbols import B, alpha, c, mu_star, t
 from ..core.validation import batch_scales
 from .forward import derive_bsb1_constant, fixed_point_closed_form, fixed_point_spherical
 from .kernels import arccos_kernel_symbolic, c_alpha, derive_arccos_kernel, phi_kernel
 from .laplace import euler_beta
 from .sphere import expect_pair_with_error
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 torch = lazy_module("torch")
 
@@ -66,6 +66,7 @@ def _arccos_kernel_torch(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """J_n(c) for integer n on [-1, 1] (c clamped there), lambdified for torch from
     :func:`~bnsym.meanfield.kernels.derive_arccos_kernel`; for n >= 1 differentiable in both modes with Price's
     J_n' = n^2 c_(n-1) / c_n J_(n-1) (:mod:`bnsym.meanfield.dual`), finite at c = 1."""
+    from ..core.symbols import c
     from .dual import arccos_kernel_function, ladder_factor  # here: dual's autograd Function imports torch
 
     kernel = sp.lambdify(c, derive_arccos_kernel(order).result.evalf(17), modules="torch", cse=True)
@@ -306,6 +307,8 @@ def derive_cross_fixed_point() -> Derivation:
     batches' BN outputs are independent, each x = sqrt(B) v with v uniform on the unit sphere of 1^perp, so
     E[x1_i x2_j] = E phi(x_1)^2 whatever c. One coordinate is x_1 = sqrt(B - 1) t, t ~ (1 - t^2)^((B-4)/2).
     """
+    from ..core.symbols import B, alpha, t
+
     d = Derivation("The CBSB1 fixed point: the cross block of two batches")
     density = (1 - t**2) ** ((B - 4) / 2)
     d.step("Independent batches: the cross block of the next layer is the product of the two means,",
@@ -341,6 +344,8 @@ def derive_cross_rate() -> Derivation:
     Near CBSB1 the cross covariance of (y1, y2) is small: to first order (Price) the cross block of the outputs
     moves by E[J_h1] Xi E[J_h2]^T, and E[J_h] = lambda_x G (permutation symmetry; J_h 1 = 0).
     """
+    from ..core.symbols import B, alpha, c, mu_star
+
     d = Derivation("The cross-batch rate lambda_x^2")
     a1, lam, ratio = sp.symbols("a_1 lambda_x R_B", positive=True)  # a_1 = E[x_1 phi(x_1)]
     x = sp.Symbol("x", real=True)
@@ -384,12 +389,16 @@ def derive_cross_rate() -> Derivation:
 @lambdified(modules="scipy")
 def _mean_rho() -> tuple:
     """E rho_alpha(x_1) as a function of (B, alpha), lambdified from :func:`derive_cross_fixed_point`."""
+    from ..core.symbols import B, alpha
+
     return (B, alpha), _log_gamma(derive_cross_fixed_point()["E_rho"])
 
 
 @lambdified(modules="scipy")
 def _rate() -> tuple:
     """lambda_x^2 as a function of (B, a_1, mu*), lambdified from :func:`derive_cross_rate`."""
+    from ..core.symbols import B, mu_star
+
     return (B, sp.Symbol("a_1", positive=True), mu_star), _log_gamma(derive_cross_rate()["lambda_x2"])
 
 
@@ -435,6 +444,8 @@ def _log_gamma(expr: sp.Expr) -> sp.Expr:
     (SciPy's ``poch``, accurate to rounding at any B, where exp(log Gamma(x + m) - log Gamma(x)) loses log Gamma's
     size, B log B x 1e-16, and so 1 - lambda_x^2 at large B); any other Gamma(x) -> exp(log Gamma(x)), exponents
     combined, so that nothing overflows at large B."""
+    from ..core.symbols import B
+
     factors = sp.Mul.make_args(expr)
     powers = sp.Mul(*factors).as_powers_dict()
     gammas = [base for base in powers if isinstance(base, sp.gamma)]

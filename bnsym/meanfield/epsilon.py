@@ -24,17 +24,17 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-import sympy as sp
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import ROUNDING, Estimate
 from ..core.lazy import lazy_module
 from ..core.quadrature import chi2_rule
-from ..core.symbols import M11, M12, N11, N12, B, epsilon, kappa, mu, s, sigma_b2, sigma_w2
 from .forward import FixedPoint
 from .forward_linear import moment_weights
 from .radial import FORWARD, MOMENTS, angular_moments, shrink
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 optimize = lazy_module("scipy.optimize")
 
@@ -48,6 +48,8 @@ _S0, _P00, _M_TAU = MOMENTS.index("s0"), MOMENTS.index("p00"), MOMENTS.index("m_
 
 def derive_premises() -> Derivation:
     """sigma_b^2 drops out and only t = eps / sigma_w^2 matters: the two reductions, checked in SymPy."""
+    from ..core.symbols import B, epsilon, sigma_b2, sigma_w2
+
     d = Derivation("Batch norm with epsilon: what the weight and bias scales do")
     one = sp.Symbol("1 1^T")
     d.step("The bias is one number per neuron, shared by the batch: it adds $\\sigma_b^2\\mathbf{1}\\mathbf{1}^T$ to "
@@ -66,6 +68,8 @@ def derive_premises() -> Derivation:
 
 def derive_jacobian(batch_size: int = 3) -> Derivation:
     """d n_eps / dy = sqrt(B)/S (I - y y^T / S^2), S^2 = |y|^2 + B eps, checked entrywise in SymPy at one B."""
+    from ..core.symbols import epsilon, kappa
+
     d = Derivation("The Jacobian of batch norm with epsilon")
     y = sp.Matrix(sp.symbols(f"y1:{batch_size + 1}", real=True))
     norm2 = (y.T * y)[0]
@@ -86,6 +90,8 @@ def derive_jacobian(batch_size: int = 3) -> Derivation:
 
 def derive_fixed_point_equation() -> Derivation:
     """The scalar fixed point, its collapse threshold and collapse factor (closed form for degree-1 phi)."""
+    from ..core.symbols import B, epsilon, mu, s, sigma_w2
+
     d = Derivation("The fixed point with epsilon, and the collapse")
     t = sp.Symbol("t", positive=True)
     w = sp.Symbol("w", positive=True)
@@ -122,6 +128,8 @@ def derive_fixed_point_equation() -> Derivation:
 @cache
 def derive_rate() -> Derivation:
     """lambda_G with epsilon as a radial quadrature of angular moments (R16), and its collapsed limit."""
+    from ..core.symbols import M11, M12, N11, N12, B, sigma_w2
+
     d = Derivation("The gradient rate with epsilon")
     t = sp.Symbol("t", positive=True)
     d.step("Rayleigh quotient on $\\mathbb{R}G$, the $\\sigma_w^2$ of the backward weights included:",
@@ -176,12 +184,12 @@ def _h_values(phi: Activation, batch_size: int, w: np.ndarray, n: int) -> np.nda
     return (m_tau * nodes / (ws + 1)) @ weights / batch_size
 
 
-_H_GRIDS: dict[tuple[str, int, int, int], np.ndarray] = {}
+_H_GRIDS: dict[tuple[Activation, int, int], np.ndarray] = {}
 
 
 def _h_grid(phi: Activation, batch_size: int, n: int) -> np.ndarray:
     """H on the grid 10^LOG_W, preceded by H(0)."""
-    key = (phi.name, hash(phi.expr), batch_size, n)
+    key = (phi, batch_size, n)
     if key not in _H_GRIDS:
         _H_GRIDS[key] = _h_values(phi, batch_size, np.concatenate([[0.0], 10.0**LOG_W]), n)
     return _H_GRIDS[key]

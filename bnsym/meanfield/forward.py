@@ -18,18 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import sympy as sp
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_matrix, bsb1_mu
 from ..core.kernels import lambdified
-from ..core.symbols import J1, B, Jrho, alpha, c
+from ..core.lazy import lazy_module
 from .kernels import arccos_kernel_symbolic, c_alpha_symbolic, phi_kernel
 from .laplace import derive_bsb1_scale
 from .radial import radial_image
 from .sphere import expect_pair_with_error
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ def _bsb1_constant_kernel():
     The ratio Gamma(x)/Gamma(x + alpha), x = (B-1)/2, is written as 1/(x)_alpha (rising factorial, scipy's
     ``poch``), which stays accurate at large B where log-Gamma differences cancel.
     """
+    from ..core.symbols import B, alpha
+
     constant = derive_bsb1_constant().result
     x = (B - 1) / 2
     stable = sp.gammasimp(constant * sp.gamma(x + alpha) / sp.gamma(x)) / sp.rf(x, alpha)
@@ -172,6 +175,8 @@ def derive_bsb1_constant() -> Derivation:
     g = (B-1)/B the diagonal of G; the Laplace integral multiplies it by
     (B/2)^alpha Gamma((B-1)/2)/Gamma((B-1)/2+alpha).
     """
+    from ..core.symbols import B, alpha
+
     d = Derivation("The constant of the BSB1 image")
     constant = sp.simplify(c_alpha_symbolic(alpha) * ((B - 1) / B) ** alpha * derive_bsb1_scale().result)
     d.step("$K_{\\alpha,B} = c_\\alpha\\,((B-1)/B)^\\alpha \\times$ the Laplace factor:",
@@ -182,6 +187,8 @@ def derive_bsb1_constant() -> Derivation:
 
 def derive_homogeneous_fixed_point() -> Derivation:
     """Thm F.8 and Thm 5 in SymPy: K_{alpha,B}, then ReLU's q* = 1/2 and c* = J_1(-1/(B-1))."""
+    from ..core.symbols import J1, B, Jrho, alpha, c
+
     d = Derivation("The BSB1 fixed point of a positive-homogeneous phi")
     constant_derivation = derive_bsb1_constant()
     d.steps.extend(constant_derivation.steps)

@@ -21,7 +21,6 @@ from functools import cache
 from typing import Mapping
 
 import numpy as np
-import sympy as sp
 from scipy.special import ndtri
 
 from ..core.activations import Activation
@@ -31,7 +30,6 @@ from ..core.estimate import Estimate, unresolved_note, within_error
 from ..core.geometry import centring, eigen_directions
 from ..core.kernels import lambdified
 from ..core.lazy import lazy_module
-from ..core.symbols import J1, P00, P11, P20, S0, S2, B, Jrho, alpha, c, dJrho, ell, g, mu, rho, s, t, v_star
 from .forward import default_fixed_point
 from .kernels import (
     arccos_kernel,
@@ -43,7 +41,9 @@ from .kernels import (
 )
 from .laplace import bn_kernel_laplace, euler_beta
 from .sphere import expect_pair_with_error
-from .ultrasymmetric import CLASSES, T, derive_eigenvalues, dos_classes, projected_eigenvalues
+from .ultrasymmetric import CLASSES, class_symbols, derive_eigenvalues, dos_classes, projected_eigenvalues
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 optimize = lazy_module("scipy.optimize")
 
@@ -61,6 +61,8 @@ def _tidy(expr: sp.Expr) -> sp.Expr:
 
 def _s_integral(integrand: sp.Expr, power: sp.Expr, decay: sp.Expr) -> sp.Expr:
     """int_0^oo integrand ds for integrand = f * s^(power-1) (1 + 2 mu s)^(-decay), f free of s (Beta integral)."""
+    from ..core.symbols import mu, s
+
     factor = sp.simplify(integrand / (s ** (power - 1) * (1 + 2 * mu * s) ** (-decay)))
     if factor.has(s):
         raise RuntimeError(f"the integrand is not of Beta form in s: left over {factor}")
@@ -73,6 +75,8 @@ def _laplace_derivative_factors(d: Derivation) -> tuple[sp.Expr, sp.Expr]:
 
     dV{Lam} = P_1 DV_phi(G){Lam} - P_2 tr(Lam) V_phi(G); returns (P_1, P_2) / kappa_{alpha,B}, functions of mu.
     """
+    from ..core.symbols import B, alpha, ell, mu, s, t
+
     p = mu + t * ell  # an eigenvalue of Sigma^G along an eigenvector of Lam (eigenvalue ell)
     a_eig = sp.simplify(sp.diff(p / (1 + 2 * s * p), t).subs(t, 0))
     d.step("$\\Sigma^G(I + 2s\\Sigma^G)^{-1}$ has eigenvalues $p/(1+2sp)$; along $\\Lambda$ ($p = \\mu + t\\ell$) "
@@ -103,6 +107,8 @@ def _dos_at_g(d: Derivation) -> dict[str, sp.Expr]:
     V_phi(Sigma)_ij = c_alpha (S_ii S_jj)^(alpha/2) J_phi(S_ij / sqrt(S_ii S_jj)), differentiated at G (diagonal
     g, correlation rho); returns {"G", "L", "M"} in g, rho, alpha, J_phi(1), J_phi(rho), J_phi'(rho).
     """
+    from ..core.symbols import J1, Jrho, alpha, c, dJrho, g, rho
+
     sii, sjj, sij = sp.symbols("Sigma_ii Sigma_jj Sigma_ij", positive=True)
     jfun = sp.Function("J_phi")
     v_diag = c_alpha_symbolic(alpha) * sii**alpha * jfun(1)
@@ -132,6 +138,8 @@ def derive_homogeneous_eigenvalues() -> Derivation:
     Named results "G", "L", "M" in B, alpha and J_phi(1), J_phi(rho), J_phi'(rho), rho = -1/(B-1); "L_first" is
     lambda_L's first term alpha (B-2)/(B-1+2 alpha), the whole of lambda_L when J_phi'(rho) = 0.
     """
+    from ..core.symbols import J1, B, Jrho, alpha, dJrho, g, mu, rho
+
     d = Derivation("Forward eigenvalues of a positive-homogeneous phi (Laplace route)")
     r1, r2 = _laplace_derivative_factors(d)
     dos = _dos_at_g(d)
@@ -162,6 +170,8 @@ def derive_relu_eigenvalues() -> Derivation:
 
     Named results "L", "M" (ours), "printed_L", "printed_M" (the paper's, in its symbol v^*).
     """
+    from ..core.symbols import J1, B, Jrho, alpha, c, dJrho, v_star
+
     d = Derivation("Forward eigenvalues of ReLU (Thm 6)")
     general = derive_homogeneous_eigenvalues()
     j1 = arccos_kernel_symbolic(1)
@@ -183,6 +193,8 @@ def derive_relu_eigenvalues() -> Derivation:
 @lambdified()
 def _closed_form_kernel():
     """(B, alpha, J_phi(1), J_phi(rho), J_phi'(rho)) -> (lambda_L, lambda_M), lambdified from the derivation."""
+    from ..core.symbols import J1, B, Jrho, alpha, dJrho
+
     lam = derive_homogeneous_eigenvalues()
     return (B, alpha, J1, Jrho, dJrho), (lam["L"], lam["M"])
 
@@ -224,6 +236,9 @@ def derive_class_reduction() -> Derivation:
     these constraints by phi_1^2, phi_1^2 x_1, phi_1 phi_2 or phi_1 phi_2 x_1 and taking expectations gives one
     linear equation per class that involves a third coordinate.
     """
+    from ..core.symbols import P00, P11, P20, S0, S2, B
+
+    T = class_symbols()
     d = Derivation("Moments of the batch-norm output that reach beyond two coordinates")
     known = {T["11|11"]: S2, T["12|11"]: P20, T["12|12"]: P11, T["12|21"]: P11}
     d.step("By definition (and $x_1 x_2 = x_2 x_1$)", sp.Eq(sp.Matrix([T["11|11"], T["12|11"], T["12|12"], T["12|21"]]),
@@ -276,6 +291,8 @@ class ForwardMoments:
 @lambdified()
 def _class_reduction():
     """Each of the 11 classes as a function of (B, s0, s2, p00, p20, p11) (:func:`derive_class_reduction`)."""
+    from ..core.symbols import P00, P11, P20, S0, S2, B
+
     return {name: ((B, S0, S2, P00, P20, P11), expr) for name, expr in derive_class_reduction().result.items()}
 
 

@@ -27,14 +27,15 @@ the lambda integral.
 from __future__ import annotations
 
 import numpy as np
-import sympy as sp
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring
-from ..core.symbols import B, mu, p_f, s, u, w_q, y_a, zeta
+from ..core.lazy import lazy_module
 from .sphere import expect_pair
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 MAX_CONDITION = 1e3  # the largest eigenvalue ratio of Sigma^G on 1^perp the route resolves at its default rules
 
@@ -45,6 +46,8 @@ def derive_fourier_density() -> Derivation:
     The last step shows that at a BSB1 input (Sigma^G = mu G) the Fourier density of a pair of BN coordinates is
     the uniform law on the BN sphere of Thm 4, (B-3)/(2 pi sqrt(B (B-2))) (1 - u)^((B-5)/2) in the pair's plane.
     """
+    from ..core.symbols import B, mu, p_f, s, u, w_q, y_a, zeta
+
     d = Derivation("The Fourier method (Thm 3): the density of two batch-norm coordinates")
     exponent = -y_a**2 / (2 * mu) - p_f * y_a**2 / B
     shifted = mu / (1 + 2 * p_f * mu / B)

@@ -31,21 +31,27 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
-import sympy as sp
 from scipy.special import roots_legendre
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
+from ..core.lazy import lazy_module
 from ..core.quadrature import gauss_jacobi
-from ..core.symbols import B, rho, t, z
 from .forward_linear import ForwardMoments, forward_eigenvalues_from_moments, moment_weights
 
-lam = sp.Symbol("lambda", positive=True)  # (B-3)/2 > 0 for B >= 4: the symbolic derivations run in lambda
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
+
+
+
+def _lambda_symbol() -> sp.Symbol:
+    """lambda = (B-3)/2 > 0 for B >= 4: the symbolic derivations run in lambda (a symbol private to this module)."""
+    return sp.Symbol("lambda", positive=True)
 
 
 def _lam(batch_size):
     """lambda = (B-3)/2; symbolic batch sizes use the positive symbol ``lam``."""
+    lam = _lambda_symbol()
     if batch_size is None:
         return lam
     return sp.Rational(batch_size - 3, 2) if isinstance(batch_size, int) else (batch_size - 3) / 2
@@ -60,13 +66,18 @@ def _simplify(expr: sp.Expr) -> sp.Expr:
 
 def in_batch_size(expr: sp.Basic) -> sp.Basic:
     """Rewrite an expression (or matrix) in lambda as one in B (lambda = (B-3)/2), simplified, for display."""
+    lam = _lambda_symbol()
+    from ..core.symbols import B
+
     tidy = lambda e: sp.factor(sp.simplify(e.subs(lam, (B - 3) / 2)))  # noqa: E731
     return expr.applyfunc(tidy) if isinstance(expr, sp.MatrixBase) else tidy(expr)
 
 
-def psi_symbolic(l: int, batch_size: int | None = None, var: sp.Symbol = t) -> sp.Expr:
+def psi_symbolic(l: int, batch_size: int | None = None, var: sp.Symbol | None = None) -> sp.Expr:
     """psi_l as a polynomial in t = x / sqrt(B-1): C_l^(lambda)(t) / n_l, n_l^2 = lambda C_l(1) / (l + lambda)."""
-    lm = _lam(batch_size)
+    from ..core.symbols import t
+
+    lm, var = _lam(batch_size), t if var is None else var
     c_at_one = sp.rf(2 * lm, l) / sp.factorial(l)
     return sp.expand_func(sp.gegenbauer(l, lm, var)) / sp.sqrt(lm * c_at_one / (l + lm))
 
@@ -80,6 +91,8 @@ def sphere_moment(k: int, batch_size: int | None = None) -> sp.Expr:
 
 def _expect_one(poly: sp.Expr, batch_size: int | None) -> sp.Expr:
     """E[p(t)] for a polynomial p, by the moments of :func:`sphere_moment`."""
+    from ..core.symbols import t
+
     p = sp.Poly(sp.expand(poly), t)
     return sum(coeff * sphere_moment(k, batch_size) for (k,), coeff in p.terms())
 
@@ -93,20 +106,25 @@ def _pair_moment(i: int, j: int, batch_size: int | None) -> sp.Expr:
 
 
 def expect_pair_polynomial(f: sp.Expr, g: sp.Expr, batch_size: int | None = None,
-                           correlation: sp.Expr = rho) -> sp.Expr:
+                           correlation: sp.Expr | None = None) -> sp.Expr:
     """E[f(u.v) g(w.v)] for polynomials f, g in t, v uniform on S^(B-2), unit u, w with u.w = rho (exact).
 
     Writes w = rho u + sqrt(1 - rho^2) u_perp, so u.v = v_1 and w.v = rho v_1 + sqrt(1 - rho^2) v_2.
     """
+    from ..core.symbols import rho, t
+
+    correlation = rho if correlation is None else correlation
     v1, v2 = sp.symbols("v_1 v_2", real=True)
     s = sp.sqrt(1 - correlation**2)
     product = sp.Poly(sp.expand(f.subs(t, v1) * g.subs(t, correlation * v1 + s * v2)), v1, v2)
     return sp.expand(sum(coeff * _pair_moment(i, j, batch_size) for (i, j), coeff in product.terms()))
 
 
-def normalised_gegenbauer_symbolic(l: int, var: sp.Expr = rho, batch_size: int | None = None) -> sp.Expr:
-    """C^_l(var) = C_l^(lambda)(var) / C_l^(lambda)(1)."""
-    lm = _lam(batch_size)
+def normalised_gegenbauer_symbolic(l: int, var: sp.Expr | None = None, batch_size: int | None = None) -> sp.Expr:
+    """C^_l(var) = C_l^(lambda)(var) / C_l^(lambda)(1), in var = rho by default."""
+    from ..core.symbols import rho
+
+    lm, var = _lam(batch_size), rho if var is None else var
     return sp.expand_func(sp.gegenbauer(l, lm, var)) / (sp.rf(2 * lm, l) / sp.factorial(l))
 
 
@@ -119,6 +137,8 @@ def derive_basis(max_degree: int = 3) -> Derivation:
 
     All steps run in lambda = (B-3)/2 > 0 and are displayed in B.
     """
+    from ..core.symbols import B
+
     d = Derivation("The Gegenbauer basis of one batch-norm coordinate")
     k = sp.Symbol("k", integer=True, nonnegative=True)
     d.step("One coordinate $t$ of $v$ uniform on $S^{B-2}$ has density $\\propto (1-t^2)^{(B-4)/2}$ "
@@ -147,6 +167,8 @@ def coefficients_symbolic(phi: sp.Expr, var: sp.Symbol, max_degree: int,
                           batch_size: int | None = None) -> list[sp.Expr]:
     """Exact a_l = E[phi(x) psi_l(x)] for a polynomial phi(var), x = sqrt(B-1) t = sqrt(2 lambda + 2) t,
     l <= max_degree."""
+    from ..core.symbols import t
+
     phi_t = sp.expand(phi.subs(var, sp.sqrt(2 * _lam(batch_size) + 2) * t))
     return [_simplify(_expect_one(phi_t * psi_symbolic(l, batch_size), batch_size)) for l in range(max_degree + 1)]
 
@@ -156,6 +178,9 @@ def derive_coefficient_normalisation() -> Derivation:
 
     The printed prefactor carries (B-1)^(+(B-3)/2); the mass of the weight fixes the exponent to -(B-3)/2.
     """
+    lam = _lambda_symbol()
+    from ..core.symbols import B, z
+
     d = Derivation("The normalisation of eq. (26)")
     n = 2 * lam + 2  # B - 1
     weight = (n - z**2) ** (lam - sp.Rational(1, 2))
@@ -173,6 +198,9 @@ def derive_dirichlet_identity(degree: int = 3) -> Derivation:
 
     E_{p_2}[(B-1-x_1^2) phi'(x_1)^2 + (1 + x_1 x_2) phi'(x_1) phi'(x_2)] = sum_k k (k+B-3) c_k a_k^2.
     """
+    lam = _lambda_symbol()
+    from ..core.symbols import t, z
+
     d = Derivation("The Dirichlet-form identity (Thm E.47)")
     b = sp.symbols(f"b_1:{degree + 1}", real=True)
     phi = sum(bj * z ** (j + 1) for j, bj in enumerate(b))
@@ -199,6 +227,8 @@ def derive_dirichlet_identity(degree: int = 3) -> Derivation:
 
 def derive_rate_minimum() -> Derivation:
     """Thm 9: lambda_G - (B-2)/(B-3) = sum_k (k-1)(k+B-2) c_k a_k^2 / ((B-3) sum_k c_k a_k^2) >= 0."""
+    from ..core.symbols import B
+
     d = Derivation("Linear phi minimises the gradient explosion rate (Thm 9)")
     k = sp.Symbol("k", integer=True, positive=True)
     weight = k * (k + B - 3) / (B - 3)

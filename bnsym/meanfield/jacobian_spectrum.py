@@ -21,9 +21,9 @@ from scipy.special import gammaincc
 
 from ..core.derivation import Derivation
 from ..core.symbols import B, u
+from ..core.symbols import x_sq as x_sym  # a squared singular value
 from .backward import cancel_gammas
 
-x_sym = sp.Symbol("x", positive=True)  # a squared singular value
 REGULARISED_UPPER_GAMMA = sp.Function("Q")  # Q(a, z) = Gamma(a, z) / Gamma(a) (scipy.special.gammaincc)
 
 

@@ -25,14 +25,15 @@ from functools import cache
 from typing import Callable
 
 import numpy as np
-import sympy as sp
 from scipy.special import gammaln, hyp2f1, roots_hermitenorm
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.kernels import lambdified
-from ..core.symbols import c, t
+from ..core.lazy import lazy_module
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 Function = Callable[[np.ndarray], np.ndarray]
 MAX_INTEGER_ORDER = 3  # J_0 ... J_3 are evaluated from their derived closed forms
@@ -45,6 +46,8 @@ def derive_arccos_kernel(order: int) -> Derivation:
     d/dc P(u > 0, v > 0) = p_{u,v}(0, 0) = 1 / (2 pi sqrt(1 - c^2)); P = 1/4 at c = 0.
     With f = g = rho_n, f' = n rho_{n-1}, and E[rho_n(u) rho_n(-u)] = 0 fixes the constant at c = -1.
     """
+    from ..core.symbols import c, t
+
     if order < 0:
         raise ValueError(f"order must be >= 0, got {order}")
     d = Derivation(f"Arccosine kernel J_{order} from Price's theorem")
@@ -68,6 +71,8 @@ def derive_arccos_kernel(order: int) -> Derivation:
 @lambdified()
 def _integer_kernels():
     """Numeric J_n for n = 0 ... MAX_INTEGER_ORDER, named by n, lambdified from the SymPy derivation."""
+    from ..core.symbols import c
+
     return {str(order): ((c,), derive_arccos_kernel(order).result) for order in range(MAX_INTEGER_ORDER + 1)}
 
 
@@ -84,6 +89,8 @@ def c_alpha_symbolic(alpha: sp.Expr) -> sp.Expr:
 
 def arccos_kernel_symbolic(alpha: sp.Expr) -> sp.Expr:
     """J_alpha(c) in SymPy: the derived closed form for integer alpha, the hypergeometric form otherwise."""
+    from ..core.symbols import c
+
     if sp.sympify(alpha).is_Integer:
         return derive_arccos_kernel(int(alpha)).result
     even = 2**alpha * sp.gamma((alpha + 1) / 2) ** 2 / sp.pi * sp.hyper(
@@ -195,7 +202,7 @@ def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
 
 
 @cache
-def _hermite_nodes(degree: int) -> tuple[np.ndarray, np.ndarray]:
+def hermite_nodes(degree: int) -> tuple[np.ndarray, np.ndarray]:
     """Probabilists' Gauss-Hermite nodes and weights, sum_k w_k f(x_k) ~ E[f(u)], u ~ N(0, 1).
 
     scipy's, not numpy's hermegauss, whose weights overflow to nan beyond about 360 nodes.
@@ -207,7 +214,7 @@ def _hermite_nodes(degree: int) -> tuple[np.ndarray, np.ndarray]:
 def _gauss_hermite_rule(s11: np.ndarray, s22: np.ndarray, s12: np.ndarray, phi: Function, psi: Function,
                         degree: int) -> np.ndarray:
     """The tensor-product rule with `degree` nodes per axis, broadcast over the covariance arrays."""
-    nodes, weights = _hermite_nodes(degree)
+    nodes, weights = hermite_nodes(degree)
     a = np.sqrt(s11)
     b = np.divide(s12, a, out=np.zeros_like(a), where=a > 0)
     c = np.sqrt(np.clip(s22 - b * b, 0.0, None))  # clip: 0 up to rounding when the block is singular

@@ -14,20 +14,23 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import sympy as sp
 from scipy.special import gammaln
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring
+from ..core.lazy import lazy_module
 from ..core.quadrature import gauss_jacobi
-from ..core.symbols import B, alpha, mu, s, u
 from .kernels import pair_kernel
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 
 @cache
 def _euler_beta_ab() -> sp.Equality:
+    from ..core.symbols import u
+
     a_, b_ = sp.symbols("a b", positive=True)
     integrand = u ** (a_ - 1) * (1 + u) ** (-a_ - b_)
     return sp.Eq(sp.Integral(integrand, (u, 0, sp.oo)), sp.integrate(integrand, (u, 0, sp.oo), conds="none"))
@@ -46,6 +49,8 @@ def derive_bsb1_scale() -> Derivation:
     V_{B_phi}(Sigma) = B^alpha/Gamma(alpha) V_phi(G) int s^(alpha-1) (mu/(1+2 s mu))^alpha (1+2 s mu)^(-(B-1)/2) ds
     (V_phi is alpha-homogeneous). The result is independent of mu: every BSB1 input maps to the same matrix.
     """
+    from ..core.symbols import B, alpha, mu, s, u
+
     d = Derivation("The Laplace integral at a BSB1 input")
     integrand = (B**alpha / sp.gamma(alpha) * s ** (alpha - 1) * (mu / (1 + 2 * s * mu)) ** alpha
                  * (1 + 2 * s * mu) ** (-(B - 1) / 2))

@@ -88,7 +88,7 @@ class AngularMoments:
         return at_one[rows].reshape(powers.shape) * scaled
 
 
-_TABLES: dict[tuple[str, int, int], AngularMoments] = {}
+_TABLES: dict[tuple[Activation, int], AngularMoments] = {}
 
 
 def angular_moments(phi: Activation, batch_size: int, n: int = 32) -> AngularMoments:
@@ -97,7 +97,7 @@ def angular_moments(phi: Activation, batch_size: int, n: int = 32) -> AngularMom
     Each node is an exact pair quadrature with n and 2n nodes per piece (:func:`expect_pair_with_error`): the
     value is the 2n one, the error the n-vs-2n difference (an overestimate: the 2n rule is far more accurate).
     """
-    key = (phi.name, hash(phi.expr), batch_size)  # the hash: comparing expressions costs more than a table
+    key = (phi, batch_size)  # an activation is hashed by identity (parse_activation gives one object per string)
     if key not in _TABLES:
         if phi.is_homogeneous:
             at_one, error = _pair_moments(phi, batch_size, 1.0, n)

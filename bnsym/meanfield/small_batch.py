@@ -17,16 +17,17 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import sympy as sp
 from scipy.special import expn
 
 from ..core.activations import Activation
 from ..core.derivation import Derivation
 from ..core.estimate import Estimate
 from ..core.geometry import centring
-from ..core.symbols import B, mu, u, x1, x2
+from ..core.lazy import lazy_module
 from ..core.validation import MIN_RELATIVE_VARIANCE
 from .forward import FixedPoint
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 
 @cache
@@ -34,6 +35,8 @@ def derive_small_batches() -> Derivation:
     """The B = 2 Jacobian (zero), E[1/chi^2_(B-1)] and the linear rate (B-2)/(B-3), infinite at B = 3, and the
     truncated mean E[min((B/r^2)(B-2)/(B-1), T)] at B = 3 (results "jacobian_2", "inverse_moment", "rate",
     "rate_3", "truncated_3")."""
+    from ..core.symbols import B, mu, u, x1, x2
+
     d = Derivation("Batch norm at B = 2 and B = 3")
     gap = sp.Symbol("d", positive=True)  # h_1 - h_2 > 0 (the other sign is the mirror image)
     y = sp.Matrix([gap / 2, -gap / 2])
@@ -72,6 +75,8 @@ def derive_small_batches() -> Derivation:
 
 def truncated_rate_three(threshold: float | np.ndarray, mu_value: float = 1.5) -> float | np.ndarray:
     """E[min(X, T)] at B = 3 for X = (B/r^2)(B-2)/(B-1), r^2 = mu chi^2_2 (mu = mu* = 3/2 for linear phi)."""
+    from ..core.symbols import mu
+
     threshold_symbol = sp.Symbol("T", positive=True)
     f = sp.lambdify((threshold_symbol, mu), derive_small_batches()["truncated_3"], [{"expint": expn}, "numpy"],
                     cse=True)

@@ -21,15 +21,18 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-import sympy as sp
 
 from ..core.derivation import Derivation
+from ..core.lazy import lazy_module
 from ..core.quadrature import gauss_jacobi, gauss_legendre
-from ..core.symbols import B, R, t
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 
 def derive_marginals() -> Derivation:
     """Normalising constants and moments of one and two coordinates of the BN output (Sec. E.3)."""
+    from ..core.symbols import B, R, t
+
     d = Derivation("Marginals of the batch-norm output on its sphere")
     n = B - 1  # ambient dimension of the sphere S^(n-1) = S^(B-2)
     one = (1 - t**2) ** ((n - 3) / 2)

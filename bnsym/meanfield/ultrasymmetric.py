@@ -22,16 +22,28 @@ from __future__ import annotations
 from functools import cache
 from typing import Callable, Mapping
 
-import sympy as sp
-
 from ..core.derivation import Derivation
 from ..core.kernels import lambdified
-from ..core.symbols import B
+from ..core.lazy import lazy_module
+
+sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
 CLASSES = ("11|11", "11|12", "11|22", "11|23", "12|11", "12|12", "12|21", "12|13", "12|23", "12|33", "12|34")
-T = {name: sp.Symbol(f"T_{{{name}}}") for name in CLASSES}
 
-Structured = Callable[[int, int], sp.Expr]  # Lam(k, l); indices above `special` are interchangeable
+
+@cache
+def class_symbols() -> dict[str, sp.Symbol]:
+    """T_{ij|kl}, one SymPy symbol per class, also read as the module's ``T`` (built on first use: SymPy's import
+    is for the derivations)."""
+    return {name: sp.Symbol(f"T_{{{name}}}") for name in CLASSES}
+
+
+def __getattr__(name: str) -> dict[str, sp.Symbol]:
+    if name == "T":
+        return class_symbols()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+Structured = Callable[[int, int], "sp.Expr"]  # Lam(k, l); indices above `special` are interchangeable
 
 
 def _relabel(indices: tuple[int, ...]) -> str:
@@ -50,15 +62,17 @@ def pattern_class(i: int, j: int, k: int, l: int) -> str:
 
 
 def apply_symbolic(values: Mapping[str, sp.Expr], lam: Structured, special: int, i: int, j: int,
-                   size: sp.Expr = B) -> sp.Expr:
+                   size: sp.Expr | None = None) -> sp.Expr:
     """T{Lam}_ij for symbolic batch size ``size``.
 
     ``lam(k, l)`` must not change under permutations of the indices > ``special``. Indices are split into
     the concrete ones C = {1..max(special, i, j)} and n = size - |C| "others"; each sum over others is one
     representative times its count (n for one free index, n (n - 1) for two distinct ones).
     """
+    from ..core.symbols import B
+
     concrete = range(1, max(special, i, j) + 1)
-    n = size - len(concrete)
+    n = (B if size is None else size) - len(concrete)
     o1, o2 = len(concrete) + 1, len(concrete) + 2
 
     def term(k: int, l: int) -> sp.Expr:
@@ -135,11 +149,12 @@ def _image(values: Mapping[str, sp.Expr], name: str) -> tuple[Structured, int]:
     return image, special
 
 
-def block_matrices(values: Mapping[str, sp.Expr] = T) -> dict[str, sp.Matrix]:
+def block_matrices(values: Mapping[str, sp.Expr] | None = None) -> dict[str, sp.Matrix]:
     """The 2 x 2 blocks of T on the trivial part (basis I, 11^T) and the standard part (basis D, S), and M's scalar.
 
     Column b of a block holds the coordinates of T{basis_b}, checked entry pattern by entry pattern.
     """
+    values = class_symbols() if values is None else values
     trivial = [(identity, 0), (ones, 0)]
     standard = [(diag_v, 2), (sym_v, 2)]
     blocks = {}
@@ -151,7 +166,7 @@ def block_matrices(values: Mapping[str, sp.Expr] = T) -> dict[str, sp.Matrix]:
     return blocks
 
 
-def derive_eigenvalues(values: Mapping[str, sp.Expr] = T) -> Derivation:
+def derive_eigenvalues(values: Mapping[str, sp.Expr] | None = None) -> Derivation:
     """Thm 1 / E.61 (raw operator) and Thm 3.6 / E.62 (projected G T G), symbolic in B.
 
     Named results: the projected eigenvalues "G", "L", "M" and the raw blocks "trivial", "standard".
@@ -159,6 +174,9 @@ def derive_eigenvalues(values: Mapping[str, sp.Expr] = T) -> Derivation:
     H^G = span(G) + L + M, lambda_G is the I-coefficient of T{G} = T{I} - T{11^T}/B, lambda_L the
     D-coefficient of T{D - S/B}, lambda_M the M scalar.
     """
+    from ..core.symbols import B
+
+    values = class_symbols() if values is None else values
     d = Derivation("Eigen-decomposition of an ultrasymmetric operator, for every B")
     d.step("An ultrasymmetric operator has 11 distinct entries (classes of index patterns):",
            sp.Eq(sp.Symbol("classes"), sp.Tuple(*[values[name] for name in CLASSES])))
@@ -200,8 +218,10 @@ def projected_eigenvalue_formulas() -> dict[str, sp.Expr]:
 @lambdified()
 def _projected_kernel():
     """lambda_G, lambda_L, lambda_M of :func:`projected_eigenvalue_formulas` as functions of (B, the 11 classes)."""
+    from ..core.symbols import B
+
     formulas = projected_eigenvalue_formulas()
-    args = [B, *[T[name] for name in CLASSES]]
+    args = [B, *class_symbols().values()]
     return {key: (args, formulas[key]) for key in formulas}
 
 
@@ -217,8 +237,11 @@ def projected_eigenvalues(values: Mapping[str, float], batch_size: float) -> dic
 @lambdified(cse=False)
 def _coefficient_kernel():
     """|d lambda_X / d T_c| as functions of B, named "X c": the projected eigenvalues are linear in the classes."""
+    from ..core.symbols import B
+
     formulas = projected_eigenvalue_formulas()
-    return {f"{key} {name}": ([B], sp.Abs(sp.diff(formulas[key], T[name]))) for key in formulas for name in CLASSES}
+    return {f"{key} {name}": ([B], sp.Abs(sp.diff(formulas[key], class_symbols()[name])))
+            for key in formulas for name in CLASSES}
 
 
 def projected_eigenvalue_errors(errors: Mapping[str, float], batch_size: float) -> dict[str, float]:
