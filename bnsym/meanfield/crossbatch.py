@@ -176,17 +176,14 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     ys_ = o22[..., None, :, :] - rot.mT[..., None, :, :] @ (tilt[..., :, None] * rot[..., None, :, :])
     kappa, v = eigh(ys_)  # (..., nx, r2), ascending
     live2 = torch.arange(r2, device=omega.device) >= r2 - rank2
-    if direction is not None:
-        drot = torch.where(live1[:, None], u.mT @ direction, 0.0) / (m1 * m22).sqrt()
-        half = rot.mT[..., None, :, :] @ (tilt[..., :, None] * drot[..., None, :, :])
-        dkappa, dv = eigh_tangent(kappa, v, -(half + half.mT))  # Y_s moves by -(drot^T tilt rot + rot^T tilt drot)
-        dkappa = torch.where(live2, dkappa, 0.0)
+    values = kappa
     kappa = torch.where(live2, kappa.clamp(min=0.0), 0.0)
     m2 = kappa.mean(-1).clamp(min=torch.finfo(omega.dtype).tiny)  # (..., nx)
     ratio = kappa / m2[..., None]
     t2 = e2 @ v  # (..., nx, B2, r2)
     lead = t1[..., None, :, :] / den1[..., None, :]  # (..., nx, B1, r1)
-    z = torch.where(live2, lead @ (rot[..., None, :, :] @ v), 0.0)
+    turned = rot[..., None, :, :] @ v  # (..., nx, r1, r2)
+    z = torch.where(live2, lead @ turned, 0.0)
     yy = y[:, None]
     den2 = (1 - yy) + yy * ratio[..., None, :]  # (..., nx, ny, r2)
     det2 = torch.where(live2, den2, 1.0).rsqrt().prod(-1)  # (..., nx, ny)
@@ -197,63 +194,71 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     scale = torch.sqrt((1 - xs) * (1 - y))  # (nx, ny)
     root_p, root_q = p.clamp(min=0).sqrt(), q.clamp(min=0).sqrt()
     weight = (wx[:, None] * wy) * det1[..., None] * det2 * m2[..., None] ** (-alpha / 2)
-    rows = scale[..., None] * torch.where(root_p > 0, 1 / root_p, 0.0)  # corr = rows_a cross_ab columns_b
+    inverse_p = torch.where(root_p > 0, 1 / root_p, 0.0)
+    rows = scale[..., None] * inverse_p  # corr = rows_a cross_ab columns_b
     columns = torch.where(root_q > 0, 1 / root_q, 0.0)
     left = weight[..., None] * (root_p if alpha == 1 else root_p**alpha)  # integrand = left_a J(corr_ab) right_b
     right = root_q if alpha == 1 else root_q**alpha
     log_pref = (alpha / 2 * math.log(batch1 * batch2 / 4) + float(np.log(c_alpha(alpha)))
                 + gammaln(rank1 / 2) + gammaln(rank2 / 2) - gammaln((alpha + rank1) / 2)
                 - gammaln((alpha + rank2) / 2))
-    tilted = rows[..., :, None] * inverse2[..., None, :]
     if direction is None:
-        return math.exp(log_pref) * _node_sum(phi, z, tilted, t2, columns, left, right)
+        return math.exp(log_pref) * _node_sum(phi, z, rows, inverse2, t2, columns, left, right)
+    dturned = torch.where(live1[:, None], u.mT @ direction, 0.0)[..., None, :, :] @ v / (m1 * m22).sqrt()[..., None]
+    half = turned.mT @ (tilt[..., :, None] * dturned)  # Y_s moves by -(drot^T tilt rot + rot^T tilt drot):
+    dkappa, spin = eigh_tangent(values, -(half + half.mT))  # in its eigenbasis v, dv = v spin
+    dkappa = torch.where(live2, dkappa, 0.0)
     dm2 = dkappa.mean(-1)
     dden2 = yy * ((dkappa - ratio * dm2[..., None]) / m2[..., None])[..., None, :]
     dinverse2 = -inverse2 * inverse2 * dden2
-    dt2 = e2 @ dv
-    dz = torch.where(live2, lead @ (drot[..., None, :, :] @ v + rot[..., None, :, :] @ dv), 0.0)
+    dt2 = t2 @ spin
+    dz = torch.where(live2, lead @ (dturned + turned @ spin), 0.0)
     dq = ((dkappa[..., None, :] * inverse2 + kappa[..., None, :] * dinverse2) @ t2.square().mT
           + (kappa[..., None, :] * inverse2) @ (2 * t2 * dt2).mT)
     dp = (drop * dm2[..., None] / m2[..., None])[..., None] * (inverse2 @ z.square().mT) - drop[..., None] * (
         dinverse2 @ z.square().mT + inverse2 @ (2 * z * dz).mT)
-    droot_p = 0.5 * dp * torch.where(root_p > 0, 1 / root_p, 0.0)
-    droot_q = 0.5 * dq * columns
+    droot_p, droot_q = 0.5 * dp * inverse_p, 0.5 * dq * columns
     dweight = weight * (-0.5 * (dden2 * inverse2).sum(-1) - alpha / 2 * dm2[..., None] / m2[..., None])
-    drows = -rows * droot_p * torch.where(root_p > 0, 1 / root_p, 0.0)
     dcolumns = -columns * columns * droot_q
-    dleft = dweight[..., None] * root_p**alpha + weight[..., None] * alpha * root_p ** (alpha - 1) * droot_p
-    dright = alpha * root_q ** (alpha - 1) * droot_q
-    dtilted = drows[..., :, None] * inverse2[..., None, :] + rows[..., :, None] * dinverse2[..., None, :]
-    value, slope = _node_sum(phi, z, tilted, t2, columns, left, right,
-                             (dz, dtilted, dt2, dcolumns, dleft, dright))
+    if alpha == 1:
+        dleft, dright = dweight[..., None] * root_p + weight[..., None] * droot_p, droot_q
+    else:
+        dleft = dweight[..., None] * root_p**alpha + weight[..., None] * alpha * root_p ** (alpha - 1) * droot_p
+        dright = alpha * root_q ** (alpha - 1) * droot_q
+    value, slope = _node_sum(phi, z, rows, inverse2, t2, columns, left, right,
+                             (dz, -droot_p * inverse_p, dinverse2, dt2, dcolumns, dleft, dright))
     return math.exp(log_pref) * value, math.exp(log_pref) * slope
 
 
-def _node_sum(phi: Activation, z: torch.Tensor, tilt: torch.Tensor, t2: torch.Tensor, columns: torch.Tensor,
-              left: torch.Tensor, right: torch.Tensor,
+def _node_sum(phi: Activation, z: torch.Tensor, rows: torch.Tensor, inverse2: torch.Tensor, t2: torch.Tensor,
+              columns: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
               tangents: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """sum over the (nx, ny) nodes of left_a J_phi(corr_ab) right_b with corr_ab = sum_k z_ak tilt_ak t2_bk columns_b
-    (z (n, nx, B1, r2), tilt (n, nx, ny, B1, r2), t2 (n, nx, B2, r2)): one GEMM per input and x-node, and the
-    (n, nx, ny, B1, B2) arrays in pieces of a few inputs on the CPU, so that they stay in cache. With ``tangents``
-    (the derivatives of z, tilt, t2, columns, left, right along one direction), (the sum, its derivative)."""
-    n, nx, ny, b1, r2 = tilt.shape
-    b2 = t2.shape[-2]
-    size = n if tilt.is_cuda else max(1, _NODE_ELEMENTS // (nx * ny * b1 * b2))
-    out = tilt.new_empty(n, b1, b2)
-    derivative = None if tangents is None else tilt.new_empty(n, b1, b2)
+    """sum over the (nx, ny) nodes of left_a J_phi(corr_ab) right_b with corr_ab = rows_a sum_k z_ak inverse2_k t2_bk
+    columns_b (z (n, nx, B1, r2), rows (n, nx, ny, B1), inverse2 (n, nx, ny, r2), t2 (n, nx, B2, r2)): one GEMM per
+    input and x-node, and the (n, nx, ny, B1, B2) arrays in pieces of a few inputs on the CPU, so that they stay in
+    cache. With ``tangents``, the derivatives along one direction of z, log rows, inverse2, t2, columns, left and
+    right: (the sum, its derivative)."""
+    n, nx, ny, b1 = rows.shape
+    b2, r2 = t2.shape[-2:]
+    size = n if z.is_cuda else max(1, _NODE_ELEMENTS // (nx * ny * b1 * b2))
+    out = z.new_empty(n, b1, b2)
+    derivative = None if tangents is None else z.new_empty(n, b1, b2)
     for lo in range(0, n, size):
         part = slice(lo, lo + size)
-        tilted = (z[part, :, None] * tilt[part]).reshape(-1, nx, ny * b1, r2)
+        tilt = rows[part][..., :, None] * inverse2[part][..., None, :]
+        tilted = (z[part, :, None] * tilt).reshape(-1, nx, ny * b1, r2)
         corr = (tilted @ t2[part].mT).view(-1, nx, ny, b1, b2)
         if tangents is None:
             kernel = phi_kernel_torch(phi, corr.mul_(columns[part][..., None, :]))
             kernel.mul_(right[part][..., None, :]).mul_(left[part][..., None])
             out[part] = kernel.sum((-4, -3))
             continue
-        dz, dtilt, dt2, dcolumns, dleft, dright = (tangent[part] for tangent in tangents)
-        dtilted = (dz[:, :, None] * tilt[part] + z[part, :, None] * dtilt).reshape(-1, nx, ny * b1, r2)
+        dz, dlog_rows, dinverse2, dt2, dcolumns, dleft, dright = (tangent[part] for tangent in tangents)
+        dtilted = (dz[:, :, None] * tilt).addcmul_(z[part, :, None] * rows[part][..., :, None],
+                                                   dinverse2[..., None, :]).reshape(-1, nx, ny * b1, r2)
         dcorr = (torch.cat([dtilted, tilted], -1) @ torch.cat([t2[part], dt2], -1).mT).view(-1, nx, ny, b1, b2)
-        dcorr.mul_(columns[part][..., None, :]).addcmul_(corr, dcolumns[..., None, :])
+        dcorr.addcmul_(corr, dlog_rows[..., None]).mul_(columns[part][..., None, :])
+        dcorr.addcmul_(corr, dcolumns[..., None, :])
         kernel, slope = phi_kernel_and_slope_torch(phi, corr.mul_(columns[part][..., None, :]))
         slope = (slope * dcorr).mul_(right[part][..., None, :]).addcmul_(kernel, dright[..., None, :])
         kernel = kernel * right[part][..., None, :]

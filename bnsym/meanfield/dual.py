@@ -58,12 +58,11 @@ def eigh(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _Eigh.apply(a)
 
 
-def eigh_tangent(values: torch.Tensor, vectors: torch.Tensor,
-                 da: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The derivatives of :func:`eigh`'s (values, vectors) along a symmetric direction ``da``: with
-    R = U^T dA U, d lambda = diag R and dU = U (F o R), F_ij = 1 / (lambda_j - lambda_i), degenerate pairs masked."""
-    rotated = vectors.mT @ da @ vectors
-    return rotated.diagonal(0, -2, -1), vectors @ (_gaps(values) * rotated)
+def eigh_tangent(values: torch.Tensor, rotated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The derivatives of :func:`eigh`'s eigenpairs (values lambda, vectors U) along a symmetric direction dA, given
+    in the eigenbasis, ``rotated`` R = U^T dA U: (d lambda = diag R, S = F o R), dU = U S, F_ij = 1 / (lambda_j -
+    lambda_i), degenerate pairs masked."""
+    return rotated.diagonal(0, -2, -1), _gaps(values) * rotated
 
 
 def snapped(corr: torch.Tensor) -> torch.Tensor:
