@@ -10,9 +10,9 @@ from bnsym import arch
 from bnsym.arch import Activation, BatchNorm, Dense, repeat
 from bnsym.core.activations import parse_activation
 from bnsym.core.statistics import mc_tolerance
+from bnsym.meanfield import ntk_laplace
 from bnsym.meanfield.crossbatch import _mean_rho, _rate
-from bnsym.meanfield.ntk_laplace import (_pull_back, _recorded_cross_block, ntk_blocks, ntk_per_entry,
-                                        tangent_cross_block)
+from bnsym.meanfield.ntk_laplace import ntk_blocks, ntk_per_entry, tangent_cross_block
 from bnsym.ntk import ntk_blocks_laplace
 
 torch.set_num_threads(1)
@@ -101,8 +101,8 @@ def test_the_written_out_tangent_is_the_adjoint_of_reverse_mode(name, features):
     theta = torch.as_tensor(_wishart(batch1 + batch2, seed=12))[None]
     pi = torch.as_tensor(rng.standard_normal((1, batch1, batch2)))
     _, tangent = tangent_cross_block(phi, sigma, theta, batch1, 16)
-    value, cross = _recorded_cross_block(phi, sigma, batch1, 16)
-    adjoint = _pull_back(value, cross, pi, batch1).detach()
+    value, cross = ntk_laplace._recorded_cross_block(phi, sigma, batch1, 16)
+    adjoint = ntk_laplace._pull_back(value, cross, pi, batch1).detach()
     forward, backward = float((pi * tangent).sum()), float((adjoint * theta[:, :batch1, batch1:]).sum())
     assert abs(forward - backward) <= 1e-12 * float((pi.abs() * tangent.abs()).sum())
 

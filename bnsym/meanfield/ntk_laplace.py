@@ -11,7 +11,7 @@ theorem (d E[g(h)] / d Sigma_(1i, 2j) = E[d^2 g / dh_1i dh_2j] for an entry off 
 so the tangent block is the derivative of the two-dimensional Laplace integral (*) of
 :mod:`bnsym.meanfield.crossbatch` in its cross covariance, in the direction Theta_12, on the same Gauss-Jacobi
 nodes: the derivative, written out alongside the integral (``_cross_block``), gives the next kernel and the tangent
-block together, at about 1.7 times the work of the kernel alone. Within a batch the same holds
+block together (``benchmarks/ntk_prior_speed.py`` times it against the kernel alone). Within a batch the same holds
 for the batch paired with an identical copy of itself (Sigma_12 = Sigma_11, the one-sided derivative at that
 edge of the PSD cone; Price's ladder gives J_n' finite at c = 1, :mod:`bnsym.meanfield.dual`). The adjoint,
 Pi -> E[J_1^T Pi J_2], is the reverse-mode gradient of tr(Pi^T V_12) in Sigma_12 (autograd through the same
