@@ -1,8 +1,8 @@
 """The NTK of 1000 digits against the BN-NNGP prior of the same data: batches of 32, depth 10, relu.
 
 * ours, :func:`bnsym.ntk.ntk_blocks_laplace`: every within-batch block and every pair of batches' cross block of the
-  NTK, one forward-mode pass through the cross-batch Laplace integral per layer (the kernel and the tangent kernel
-  together), at its default rule (``tangent_nodes``) and at the prior's (``nodes``);
+  NTK, one pass through the cross-batch Laplace integral and its derivative per layer (the kernel and the tangent
+  kernel together), at its default rule (``tangent_nodes``) and at the prior's (``nodes``);
 * the reference, :func:`bnsym.nngp.block_prior`: the same blocks of the BN-NNGP prior K^L, its default rule.
 
 The digits (scikit-learn, scaled to [0, 1]) are cut into k = ceil(n / B) batches, the last wrapping around, and all

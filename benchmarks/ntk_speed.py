@@ -3,7 +3,7 @@ both at the Laplace route's accuracy (about 1e-10 relative).
 
 * ours, :func:`bnsym.meanfield.ntk_laplace.ntk_blocks` (what :func:`bnsym.arch.ntk` runs for this network): one
   B x B tangent block per layer, Theta' = K' + T(Theta), T the derivative of the cross-batch Laplace integral in the
-  cross covariance (Price), one forward-mode pass per layer;
+  cross covariance (Price), written out alongside the integral, one pass per layer;
 * the peer, Yang's (2020) reference method (the Tensor Programs II notebook), ported onto the same integrals
   (:func:`bnsym.meanfield.ntk_laplace.ntk_per_entry`): one backward recursion per entry (a, b),
   Pi <- E[J^T Pi J] by reverse mode from Pi = (e_a e_b^T + e_b e_a^T) / 2, Theta_ab = sum_l tr(Pi_l K^(x_l));
@@ -63,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     setup_cpu = np.array(times.cpu["setup"])
     cpu = list(setup_cpu + (np.array(times.cpu["entries"]) - setup_cpu) / len(timed) * len(pairs))
     rows = [row(f"NTK of a depth-{depth} BN -> relu MLP, B = {batch}, general input, Laplace route with {nodes} "
-                "Gauss-Jacobi nodes per axis", "forward tangent propagation (Laplace, forward mode)", times["forward"],
+                "Gauss-Jacobi nodes per axis", "forward tangent propagation (Laplace, written-out derivative)",
+                times["forward"],
                 f"per-entry backward recursions (Yang's method on the same integrals, reverse mode; {len(pairs)} "
                 f"entries, {len(timed)} timed, extrapolated)", extrapolated, threads=used,
                 ours_cpu=times.cpu["forward"], peer_cpu=cpu, relative_error=error, peer_error="the same rule",

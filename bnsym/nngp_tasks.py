@@ -32,7 +32,7 @@ import torch
 from .core.activations import Activation
 from .core.progress import progress_bar
 from .core.validation import check_device, check_whole_number, shown
-from .meanfield.crossbatch import cross_batch_kernel_laplace, phi_kernel_torch
+from .meanfield.crossbatch import cross_batch_kernel_laplace, phi_kernel_and_slope_torch, phi_kernel_torch
 from .meanfield.ntk_laplace import cross_step, within_step
 
 CHUNK_BATCHES = 4  # most batches per chunk by default: tiles of up to 16 pairs (tasks of seconds at B = 32)
@@ -210,10 +210,10 @@ def _run_here(phi: Activation, batches: np.ndarray, chunks: list[np.ndarray], ti
               depths: Sequence[int], first: int, nodes: int, device: str | None, tangent: bool,
               on_within: Callable[[np.ndarray, Blocks], None], on_cross: Callable[[np.ndarray, Blocks], None],
               bar: Any) -> None:
-    """The tasks of :func:`run_blocks` in a pool of Python threads, torch on one thread each (its threads before);
-    the NTK's in turn (its forward-mode passes take turns in a process: a cluster runs them in parallel)."""
-    workers = 1 if tangent else max(1, min(torch.get_num_threads(), len(chunks) + len(tiles)))
-    phi_kernel_torch(phi, torch.zeros(1, dtype=torch.float64))  # lambdify here: sympy is not thread-safe
+    """The tasks of :func:`run_blocks` in a pool of Python threads, torch on one thread each (its threads before)."""
+    workers = max(1, min(torch.get_num_threads(), len(chunks) + len(tiles)))
+    zero = torch.zeros(1, dtype=torch.float64)
+    (phi_kernel_and_slope_torch if tangent else phi_kernel_torch)(phi, zero)  # lambdify here: sympy isn't thread-safe
     torch.linalg.eigvalsh(torch.eye(2, dtype=torch.float64, device=_device(device)))  # CUDA's linalg: lazy, unsafe
     with _torch_threads(1), ThreadPoolExecutor(workers) as pool:
         within = []

@@ -91,8 +91,8 @@ def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.nda
     """The NTK of the BN-NNGP's network (this module's) for k batches (k, B, d): within-batch (k, B, B) and cross
     (P, B, B) blocks for the batch pairs ``pairs`` (P, 2), as :func:`bnsym.nngp.block_prior` for the kernel.
 
-    Each layer maps every block's kernel and tangent kernel in one forward-mode pass through the cross-batch Laplace
-    integral (:mod:`bnsym.meanfield.ntk_laplace`, Price's theorem: Theta' = K' + dV_12 / dSigma_12 [Theta_12]),
+    Each layer maps every block's kernel and tangent kernel in one pass through the cross-batch Laplace integral and
+    its derivative (:mod:`bnsym.meanfield.ntk_laplace`, Price's theorem: Theta' = K' + dV_12 / dSigma_12 [Theta_12]),
     ``nodes`` per axis (None: ``bnsym.meanfield.ntk_laplace.tangent_nodes``, and in the first layer, whose
     raw-input Gram has spread eigenvalues, twice that and at least :func:`~bnsym.nngp.first_layer_nodes`: 1000
     digits at B = 32, depth 10, 6e-9 of the NTK's largest entry against 24 nodes everywhere, where 8 in the first

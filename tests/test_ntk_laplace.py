@@ -1,6 +1,6 @@
 """The Laplace tangent route (bnsym.meanfield.ntk_laplace): exact at BSB1 and CBSB1 inputs, the QMC route within its
-error on general inputs, Yang's per-entry backward recursion on the same integrals to rounding, and the batched
-blocks of a data set."""
+error on general inputs, the written-out derivative against reverse mode through the same integrals (its adjoint,
+Yang's per-entry backward recursion) to rounding, and the batched blocks of a data set."""
 
 import numpy as np
 import pytest
@@ -10,6 +10,7 @@ from bnsym import arch
 from bnsym.arch import Activation, BatchNorm, Dense, repeat
 from bnsym.core.activations import parse_activation
 from bnsym.core.statistics import mc_tolerance
+from bnsym.meanfield import ntk_laplace
 from bnsym.meanfield.crossbatch import _mean_rho, _rate
 from bnsym.meanfield.ntk_laplace import ntk_blocks, ntk_per_entry, tangent_cross_block
 from bnsym.ntk import bn_ntk, ntk_blocks_laplace
@@ -85,6 +86,25 @@ def test_yangs_per_entry_recursion_on_the_same_integrals_agrees_to_rounding():
     backward = ntk_per_entry(phi, sigma, 3, entries, 16).detach()
     rows, columns = zip(*entries)
     np.testing.assert_allclose(backward, forward[rows, columns], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["relu", "leaky_relu(0.2)", "relu^2"])
+@pytest.mark.parametrize("features", [40, 5])
+def test_the_written_out_tangent_is_the_adjoint_of_reverse_mode(name, features):
+    """<Pi, T(Theta)_12> = <T*(Pi), Theta_12> for two different batches, T by the derivative written out in the
+    Laplace integral, T* by autograd through the same integral, random Pi and Theta; full-rank inputs and raw inputs
+    of rank 5 < B - 1."""
+    rng = np.random.default_rng(11)
+    batch1, batch2, phi = 8, 6, parse_activation(name)
+    x = rng.standard_normal((batch1 + batch2, features))
+    sigma = torch.as_tensor(x @ x.T / features)[None]
+    theta = torch.as_tensor(_wishart(batch1 + batch2, seed=12))[None]
+    pi = torch.as_tensor(rng.standard_normal((1, batch1, batch2)))
+    _, tangent = tangent_cross_block(phi, sigma, theta, batch1, 16)
+    value, cross = ntk_laplace._recorded_cross_block(phi, sigma, batch1, 16)
+    adjoint = ntk_laplace._pull_back(value, cross, pi, batch1).detach()
+    forward, backward = float((pi * tangent).sum()), float((adjoint * theta[:, :batch1, batch1:]).sum())
+    assert abs(forward - backward) <= 1e-12 * float((pi.abs() * tangent.abs()).sum())
 
 
 @pytest.mark.parametrize("features, tolerance", [(20, 1e-8), (6, 1e-6)])

@@ -76,6 +76,34 @@ def _arccos_kernel_torch(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return arccos_kernel_function(kernel, lambda corr: factor * lower(corr))
 
 
+@cache
+def _arccos_kernel_and_slope_torch(order: int) -> Callable[[torch.Tensor], list[torch.Tensor]]:
+    """(J_n(c), J_n'(c)) for integer n >= 1 at c snapped to [-1, 1] (:func:`~bnsym.meanfield.dual.snapped`), from
+    :func:`~bnsym.meanfield.kernels.derive_arccos_kernel` and Price's ladder J_n' = n^2 c_(n-1) / c_n J_(n-1),
+    lambdified together so that the two share their arc-cosine."""
+    from ..core.symbols import c
+    from .dual import ladder_factor, snapped  # here: dual's autograd Function imports torch
+
+    pair = [derive_arccos_kernel(order).result.evalf(17),
+            ladder_factor(order) * derive_arccos_kernel(order - 1).result.evalf(17)]
+    both = sp.lambdify(c, pair, modules="torch", cse=True)
+    return lambda corr: both(snapped(corr))
+
+
+def phi_kernel_and_slope_torch(phi: Activation, corr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(J_phi(c), J_phi'(c)) for phi positive-homogeneous of integer degree 1 to 3 (:func:`phi_kernel_torch`):
+    J_phi' = (a^2 + b^2) J_alpha'(c) + 2ab J_alpha'(-c)."""
+    a, b = phi.ab
+    function = _arccos_kernel_and_slope_torch(int(phi.degree))
+    kernel, slope = function(corr)
+    if a * a + b * b != 1:
+        kernel, slope = (a * a + b * b) * kernel, (a * a + b * b) * slope
+    if a * b == 0:  # relu: b = 0, half the work
+        return kernel, slope
+    mirror, mirror_slope = function(-corr)
+    return kernel - 2 * a * b * mirror, slope + 2 * a * b * mirror_slope
+
+
 def phi_kernel_torch(phi: Activation, corr: torch.Tensor) -> torch.Tensor:
     """J_phi(c) = (a^2 + b^2) J_alpha(c) - 2ab J_alpha(-c) on torch tensors (on their device).
 
@@ -107,11 +135,12 @@ def _jacobi_rule(n: int, exponent_one_minus: float, exponent_zero: float, like: 
             torch.tensor(w, dtype=like.dtype, device=like.device))
 
 
-def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, rank1: int,
-                 rank2: int) -> torch.Tensor:
+def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, rank1: int, rank2: int,
+                 direction: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The cross block of (*) for reduced centred covariances ``omega`` (..., r1 + r2, r1 + r2), r_k = B_k - 1,
     whose diagonal blocks Omega_11, Omega_22 have ranks ``rank1``, ``rank2`` (r1, r2 unless the batch's inputs
-    span fewer directions, as raw inputs with fewer features than B - 1 do).
+    span fewer directions, as raw inputs with fewer features than B - 1 do). With ``direction`` (..., r1, r2), also
+    its derivative in Omega_12 along that direction, on the same nodes: (value, derivative).
 
     Each batch is rescaled to unit mean eigenvalue (batch norm is scale invariant per batch). The changes of
     variables s = x / (2 m1 (1 - x)), t = y / (2 m2 (1 - y)), m1 = mean eig Omega_11, m2 = mean eig Y_s, turn (*)
@@ -119,9 +148,11 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     Omega_11 puts a factor (1 + 0)^(-1/2) in det(I + 2s Omega_11), that is (1 - x)^(-1/2) after the change of
     variables, and likewise for Y_s, whose rank is that of Omega_22 for every finite s; those factors are taken
     into the endpoint powers, (1-x)^(rank1/2-1) (1-y)^(rank2/2-1), and F is smooth again. A tensor Gauss-Jacobi
-    rule integrates the endpoint powers exactly.
+    rule integrates the endpoint powers exactly. Omega_11, its eigenbasis and the nodes do not move with Omega_12:
+    the derivative is the chain rule through Y_s (its eigenpairs by :func:`~bnsym.meanfield.dual.eigh_tangent`),
+    the determinant and the correlations of F (J_phi' by Price's ladder).
     """
-    from .dual import eigh  # here: dual's autograd Function imports torch
+    from .dual import eigh, eigh_tangent  # here: dual's autograd Function imports torch
 
     alpha = phi.degree
     r1 = batch1 - 1
@@ -147,11 +178,14 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     ys_ = o22[..., None, :, :] - rot.mT[..., None, :, :] @ (tilt[..., :, None] * rot[..., None, :, :])
     kappa, v = eigh(ys_)  # (..., nx, r2), ascending
     live2 = torch.arange(r2, device=omega.device) >= r2 - rank2
+    values = kappa
     kappa = torch.where(live2, kappa.clamp(min=0.0), 0.0)
     m2 = kappa.mean(-1).clamp(min=torch.finfo(omega.dtype).tiny)  # (..., nx)
     ratio = kappa / m2[..., None]
     t2 = e2 @ v  # (..., nx, B2, r2)
-    z = torch.where(live2, (t1[..., None, :, :] / den1[..., None, :]) @ (rot[..., None, :, :] @ v), 0.0)
+    lead = t1[..., None, :, :] / den1[..., None, :]  # (..., nx, B1, r1)
+    turned = rot[..., None, :, :] @ v  # (..., nx, r1, r2)
+    z = torch.where(live2, lead @ turned, 0.0)
     yy = y[:, None]
     den2 = (1 - yy) + yy * ratio[..., None, :]  # (..., nx, ny, r2)
     det2 = torch.where(live2, den2, 1.0).rsqrt().prod(-1)  # (..., nx, ny)
@@ -162,34 +196,77 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     scale = torch.sqrt((1 - xs) * (1 - y))  # (nx, ny)
     root_p, root_q = p.clamp(min=0).sqrt(), q.clamp(min=0).sqrt()
     weight = (wx[:, None] * wy) * det1[..., None] * det2 * m2[..., None] ** (-alpha / 2)
-    rows = scale[..., None] * torch.where(root_p > 0, 1 / root_p, 0.0)  # corr = rows_a cross_ab columns_b
+    inverse_p = torch.where(root_p > 0, 1 / root_p, 0.0)
+    rows = scale[..., None] * inverse_p  # corr = rows_a cross_ab columns_b
     columns = torch.where(root_q > 0, 1 / root_q, 0.0)
     left = weight[..., None] * (root_p if alpha == 1 else root_p**alpha)  # integrand = left_a J(corr_ab) right_b
     right = root_q if alpha == 1 else root_q**alpha
-    total = _node_sum(phi, z, rows[..., :, None] * inverse2[..., None, :], t2, columns, left, right)
     log_pref = (alpha / 2 * math.log(batch1 * batch2 / 4) + float(np.log(c_alpha(alpha)))
                 + gammaln(rank1 / 2) + gammaln(rank2 / 2) - gammaln((alpha + rank1) / 2)
                 - gammaln((alpha + rank2) / 2))
-    return math.exp(log_pref) * total
+    if direction is None:
+        return math.exp(log_pref) * _node_sum(phi, z, rows, inverse2, t2, columns, left, right)
+    dturned = torch.where(live1[:, None], u.mT @ direction, 0.0)[..., None, :, :] @ v / (m1 * m22).sqrt()[..., None]
+    half = turned.mT @ (tilt[..., :, None] * dturned)  # Y_s moves by -(drot^T tilt rot + rot^T tilt drot):
+    dkappa, spin = eigh_tangent(values, -(half + half.mT))  # in its eigenbasis v, dv = v spin
+    dkappa = torch.where(live2, dkappa, 0.0)
+    dm2 = dkappa.mean(-1)
+    dden2 = yy * ((dkappa - ratio * dm2[..., None]) / m2[..., None])[..., None, :]
+    dinverse2 = -inverse2 * inverse2 * dden2
+    dt2 = t2 @ spin
+    dz = torch.where(live2, lead @ (dturned + turned @ spin), 0.0)
+    dq = ((dkappa[..., None, :] * inverse2 + kappa[..., None, :] * dinverse2) @ t2.square().mT
+          + (kappa[..., None, :] * inverse2) @ (2 * t2 * dt2).mT)
+    dp = (drop * dm2[..., None] / m2[..., None])[..., None] * (inverse2 @ z.square().mT) - drop[..., None] * (
+        dinverse2 @ z.square().mT + inverse2 @ (2 * z * dz).mT)
+    droot_p, droot_q = 0.5 * dp * inverse_p, 0.5 * dq * columns
+    dweight = weight * (-0.5 * (dden2 * inverse2).sum(-1) - alpha / 2 * dm2[..., None] / m2[..., None])
+    dcolumns = -columns * columns * droot_q
+    if alpha == 1:
+        dleft, dright = dweight[..., None] * root_p + weight[..., None] * droot_p, droot_q
+    else:
+        dleft = dweight[..., None] * root_p**alpha + weight[..., None] * alpha * root_p ** (alpha - 1) * droot_p
+        dright = alpha * root_q ** (alpha - 1) * droot_q
+    value, slope = _node_sum(phi, z, rows, inverse2, t2, columns, left, right,
+                             (dz, -droot_p * inverse_p, dinverse2, dt2, dcolumns, dleft, dright))
+    return math.exp(log_pref) * value, math.exp(log_pref) * slope
 
 
-def _node_sum(phi: Activation, z: torch.Tensor, tilt: torch.Tensor, t2: torch.Tensor, columns: torch.Tensor,
-              left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """sum over the (nx, ny) nodes of left_a J_phi(corr_ab) right_b with corr_ab = sum_k z_ak tilt_ak t2_bk columns_b
-    (z (n, nx, B1, r2), tilt (n, nx, ny, B1, r2), t2 (n, nx, B2, r2)): one GEMM per input and x-node, and the
-    (n, nx, ny, B1, B2) arrays in pieces of a few inputs on the CPU, so that they stay in cache."""
-    n, nx, ny, b1, r2 = tilt.shape
-    b2 = t2.shape[-2]
-    size = n if tilt.is_cuda else max(1, _NODE_ELEMENTS // (nx * ny * b1 * b2))
-    out = tilt.new_empty(n, b1, b2)
+def _node_sum(phi: Activation, z: torch.Tensor, rows: torch.Tensor, inverse2: torch.Tensor, t2: torch.Tensor,
+              columns: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+              tangents: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """sum over the (nx, ny) nodes of left_a J_phi(corr_ab) right_b with corr_ab = rows_a sum_k z_ak inverse2_k t2_bk
+    columns_b (z (n, nx, B1, r2), rows (n, nx, ny, B1), inverse2 (n, nx, ny, r2), t2 (n, nx, B2, r2)): one GEMM per
+    input and x-node, and the (n, nx, ny, B1, B2) arrays in pieces of a few inputs on the CPU, so that they stay in
+    cache. With ``tangents``, the derivatives along one direction of z, log rows, inverse2, t2, columns, left and
+    right: (the sum, its derivative)."""
+    n, nx, ny, b1 = rows.shape
+    b2, r2 = t2.shape[-2:]
+    size = n if z.is_cuda else max(1, _NODE_ELEMENTS // (nx * ny * b1 * b2))
+    out = z.new_empty(n, b1, b2)
+    derivative = None if tangents is None else z.new_empty(n, b1, b2)
     for lo in range(0, n, size):
         part = slice(lo, lo + size)
-        tilted = (z[part, :, None] * tilt[part]).reshape(-1, nx, ny * b1, r2)
+        tilt = rows[part][..., :, None] * inverse2[part][..., None, :]
+        tilted = (z[part, :, None] * tilt).reshape(-1, nx, ny * b1, r2)
         corr = (tilted @ t2[part].mT).view(-1, nx, ny, b1, b2)
-        kernel = phi_kernel_torch(phi, corr.mul_(columns[part][..., None, :]))
-        kernel.mul_(right[part][..., None, :]).mul_(left[part][..., None])
-        out[part] = kernel.sum((-4, -3))
-    return out
+        if tangents is None:
+            kernel = phi_kernel_torch(phi, corr.mul_(columns[part][..., None, :]))
+            kernel.mul_(right[part][..., None, :]).mul_(left[part][..., None])
+            out[part] = kernel.sum((-4, -3))
+            continue
+        dz, dlog_rows, dinverse2, dt2, dcolumns, dleft, dright = (tangent[part] for tangent in tangents)
+        dtilted = (dz[:, :, None] * tilt).addcmul_(z[part, :, None] * rows[part][..., :, None],
+                                                   dinverse2[..., None, :]).reshape(-1, nx, ny * b1, r2)
+        dcorr = (torch.cat([dtilted, tilted], -1) @ torch.cat([t2[part], dt2], -1).mT).view(-1, nx, ny, b1, b2)
+        dcorr.addcmul_(corr, dlog_rows[..., None]).mul_(columns[part][..., None, :])
+        dcorr.addcmul_(corr, dcolumns[..., None, :])
+        kernel, slope = phi_kernel_and_slope_torch(phi, corr.mul_(columns[part][..., None, :]))
+        slope = (slope * dcorr).mul_(right[part][..., None, :]).addcmul_(kernel, dright[..., None, :])
+        kernel = kernel * right[part][..., None, :]
+        out[part] = (kernel * left[part][..., None]).sum((-4, -3))
+        derivative[part] = slope.mul_(left[part][..., None]).addcmul_(kernel, dleft[..., None]).sum((-4, -3))
+    return out if tangents is None else (out, derivative)
 
 
 def _as_tensor(sigma: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -215,12 +292,14 @@ def _ranks(block: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (eig > torch.maximum(RANK_TOL * eig.mean(-1, keepdim=True), floor)).sum(-1)
 
 
-def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scale: torch.Tensor) -> torch.Tensor:
+def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scale: torch.Tensor,
+             direction: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """:func:`_cross_block` over a flat stack (n, r, r), grouped by the ranks of the two diagonal blocks, in chunks
-    that keep the node arrays under a budget. ``scale`` (n,): the mean variance of each uncentred input."""
+    that keep the node arrays under a budget. ``scale`` (n,): the mean variance of each uncentred input;
+    ``direction`` (n, r1, r2): also the derivative in Omega_12 along it."""
     r1 = batch1 - 1
     batch2 = omega.shape[-1] - batch1 + 2
-    per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * 4
+    per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * (4 if direction is None else 8)
     if per_item > _MAX_ITEM_BYTES:
         raise ValueError(f"{nodes} Gauss-Jacobi nodes per axis at B1 = {batch1}, B2 = {batch2} need "
                          f"{per_item / 2**30:.1f} GiB for one joint covariance, above {_MAX_ITEM_BYTES // 2**30} GiB "
@@ -229,12 +308,14 @@ def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scal
     ranks = torch.stack([_ranks(omega[:, :r1, :r1], scale), _ranks(omega[:, r1:, r1:], scale)], -1)
     if bool((ranks == 0).any()):
         raise ValueError("a batch's centred covariance is zero: batch norm divides by a zero batch variance")
-    out = omega.new_empty(len(omega), batch1, batch2)
+    out = [omega.new_empty(len(omega), batch1, batch2) for _ in range(1 if direction is None else 2)]
     for rank1, rank2 in torch.unique(ranks, dim=0).tolist():
         index = ((ranks[:, 0] == rank1) & (ranks[:, 1] == rank2)).nonzero()[:, 0]
-        out[index] = torch.cat([_cross_block(phi, omega[part], batch1, nodes, rank1, rank2)
-                                for part in index.split(size)])
-    return out
+        parts = [_cross_block(phi, omega[part], batch1, nodes, rank1, rank2,
+                              None if direction is None else direction[part]) for part in index.split(size)]
+        for whole, pieces in zip(out, zip(*parts) if direction is not None else [parts]):
+            whole[index] = torch.cat(pieces)
+    return out[0] if direction is None else (out[0], out[1])
 
 
 def cross_batch_kernel_laplace(phi: Activation, sigma: np.ndarray | torch.Tensor, batch1: int,

@@ -1,8 +1,9 @@
 """Derivatives of the Laplace integrand's pieces that automatic differentiation gets wrong at the edges.
 
 The tangent kernel of a BN layer is the derivative of its cross-batch kernel in the cross covariance (Price's
-theorem, :mod:`bnsym.meanfield.ntk_laplace`), taken by forward- and reverse-mode differentiation through
-:func:`~bnsym.meanfield.crossbatch._cross_block`. Two of its pieces need their derivative written out:
+theorem, :mod:`bnsym.meanfield.ntk_laplace`): written out alongside the integral in
+:func:`~bnsym.meanfield.crossbatch._cross_block` (forward), and taken by reverse-mode differentiation through it
+(the adjoint). Two of its pieces need their derivative written out:
 
 * the arc-cosine kernel J_n(c) at c = 1 (a batch paired with itself: the correlation of a coordinate with its copy
   is 1), where the chain rule through sqrt(1 - c^2) and acos(c) gives inf - inf, while Price's ladder (the
@@ -21,7 +22,7 @@ import torch
 
 from .kernels import c_alpha
 
-EDGE = 1e-12  # a correlation within this of +-1 is taken as +-1 in J' (:func:`_snapped`)
+EDGE = 1e-12  # a correlation within this of +-1 is taken as +-1 in J' (:func:`snapped`)
 GAP = 1e-10  # eigenvalues closer than this times the largest |eigenvalue| count as equal
 
 
@@ -34,7 +35,7 @@ def _gaps(values: torch.Tensor) -> torch.Tensor:
 
 
 class _Eigh(torch.autograd.Function):
-    """torch.linalg.eigh with degenerate pairs masked in both derivatives (module docstring)."""
+    """torch.linalg.eigh with degenerate pairs masked in its reverse-mode derivative (module docstring)."""
 
     @staticmethod
     def forward(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,13 +44,6 @@ class _Eigh(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
         ctx.save_for_backward(*output)
-        ctx.save_for_forward(*output)
-
-    @staticmethod
-    def jvp(ctx, da: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        values, vectors = ctx.saved_tensors
-        rotated = vectors.mT @ ((da + da.mT) / 2) @ vectors
-        return rotated.diagonal(0, -2, -1), vectors @ (_gaps(values) * rotated)
 
     @staticmethod
     def backward(ctx, dvalues: torch.Tensor, dvectors: torch.Tensor) -> torch.Tensor:
@@ -64,7 +58,14 @@ def eigh(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _Eigh.apply(a)
 
 
-def _snapped(corr: torch.Tensor) -> torch.Tensor:
+def eigh_tangent(values: torch.Tensor, rotated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The derivatives of :func:`eigh`'s eigenpairs (values lambda, vectors U) along a symmetric direction dA, given
+    in the eigenbasis, ``rotated`` R = U^T dA U: (d lambda = diag R, S = F o R), dU = U S, F_ij = 1 / (lambda_j -
+    lambda_i), degenerate pairs masked."""
+    return rotated.diagonal(0, -2, -1), _gaps(values) * rotated
+
+
+def snapped(corr: torch.Tensor) -> torch.Tensor:
     """c clamped to [-1, 1] and set to +-1 within EDGE of it: J_(n-1) has a sqrt(1 -+ c) edge, which would turn the
     rounding of a correlation that is exactly 1 (a coordinate and its copy) into an error of sqrt(rounding)."""
     corr = corr.clamp(-1.0, 1.0)
@@ -73,7 +74,7 @@ def _snapped(corr: torch.Tensor) -> torch.Tensor:
 
 def arccos_kernel_function(kernel: Callable[[torch.Tensor], torch.Tensor],
                            slope: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """J(c) on [-1, 1] (``c`` clamped there) with derivative ``slope`` (J'(c), by Price's ladder) in both modes."""
+    """J(c) on [-1, 1] (``c`` clamped there) with derivative ``slope`` (J'(c), by Price's ladder) in reverse mode."""
 
     class _Kernel(torch.autograd.Function):
         @staticmethod
@@ -83,15 +84,10 @@ def arccos_kernel_function(kernel: Callable[[torch.Tensor], torch.Tensor],
         @staticmethod
         def setup_context(ctx, inputs, output) -> None:
             ctx.save_for_backward(inputs[0])
-            ctx.save_for_forward(inputs[0])
-
-        @staticmethod
-        def jvp(ctx, dcorr: torch.Tensor) -> torch.Tensor:
-            return slope(_snapped(ctx.saved_tensors[0])) * dcorr
 
         @staticmethod
         def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-            return slope(_snapped(ctx.saved_tensors[0])) * grad
+            return slope(snapped(ctx.saved_tensors[0])) * grad
 
     return _Kernel.apply
 

@@ -10,11 +10,13 @@ theorem (d E[g(h)] / d Sigma_(1i, 2j) = E[d^2 g / dh_1i dh_2j] for an entry off 
 
 so the tangent block is the derivative of the two-dimensional Laplace integral (*) of
 :mod:`bnsym.meanfield.crossbatch` in its cross covariance, in the direction Theta_12, on the same Gauss-Jacobi
-nodes: one forward-mode pass gives the next kernel and the tangent block together. Within a batch the same holds
+nodes: the derivative, written out alongside the integral (``_cross_block``), gives the next kernel and the tangent
+block together (``benchmarks/ntk_prior_speed.py`` times it against the kernel alone). Within a batch the same holds
 for the batch paired with an identical copy of itself (Sigma_12 = Sigma_11, the one-sided derivative at that
 edge of the PSD cone; Price's ladder gives J_n' finite at c = 1, :mod:`bnsym.meanfield.dual`). The adjoint,
-Pi -> E[J_1^T Pi J_2], is the reverse-mode gradient of tr(Pi^T V_12) in Sigma_12: Yang's (2020) per-entry backward
-recursion at the same accuracy (:func:`ntk_per_entry`).
+Pi -> E[J_1^T Pi J_2], is the reverse-mode gradient of tr(Pi^T V_12) in Sigma_12 (autograd through the same
+integral): Yang's (2020) per-entry backward recursion at the same accuracy (:func:`ntk_per_entry`), an independent
+check of the written-out derivative.
 
 Network: [Dense, BN, phi] * L, f = v . x^L / sqrt(n), every Dense without bias (its weight variance drops out:
 BN at eps = 0 is scale invariant, T_(cK)(c Theta) = T_K(Theta)). Theta^(h_1) = K^(h_1), Theta^(h_(l+1)) =
@@ -23,17 +25,12 @@ K^(x_l) + T_l(Theta^(h_l)), and the NTK is Theta^(h_(L+1)).
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
-from torch.autograd import forward_ad
 
 from ..core.activations import Activation
 from ..core.validation import batch_scales, check_batch_size
 from .crossbatch import _chunked, _reduce
-
-FORWARD_AD = threading.Lock()  # torch's forward-mode AD has one level per process: one dual pass at a time
 
 
 def tangent_nodes(batch_size: int) -> int:
@@ -65,15 +62,11 @@ def tangent_cross_block(phi: Activation, sigma: torch.Tensor, theta: torch.Tenso
                         nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(V_12(Sigma), T(Theta)_12) for a stack of joint covariances ``sigma`` and tangent kernels ``theta``
     (n, B1 + B2, B1 + B2): the cross block of the layer's kernel and its derivative in Sigma_12 along Theta_12
-    (module docstring), both (n, B1, B2), by one forward-mode pass through the Laplace integral with ``nodes``
-    Gauss-Jacobi nodes per axis. Only Theta's cross block is read. Threads of one process take turns
-    (``FORWARD_AD``)."""
+    (module docstring), both (n, B1, B2), on one Laplace rule with ``nodes`` Gauss-Jacobi nodes per axis. Only
+    Theta's cross block is read."""
     omega, scale, rescale = _prepare(sigma, batch1)
-    direction = _reduce(_off_diagonal(theta, batch1) * rescale, batch1)
-    with FORWARD_AD, forward_ad.dual_level():
-        dual = forward_ad.make_dual(omega, direction)
-        value, tangent = forward_ad.unpack_dual(_chunked(phi, dual, batch1, nodes, scale))
-    return value, tangent if tangent is not None else torch.zeros_like(value)
+    direction = _reduce(theta * rescale, batch1)[..., :batch1 - 1, batch1 - 1:]  # E_1^T Theta_12 E_2, rescaled
+    return _chunked(phi, omega, batch1, nodes, scale, direction)
 
 
 def _recorded_cross_block(phi: Activation, sigma: torch.Tensor, batch1: int,
