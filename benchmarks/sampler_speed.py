@@ -34,7 +34,7 @@ SIZES = {"default": {"width": 1024, "batch": 32, "networks": 32, "depth": 10},
          "smoke": {"width": 64, "batch": 8, "networks": 2, "depth": 2}}
 TARGET_RATIO = 20.0  # issue 18: the Gram sampler at least 20x faster than explicit weights, forward + backward
 ROOFLINE_PASSES = 22
-WORK_PRODUCTS = 7  # forward: R Z and the Gram; backward: the Gram of M / s, z^T M, X^T Z' and [R' | C^T] [Z'; X] (two)
+WORK_PRODUCTS = 7  # forward: R Z and the Gram; backward: (M / s) [H_c | M / s]^T (two), X^T Z', Z' R'^T and X C
 WORK_CHUNK, WORK_LOOPS = 8, 20  # networks per timed product batch (as a CPU chunk), products or draws per timing
 
 

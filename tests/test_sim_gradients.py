@@ -10,8 +10,11 @@ import torch
 from scipy.stats import ks_2samp
 
 import bnsym
+from bnsym.core.activations import parse_activation
 from bnsym.sim import generator, gram, inputs_with_gram
 from bnsym.sim.gradients import (
+    _activate_into,
+    _slope_into,
     batch_norm_backward,
     batch_norm_forward,
     per_layer_growth,
@@ -52,11 +55,22 @@ def test_centred_factor_full_rank_centred_and_deficient():
                 assert not factor.exact.any()
                 continue
             assert factor.exact.all()
+            without = centred_factor(k, robust, inverse=False)  # the same root, F only where asked for
+            assert torch.equal(without.root, factor.root) and (robust or without.inverse_root is None)
             root, pinv = factor.root, factor.inverse_root @ factor.inverse_root.mT
             torch.testing.assert_close(root @ root.mT, kc, rtol=1e-10, atol=1e-10)
             assert (root.sum(-2).abs().max() < 1e-12) and (pinv.sum(-2).abs().max() < 1e-8)
             torch.testing.assert_close(kc @ pinv @ kc, kc, rtol=1e-8, atol=1e-8)
             torch.testing.assert_close(pinv @ kc @ pinv, pinv, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("spec", ["relu", "tanh"])
+def test_activation_into_buffers_is_the_activation(spec):
+    """The sampler's one-pass relu and relu step (written into its buffers) are bit for bit the activation's own."""
+    phi, z = parse_activation(spec), torch.randn(3, 4, 5, dtype=torch.float64, generator=generator(0, "cpu"))
+    z[0, 0, :2] = 0.0
+    assert torch.equal(_activate_into(phi, z, torch.empty_like(z)), phi.torch(z))
+    assert torch.equal(_slope_into(phi, z, torch.empty_like(z)), phi.torch_derivative(z))
 
 
 @pytest.mark.parametrize("width", [4, 32])

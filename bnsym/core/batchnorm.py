@@ -32,14 +32,18 @@ def batch_norm_forward(h: torch.Tensor, eps: float = 0.0, dim: int = -1, *, cent
     where it saves a pass, or for the uncentred normalisation h / sqrt(mean h^2 + eps).
     ``reference``: evaluation mode (population statistics): the mean and s are those of ``reference`` (say the
     training set's pre-activations; same shape as h except along ``dim``), so an output does not depend on the
-    other examples of h. ``out``: where to write BN(h) (not differentiable).
+    other examples of h. ``out``: where to write BN(h) (not differentiable); where it has h's shape and its own
+    memory it also holds the squares on the way (no temporary of h's size).
     """
     source = h if reference is None else reference
     if centre:
         mean = source.mean(dim, keepdim=True)
         source = source - mean
         h = source if reference is None else h - mean
-    s = torch.sqrt(source.square().mean(dim, keepdim=True) + eps)
+    scratch = out is not None and out.shape == source.shape and (
+        out.untyped_storage().data_ptr() not in (source.untyped_storage().data_ptr(), h.untyped_storage().data_ptr()))
+    square = torch.square(source, out=out if scratch else None)
+    s = torch.sqrt(square.mean(dim, keepdim=True) + eps)
     return torch.div(h, s, out=out), s
 
 

@@ -109,52 +109,71 @@ def _weights_chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Acti
     return torch.stack(grams, 1), torch.stack(gradients, 1)
 
 
+def _activate_into(activation: Activation, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """phi(z) written into ``out``: relu in one pass without a temporary (clamp_min(z, 0), what torch.relu
+    computes, with out=), any other phi through its tensor function."""
+    if activation.name == "relu":
+        return torch.clamp_min(z, 0.0, out=out)
+    return out.copy_(activation.torch(z))
+
+
+def _slope_into(activation: Activation, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """phi'(z), written into ``out`` for relu (the step z > 0 as floats, what its derivative computes), through
+    the derivative's own tensor otherwise."""
+    if activation.name == "relu":
+        return torch.gt(z, 0.0, out=out)
+    return activation.torch_derivative(z)
+
+
 def _gram_workspace(depth: int, chunk: int, b: int, n: int, dtype: torch.dtype,
                     device: torch.device | str) -> dict[str, torch.Tensor]:
     """The buffers of a "gram" run, allocated once and shared by its chunks of networks (on the CPU each fresh page
     of memory costs a page fault: re-allocating them chunk after chunk cost a third of the run).
 
-    ``stacked[l]`` (chunk, 2B - 1, N) holds x^l in its last B rows; the backward pass draws its Z' into the first
-    B - 1, so that W^T delta = [R' | C^T] [Z'; X] is one product. ``z[l - 1]`` holds BN(h^l); ``h``, ``noise``,
-    ``grad`` (dL/dx^l) and ``scratch`` serve every layer.
+    ``x[l]`` (chunk, B, N) holds x^l and ``z[l - 1]`` BN(h^l). ``pair`` (chunk, 2B, N) serves every layer: the
+    forward draws h^l into its first B rows; the backward keeps dL/dx^l in its last B and H_c^l in its first B, so
+    that the two Grams it needs are one product. ``noise`` (chunk, B - 1, N) receives every layer's Z and Z'.
     """
     def empty(*shape: int) -> torch.Tensor:
         return torch.empty(*shape, dtype=dtype, device=device)
 
-    return {"stacked": empty(depth + 1, chunk, 2 * b - 1, n), "z": empty(depth, chunk, b, n),
-            "h": empty(chunk, b, n), "noise": empty(chunk, b - 1, n), "grad": empty(chunk, b, n),
-            "scratch": empty(chunk, b, n)}
+    return {"x": empty(depth + 1, chunk, b, n), "z": empty(depth, chunk, b, n),
+            "pair": empty(chunk, 2 * b, n), "noise": empty(chunk, b - 1, n)}
 
 
-def _gram_backward(stacked: torch.Tensor, z: torch.Tensor, s: torch.Tensor, inverse_root: torch.Tensor,
-                   grad: torch.Tensor, scratch: torch.Tensor, activation: Activation, normals: Normals,
+def _gram_backward(x: torch.Tensor, z: torch.Tensor, s: torch.Tensor, inverse_root: torch.Tensor,
+                   pair: torch.Tensor, noise: torch.Tensor, activation: Activation, normals: Normals,
                    robust: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """One layer back: dL/dx^l in ``grad`` becomes a draw of dL/dx^{l-1} = W^T delta given X = x^{l-1} and
-    H_c = W X G, W ~ N(0, 1/N) i.i.d. (exact, O(N B^2)), in place. Returns (the Gram of delta, whether its factor
-    was exact).
+    """One layer back: dL/dx^l in ``pair``'s last B rows becomes a draw of dL/dx^{l-1} = W^T delta given X = x^{l-1}
+    and H_c = W X G, W ~ N(0, 1/N) i.i.d. (exact, O(N B^2)), in place. Returns (the Gram of delta, whether its
+    factor was exact).
 
     With M = dL/dz - z mean_b(z dL/dz) (per neuron), batch norm's backward is delta = G M / s, so the two products
-    the draw needs come without delta itself: Pi = delta^T delta / N = G (M/s)^T (M/s) G / N and
-    H_c^T delta = z^T M G (H_c = z s). Then, with Y = W'^T delta = Z' R'^T (R' R'^T = Pi, Z' (N, B-1) i.i.d.
-    N(0, 1): rows i.i.d. N(0, Pi)) and K_c^+ = F F^T (``inverse_root`` F),
+    the draw needs come without delta itself, from one product (M/s) [H_c | M/s]^T (H_c = z s, written into
+    ``pair``'s first B rows): Pi = delta^T delta / N = G (M/s)^T (M/s) G / N and H_c^T delta = H_c^T (M/s) G.
+    Then, with Y = W'^T delta = Z' R'^T (R' R'^T = Pi, Z' (N, B-1) i.i.d. N(0, 1): rows i.i.d. N(0, Pi)) and
+    K_c^+ = F F^T (``inverse_root`` F),
 
-        W^T delta = X K_c^+ (H_c^T delta - X^T Y) / N + Y = [Z' | X] [R' | C^T]^T,  C = F F^T (H_c^T delta - X^T Y) / N.
+        W^T delta = X K_c^+ (H_c^T delta - X^T Y) / N + Y = Z' R'^T + X C,  C = F F^T (H_c^T delta - X^T Y) / N.
 
-    Stored neurons last: ``stacked`` (M, 2B - 1, N) holds X^T in its last B rows and receives Z'^T in the first
-    B - 1; z, ``grad`` and ``scratch`` are (M, B, N).
+    Stored neurons last: ``x`` (X^T) and z are (M, B, N), ``pair`` (M, 2B, N); Z'^T is drawn into ``noise``
+    (M, B - 1, N), kept in cache from layer to layer (drawing it next to X, for one product [R' | C^T] [Z'; X],
+    wrote to memory far from the cache and cost more than the second product saves).
     """
     b, n = z.shape[-2], z.shape[-1]
-    grad.mul_(activation.torch_derivative(z))  # dL/dz
-    correlation = torch.mul(grad, z, out=scratch).mean(-2, keepdim=True)
-    grad.addcmul_(z, correlation, value=-1)  # M
-    cross = z @ grad.mT
-    cross = cross - cross.mean(-1, keepdim=True)  # H_c^T delta = z^T M G
-    delta_gram = _centre_both(gram_of_rows(grad.mul_(s.reciprocal())))  # (a product is faster than a quotient)
-    factor = centred_factor(delta_gram, robust)
-    noise = normals(out=stacked[:, :b - 1])
-    x = stacked[:, b - 1:]
+    head, grad = pair[:, :b], pair[:, b:]
+    grad.mul_(_slope_into(activation, z, head))  # dL/dz
+    correlation = torch.mul(grad, z, out=head).mean(-2, keepdim=True)
+    grad.addcmul_(z, correlation, value=-1).mul_(s.reciprocal())  # M / s (a product is faster than a quotient)
+    torch.mul(z, s, out=head)  # H_c
+    products = grad @ pair.mT  # [(M/s) H_c^T | (M/s)(M/s)^T]
+    cross = products[..., :b].mT
+    cross = cross - cross.mean(-1, keepdim=True)  # H_c^T delta = H_c^T (M/s) G
+    delta_gram = _centre_both(products[..., b:] / n)
+    factor = centred_factor(delta_gram, robust, inverse=False)
+    normals(out=noise)
     coefficients = inverse_root @ (inverse_root.mT @ (cross - (x @ noise.mT) @ factor.root.mT)) / n
-    torch.matmul(torch.cat([factor.root, coefficients.mT], -1), stacked, out=grad)
+    torch.matmul(factor.root, noise, out=grad).baddbmm_(coefficients.mT, x)
     return delta_gram, factor.exact.all()
 
 
@@ -164,21 +183,21 @@ def _gram_chunk_run(x: torch.Tensor, depth: int, eps: float, activation: Activat
     :func:`_gram_workspace`: (forward Grams, gradient Grams, exact), ``exact`` (a device scalar) False where a
     Cholesky factor failed."""
     m, n, b = x.shape
-    stacked, zs, grad, scratch = work["stacked"][:, :m], work["z"][:, :m], work["grad"][:m], work["scratch"][:m]
-    stacked[0, :, b - 1:].copy_(x.mT)
-    grams, saved = [gram_of_rows(stacked[0, :, b - 1:])], []
+    xs, zs, pair, noise = work["x"][:, :m], work["z"][:, :m], work["pair"][:m], work["noise"][:m]
+    xs[0].copy_(x.mT)
+    grams, saved = [gram_of_rows(xs[0])], []
     exact = torch.ones((), dtype=torch.bool, device=x.device)
     for layer in range(depth):
-        h, factor = _gram_preactivations(grams[-1], n, normals, robust, out=work["h"][:m], noise=work["noise"][:m])
+        h, factor = _gram_preactivations(grams[-1], n, normals, robust, out=pair[:, :b], noise=noise)
         exact = exact & factor.exact.all()
         z, s = batch_norm_forward(h, eps, -2, centre=False, out=zs[layer])  # the sampler draws G h, already centred
-        grams.append(gram_of_rows(stacked[layer + 1, :, b - 1:].copy_(activation.torch(z))))
+        grams.append(gram_of_rows(_activate_into(activation, z, xs[layer + 1])))
         saved.append((s, factor.inverse_root))
         bar.update(1)
-    normals(out=grad)  # dL/dx^L = g
+    grad = normals(out=pair[:, b:])  # dL/dx^L = g
     gradients = [None] * (depth + 1)
     for layer in range(depth, 0, -1):
-        gradients[layer], ok = _gram_backward(stacked[layer - 1], zs[layer - 1], *saved[layer - 1], grad, scratch,
+        gradients[layer], ok = _gram_backward(xs[layer - 1], zs[layer - 1], *saved[layer - 1], pair, noise,
                                               activation, normals, robust)
         exact = exact & ok
         bar.update(1)

@@ -90,23 +90,24 @@ def centred_basis(batch_size: int, device=None, dtype: torch.dtype = torch.float
 class CentredFactor:
     """Factors of the centred Gram K_c = G K G (rank <= B - 1) of a batch (..., B, B) of Grams K.
 
-    ``root`` R (..., B, B - 1) with R R^T = K_c, and ``inverse_root`` F with F F^T = K_c^+ (pseudo-inverse),
-    both with columns in 1^perp. ``exact`` (...,) says where they are exact: the Cholesky route marks a K_c of
-    rank < B - 1 False (a failed factorisation, or a pivot below 1e-12 times the largest); the
-    eigendecomposition route is exact everywhere.
+    ``root`` R (..., B, B - 1) with R R^T = K_c, and ``inverse_root`` F with F F^T = K_c^+ (pseudo-inverse; None
+    where the caller did not ask for it), both with columns in 1^perp. ``exact`` (...,) says where they are exact:
+    the Cholesky route marks a K_c of rank < B - 1 False (a failed factorisation, or a pivot below 1e-12 times the
+    largest); the eigendecomposition route is exact everywhere.
     """
 
     root: torch.Tensor
-    inverse_root: torch.Tensor
+    inverse_root: torch.Tensor | None
     exact: torch.Tensor
 
 
-def centred_factor(k: torch.Tensor, robust: bool = False) -> CentredFactor:
+def centred_factor(k: torch.Tensor, robust: bool = False, inverse: bool = True) -> CentredFactor:
     """Factor K_c = G K G in the Helmert basis e (:func:`centred_basis`), where it is e K_r e^T, K_r = e^T K e.
 
     Cholesky K_r = L L^T gives R = e L and F = e L^-T; with ``robust``, the eigendecomposition
     K_r = U diag(lam) U^T gives R = e U diag(sqrt(lam)), F = e U diag(lam^-1/2) (0 where lam <= 1e-12 max lam),
-    which accepts any rank. Neither synchronises the device with the host: callers check ``exact`` once
+    which accepts any rank; ``inverse=False`` skips F on the Cholesky route (a triangular solve the forward
+    draws do not need). Neither synchronises the device with the host: callers check ``exact`` once
     per run and redo the run with ``robust=True`` where it fails.
     """
     e = centred_basis(k.shape[-1], k.device, k.dtype)
@@ -122,7 +123,7 @@ def centred_factor(k: torch.Tensor, robust: bool = False) -> CentredFactor:
     chol, info = torch.linalg.cholesky_ex(reduced)
     pivots = chol.diagonal(0, -2, -1).square()  # a rank-deficient K_r leaves pivots of rounding size
     exact = (info == 0) & (pivots.amin(-1) > 1e-12 * pivots.amax(-1))
-    inverse_root = torch.linalg.solve_triangular(chol, e.mT, upper=False).mT  # (L^-1 e^T)^T = e L^-T
+    inverse_root = torch.linalg.solve_triangular(chol, e.mT, upper=False).mT if inverse else None  # e L^-T
     return CentredFactor(e @ chol, inverse_root, exact)
 
 
@@ -178,8 +179,8 @@ def _weights_preactivations(x: torch.Tensor, gen: torch.Generator, chunk: int) -
 
 
 def _gram_preactivations(k: torch.Tensor, width: int, normals: Normals, robust: bool,
-                         out: torch.Tensor | None = None,
-                         noise: torch.Tensor | None = None) -> tuple[torch.Tensor, CentredFactor]:
+                         out: torch.Tensor | None = None, noise: torch.Tensor | None = None,
+                         inverse: bool = True) -> tuple[torch.Tensor, CentredFactor]:
     """Centred pre-activations H_c = W x G of one layer, drawn without W: H_c = Z R^T, R R^T = G K G, K = gram(x).
 
     Given x, the rows of W x are i.i.d. N(0, K), so those of W x G are i.i.d. N(0, G K G): with
@@ -187,9 +188,10 @@ def _gram_preactivations(k: torch.Tensor, width: int, normals: Normals, robust: 
     O(N^2 B). Batch norm sees h only through G h, so the network has the law of the "weights" sampler's.
     Takes K (M, B, B) and N = ``width`` (the caller has K: the previous layer's recorded Gram). H_c is stored
     neurons last, (M, B, N): H_c^T = R Z^T. Returns H_c^T and the factor (the backward pass needs its
-    pseudo-inverse; ``exact`` says where it holds); ``out``: where to write H_c^T, ``noise``: where to draw Z^T.
+    pseudo-inverse, computed where ``inverse``; ``exact`` says where it holds); ``out``: where to write H_c^T,
+    ``noise``: where to draw Z^T.
     """
-    factor = centred_factor(k, robust)
+    factor = centred_factor(k, robust, inverse)
     noise = normals(k.shape[0], factor.root.shape[-1], width, dtype=k.dtype, out=noise)
     return torch.matmul(factor.root, noise, out=out), factor
 
@@ -269,7 +271,7 @@ def simulate_forward(
             if sampler == "weights":
                 h = _weights_preactivations(out, gen, chunk)
             else:
-                h, factor = _gram_preactivations(grams[-1], n, normals, robust)
+                h, factor = _gram_preactivations(grams[-1], n, normals, robust, inverse=False)
                 exact = exact & factor.exact.all()
             # the Gram sampler draws G h, centred over the whole batch: only separate batches need centring
             out = activation.torch(batch_norm(h, eps, sizes, -2, centre=sampler != "gram" or sizes is not None))
