@@ -128,7 +128,7 @@ def test_ctrl_c_during_a_sweep_prints_one_line(client, tmp_path):
         time.sleep(0.01)
     assert run.poll() is None, "the sweep ended before it could be interrupted"
     run.send_signal(signal.SIGINT)
-    _, err = run.communicate(timeout=60)
+    _, err = run.communicate(timeout=240)  # closing the client took over 60 s once, under a load average of 7
     assert (run.returncode, err) == (130, "bnsym: interrupted\n")
     store = Store(tmp_path)
     records = store.records(lambda task: version(resolve(task)))
