@@ -414,7 +414,7 @@ def derive_normalised_gsc_rate() -> Derivation:
 
 def gaussian_moments(phi: Activation) -> tuple[float, float, float]:
     """(E phi(z), E phi(z)^2, E phi'(z)^2) for z ~ N(0, 1): closed forms for positive-homogeneous phi
-    (:func:`homogeneous_moments`); Gauss-Hermite for a phi without kinks where :data:`HERMITE_NODES` nodes and half
+    (:func:`homogeneous_moments`); Gauss-Hermite for a phi without kinks where ``HERMITE_NODES`` nodes and half
     as many agree to 1e-12 of E phi^2 (:func:`hermite_moments`: gelu, tanh, erf, silu, ...); else adaptive
     quadrature split at the kinks, to the same relative tolerance."""
     if phi.is_homogeneous:

@@ -4,7 +4,7 @@
 0, no bias, f = v . x^L / sqrt(N), every W^l and v trained in the NTK parametrisation; the training set is cut into
 fixed BN batches of B consecutive rows (the last wrapping around to the first rows: m = k B training copies), test
 points are batched among themselves; each batch's centred inputs must span at least 3 dimensions (at eps = 0 the NTK
-is infinite below that: :func:`bnsym.ntk.check_spans`, a ValueError at ``fit`` or ``predict``). Training is
+is infinite below that: ``bnsym.ntk.check_spans``, a ValueError at ``fit`` or ``predict``). Training is
 full-batch gradient flow on the squared loss L = sum over the m copies of (f(x_i) - y_i)^2 / 2,
 d theta / ds = -eta grad L. As the width grows the network moves
 as its linearisation with the deterministic NTK Theta (:func:`bnsym.ntk.bn_ntk`), and the mean over initialisations

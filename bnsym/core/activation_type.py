@@ -51,7 +51,7 @@ class _BuiltOnFirstRead:
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: the routes' caches key on the object
 class Activation:
     """A coordinatewise nonlinearity phi with its symbolic and numeric forms (``expr`` may be given as a
-    :class:`Deferred`, built when first read)."""
+    ``bnsym.core.activation_type.Deferred``, built when first read)."""
 
     name: str
     expr: sp.Expr = _BuiltOnFirstRead()
