@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -19,6 +21,8 @@ from tqdm import tqdm
 from ..core.validation import check_flag, check_whole_number
 from .experiments import resolve, task_name, version
 from .store import Store, config_key, seed_of
+
+POLL_SECONDS = 0.05  # how often the sweep looks for finished cells (and for a Ctrl-C)
 
 SCHEDULER_ENV = "BNSYM_DASK_SCHEDULER"
 MAX_WORKERS = 4096  # local worker processes
@@ -175,14 +179,39 @@ def _compute(task: str, pending: Mapping[str, dict], client: Client, store: Stor
     futures = {client.submit(execute, task, config, key=f"bnsym-sweep-{key}", pure=False): key
                for key, config in pending.items()}
     bar = tqdm(total=len(futures), desc=f"sweep {task}", disable=not show_bar)
-    for future in as_completed(futures):
-        key = futures[future]
-        try:
-            outcome = future.result()
-        except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker: recorded, the sweep goes on
-            outcome = {"result": None, "error": f"{type(exc).__name__}: {exc}", "seconds": None, "cpu_seconds": None}
-        records[key] = {"key": key, "task": task, "config": pending[key], **outcome}
-        store.save(records[key])
-        future.release()
-        bar.update()
+    completed = as_completed(futures)
+    with _interrupt_between_records() as interrupted:
+        while not completed.is_empty():
+            if interrupted():
+                raise KeyboardInterrupt
+            if not completed.has_ready():
+                time.sleep(POLL_SECONDS)
+                continue
+            for future in completed.next_batch(block=False):
+                key = futures[future]
+                try:
+                    outcome = future.result()
+                except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker: recorded, the sweep goes on
+                    outcome = {"result": None, "error": f"{type(exc).__name__}: {exc}", "seconds": None,
+                               "cpu_seconds": None}
+                records[key] = {"key": key, "task": task, "config": pending[key], **outcome}
+                store.save(records[key])
+                future.release()
+                bar.update()
     bar.close()
+
+
+@contextmanager
+def _interrupt_between_records() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C (SIGINT) noted, and raised as KeyboardInterrupt by the caller between records: raised inside Dask's
+    own waiting it could leave the client's event loop half-way (a fresh-clone run hung for over 240 s; another
+    printed a NameError from ``distributed.utils``). Outside the main thread signals cannot be caught: no-op there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    caught = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.set())
+    try:
+        yield caught.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
