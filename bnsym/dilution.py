@@ -456,11 +456,12 @@ def homogeneous_moments(phi: Activation) -> tuple[float, float, float]:
 
     E[rho_alpha(z)^p] = c_(alpha p / 2) with c_alpha = E[rho_alpha(z)^2] (Defn E.7), and the two parts have disjoint
     supports, so E phi = (a - b) c_(alpha/2), E phi^2 = (a^2 + b^2) c_alpha and, with phi' = alpha (a rho_(alpha-1)(z)
-    + b rho_(alpha-1)(-z)), E phi'^2 = alpha^2 (a^2 + b^2) c_(alpha-1) (finite for alpha > 1/2).
+    + b rho_(alpha-1)(-z)), E phi'^2 = alpha^2 (a^2 + b^2) c_(alpha-1), finite for alpha > 1/2 and infinite below
+    (E[z^(2 alpha - 2); z > 0] diverges at 0, where c_(alpha-1)'s Gamma formula would continue to a finite value).
     """
     alpha, (a, b) = phi.degree, phi.ab
-    return (float((a - b) * c_alpha(alpha / 2)), float((a * a + b * b) * c_alpha(alpha)),
-            float(alpha**2 * (a * a + b * b) * c_alpha(alpha - 1)))
+    slope = alpha**2 * (a * a + b * b) * c_alpha(alpha - 1) if alpha > 0.5 else math.inf
+    return float((a - b) * c_alpha(alpha / 2)), float((a * a + b * b) * c_alpha(alpha)), float(slope)
 
 
 @lambdified()

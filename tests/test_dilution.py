@@ -171,6 +171,14 @@ def test_homogeneous_moments_match_quadrature(phi):
         dilution.gaussian_moments(replace(act, degree=None)), rel=1e-12, abs=1e-15)
 
 
+@pytest.mark.parametrize("phi", ["relu^0.5", "relu^0.3"])
+def test_homogeneous_slope_moment_is_infinite_at_or_below_degree_one_half(phi):
+    """E phi'^2 = alpha^2 E[z^(2 alpha - 2); z > 0] diverges at 0 for alpha <= 1/2; the Gamma formula of c_(alpha-1)
+    would continue to a finite value below 1/2. The finite moments still match their closed forms."""
+    moments = dilution.homogeneous_moments(bnsym.parse_activation(phi))
+    assert math.isinf(moments[2]) and all(math.isfinite(m) and m > 0 for m in moments[:2])
+
+
 @pytest.mark.parametrize("phi", ["tanh", "gelu", "silu", "erf", "mish", "x*sigmoid(1.702*x)", "tanh(gamma=3)"])
 def test_smooth_moments_match_quadrature(phi):
     """Gauss-Hermite (or, where its two rules disagree, as for tanh(gamma=3), quadrature) against adaptive quadrature
