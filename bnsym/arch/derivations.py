@@ -219,6 +219,33 @@ def derive_phi_batch_norm_exchangeable() -> Derivation:
     return d
 
 
+def _between(d: Derivation) -> sp.Expr:
+    """The gradient's squared norm between BN and phi, S = tr E[D Pi D], as steps of ``d``.
+
+    Premises: the cotangent g at phi's output has second moment Pi = a I + b 11^T (a BSB1 input keeps every
+    cotangent in span{I, 11^T}; b != 0 wherever a BN or a Dense above feeds back, e.g. Pi = c G below a BN) and is
+    independent of D = diag(phi'(x)), x = BN(h) (gradient independence: W^T g behind a Dense is a fresh Gaussian);
+    the coordinates of x are exchangeable, E[phi'(x_a)^2] = M11. The gradient at BN's output is D g, and
+    E[|D g|^2] = tr E[D Pi D] = sum_a E[phi'(x_a)^2] Pi_aa: a diagonal sandwich reads only Pi's diagonal a + b, so
+    M12 = E[phi'(x_1) phi'(x_2)] does not enter (it would for (1^T D g)^2, which is not this norm).
+    """
+    size = 3
+    slopes = sp.symbols(f"d_1:{size + 1}", real=True)
+    generic = sp.Matrix(size, size, lambda i, j: sp.Symbol(f"Pi_{min(i, j) + 1}{max(i, j) + 1}"))
+    sandwich = sp.expand((sp.diag(*slopes) * generic * sp.diag(*slopes)).trace())
+    d.step(f"$\\mathrm{{tr}}(D\\Pi D) = \\sum_a \\phi'(x_a)^2\\Pi_{{aa}}$ reads only the diagonal of $\\Pi$ "
+           f"(any symmetric $\\Pi$, shown at $B = {size}$):", sp.Eq(sp.Symbol("tr(D Pi D)"), sandwich))
+    invariant = sp.expand((sp.diag(*slopes) * (a_pi * sp.eye(size) + b_pi * sp.ones(size, size))
+                           * sp.diag(*slopes)).trace())
+    per_coordinate = sp.factor(expect(invariant, {slope**2: M11 for slope in slopes}) / size)
+    d.step("At $\\Pi = aI + b\\mathbf 1\\mathbf 1^T$, each of the $B$ exchangeable coordinates gives "
+           "$E[\\phi'(x_a)^2]\\,\\Pi_{aa}$:", sp.Eq(sp.Symbol("E[phi'(x_a)^2] Pi_aa"), per_coordinate))
+    between = sp.expand(B * per_coordinate)
+    d.step("Between BN and $\\phi$ the gradient's squared norm is $\\mathrm{tr}\\,E[D\\Pi D]$:",
+           sp.Eq(sp.Symbol("S_between"), between), name="between")
+    return between
+
+
 @cache
 def derive_bsb1_backward() -> Derivation:
     """E[J^T Pi J] for J the Jacobian of BN -> phi (eps = 0) at a BSB1 input, Pi = a I + b 11^T (Yang et al. 2019,
@@ -228,7 +255,8 @@ def derive_bsb1_backward() -> Derivation:
     uniform on the unit sphere of 1^perp and independent of r^2 ~ mu chi^2_{B-1}, E[1/r^2] = 1/(mu (B - 3)). The
     image of an invariant Pi is invariant with zero row sums, hence c G with c = tr E[J^T Pi J] / (B - 1), and
     P = G - v v^T is a projector, so tr(P M P) = tr(P M). Named results "fused" (c), "alone" (c for BN alone,
-    phi = identity), "between" (tr E[D Pi D], the gradient's squared norm between BN and phi) and "minus_thm7".
+    phi = identity), "between" (tr E[D Pi D], the gradient's squared norm between BN and phi; see
+    :func:`_between`) and "minus_thm7".
     """
     d = Derivation("The gradient through BN -> phi at a BSB1 input, for Pi = a I + b 11^T")
     d.step("$D \\Pi D = a D^2 + b\\,dd^T$ with $d = \\phi'(x)$, and $\\mathrm{tr}(P M P) = \\mathrm{tr}(GM) - "
@@ -245,9 +273,7 @@ def derive_bsb1_backward() -> Derivation:
     alone = sp.factor(fused.subs({M11: 1, M12: 1, N11: 1, N12: -1 / (B - 1)}))
     d.step("Batch norm alone ($\\phi' = 1$, $E[x_1^2] = 1$, $E[x_1 x_2] = -1/(B-1)$):",
            sp.Eq(sp.Symbol("c_BN"), alone), name="alone")
-    between = sp.expand(a_pi * B * M11 + b_pi * (B * M11 + B * (B - 1) * M12))
-    d.step("Between BN and $\\phi$ the gradient's squared norm is $\\mathrm{tr}\\,E[D\\Pi D]$:",
-           sp.Eq(sp.Symbol("S_between"), between), name="between")
+    _between(d)
     thm7 = derive_trace_identity().result.subs(mu_star, mu)
     gap = sp.simplify(fused.subs({a_pi: 1, b_pi: -1 / B}) - thm7)
     d.step("At $\\Pi = G$ ($a = 1$, $b = -1/B$) this is Thm 7's $\\lambda_G$:",
