@@ -9,6 +9,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import sys
 import warnings
 from importlib import metadata
@@ -210,6 +211,24 @@ def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, po
             "gradient_growth": [None if g is None else _finite_or_none(float(g)) for g in growth]}
 
 
+def check_plot_path(path: str) -> None:
+    """``--plot``'s file, checked before any work: not a directory, an image format matplotlib writes (named by
+    its extension, so the plot lands at the path given), in an existing folder this process may write to."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    folder = os.path.dirname(os.path.abspath(path))
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    if os.path.isdir(path):
+        raise ValueError(f"--plot {path} is a directory: give an image file, e.g. {os.path.join(path, 'spp.png')}")
+    if extension not in formats:
+        given = f".{extension}" if extension else "no extension"
+        raise ValueError(f"--plot {path}: the file name must end in an image format matplotlib writes "
+                         f"({', '.join('.' + f for f in sorted(formats))}), got {given}")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ValueError(f"--plot {path}: the folder {folder} does not exist or cannot be written to")
+
+
 def _plot(result: dict, path: str) -> None:
     """Brock et al.'s signal-propagation plot (channel mean squared, channel variance) and the gradient S."""
     import matplotlib
@@ -355,6 +374,8 @@ def _command(argv: list[str] | None) -> int:
                 print(run_sweep_command(args))
                 return 0
             if args.command == "arch":
+                if args.plot:
+                    check_plot_path(args.plot)
                 result = arch_prediction(args.spec, args.batch_size, args.correlation, args.points)
                 if args.plot:
                     _plot(result, args.plot)

@@ -7,9 +7,10 @@ Pi = E[g g^T] is all that matters, and a Dense maps it to weight_var Pi. Inside 
 (vector-Jacobian products of the ops), with fresh Gaussian injections N(0, Pi) where the segment feeds a Dense.
 Chains phi -> affine (Pi o E[phi'(h) phi'(h)^T]) and BN [-> phi] at a BSB1 input with Pi in span{I, 11^T}
 (:func:`~bnsym.arch.derivations.derive_bsb1_backward`) are exact; other chains with one BN are summed in closed form
-over their forward samples (:func:`_sandwich`). A train-mode BN with eps = 0 whose input is
-constant over the batch with positive probability (a relu of a Gaussian) has an infinite gradient second moment
-below it (the eps -> 0 Jacobian blows up like 1/r on a set where r -> 0 in two dimensions): S is inf there.
+over their forward samples (:func:`_sandwich`). A train-mode BN with eps = 0 whose input's spread r over the batch
+has E[r^-2] = inf (:func:`~bnsym.arch.graph.divergent_spread`: an input constant over the batch with positive
+probability, a relu of a Gaussian, or a Gaussian spread over at most 2 dimensions) has an infinite gradient second
+moment below it (the eps -> 0 Jacobian blows up like 1/r): S is inf there.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..core.geometry import bsb1_mu, centring
 from ..meanfield.kernels import c_alpha, phi_kernel_derivative
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
-from .graph import Graph, Moment, Node, exchangeable, hermite_kernel
+from .graph import Graph, Moment, Node, divergent_spread, exchangeable, hermite_kernel
 from .ops import Affine, Elementwise, TrainBN
 
 
@@ -142,12 +143,14 @@ def radial_weight(kernel: np.ndarray, direction: np.ndarray, weight: np.ndarray)
     1/s^2 = B / r^2 (``weight`` (R, P), r = norm(G h)) replaced by its conditional mean given the direction u = G h / r
     (``direction`` (R, P, B)). Everything else in J^T Pi J is a function of u, and given u, r^2 is Gamma(d/2, rate
     q/2), q = u^T (G K G)^+ u, d = rank(G K G), so E[B / r^2 | u] = B q / (d - 2): the same mean, without the heavy
-    tail of 1/r^2 (whose variance is infinite for d <= 4). ``weight`` itself where d <= 2 or the ranks differ."""
+    tail of 1/r^2 (whose variance is infinite for d <= 4). d >= 3 here (at d <= 2 the mean itself is infinite, and
+    the callers say so: :func:`~bnsym.arch.graph.divergent_spread`); ``weight`` itself where the replicates' ranks
+    differ."""
     batch = kernel.shape[-1]
     lam, vecs = np.linalg.eigh(centring(batch) @ kernel @ centring(batch))
     keep = lam > 1e-12 * np.maximum(lam[..., -1:], 1e-300)
     ranks = keep.sum(-1)
-    if np.any(ranks <= 2) or np.any(ranks != ranks[0]):
+    if np.any(ranks != ranks[0]):
         return weight
     inverse = np.einsum("rak,rk,rbk->rab", vecs, np.where(keep, 1 / np.where(keep, lam, 1.0), 0.0), vecs)
     q = np.sum(np.matmul(direction, inverse) * direction, -1)
@@ -173,7 +176,7 @@ class _Backward:
         self.inject: dict[Node, list[np.ndarray]] = defaultdict(list)  # fresh injections N(0, Pi) at a node
         self.g: dict[Node, np.ndarray] = {}  # per-sample pulled-back cotangents (R, P, B, k)
         self.rel: dict[Node, float] = defaultdict(float)  # relative deterministic error of the node's S
-        self.infinite: set[Node] = set()
+        self.infinite: dict[Node, str] = {}  # nodes whose S diverges, and why
         self.result: dict[Node, Moment] = {}
 
     def zeros(self) -> np.ndarray:
@@ -195,7 +198,7 @@ class _Backward:
 
     def _record(self, node: Node, value: np.ndarray) -> None:
         if node in self.infinite:
-            self.result[node] = Moment(np.full((1,), np.inf), np.zeros(()), infinite=True)
+            self.result[node] = Moment(np.full((1,), np.inf), np.zeros(()), infinite=True, why=self.infinite[node])
         else:
             self.result[node] = Moment(value, self.rel[node] * np.abs(value).max())
         self._spread(node)
@@ -210,7 +213,7 @@ class _Backward:
         for target in targets:
             self.rel[target] = max(self.rel[target], self.rel[node])
             if node in self.infinite:
-                self.infinite.add(target)
+                self.infinite.setdefault(target, self.infinite[node])
 
     def _gaussian(self, node: Node) -> None:
         total = sum(self.pi.pop(node, []), self.zeros())
@@ -236,8 +239,9 @@ class _Backward:
         """The cotangent columns ``g`` at ``node`` (samples ``rows``) passed to its parents."""
         if node.kind == "sum":
             return [(node.parents[0], g), (node.parents[1], node.alpha * g)]
-        if isinstance(node.op, TrainBN) and node.op.eps == 0 and node.parents[0].flat is not None:
-            self.infinite.add(node.parents[0])
+        why = divergent_spread(node)
+        if why is not None:  # the BN's own reason, over one spread down from above
+            self.infinite[node.parents[0]] = why
         output = node.samples()[:, rows]  # (computes node._input too)
         return [(node.parents[0], node.op.vjp(node._input[:, rows], output, g))]
 
@@ -315,8 +319,7 @@ class _Backward:
         each node j below it, E[J^T Pi J] with J = D_after J_BN D_before the Jacobian from j to k, by
         :func:`_sandwich` (O(P B^2) matrix products, exact given the forward samples)."""
         norms = [position for position, member in enumerate(chain) if isinstance(member.op, TrainBN)]
-        if len(norms) > 1 or any(m.op.eps == 0 and m.parents[0].flat is not None for m in chain
-                                 if isinstance(m.op, TrainBN)):
+        if len(norms) > 1 or any(divergent_spread(m) is not None for m in chain):
             return False
         diagonals = [None if isinstance(m.op, TrainBN) else self._diagonal(m) for m in chain]
         norm = None

@@ -74,11 +74,13 @@ class Sampling:
 @dataclass(frozen=True)
 class Moment:
     """A kernel (R, B, B) or mean (R, B) per replicate and a deterministic error bound (B, B) or (B,); ``infinite``:
-    a gradient statistic whose second moment diverges (its value is inf by the theory, not by overflow)."""
+    a gradient statistic whose second moment diverges (its value is inf by the theory, not by overflow), ``why``
+    (:func:`divergent_spread`)."""
 
     value: np.ndarray
     bound: np.ndarray
     infinite: bool = False
+    why: str = ""
 
     @property
     def relative(self) -> float:
@@ -165,6 +167,57 @@ def _has_flat_point(sigma: np.ndarray, phi: Phi) -> bool:
                      bounds=[(None, None)] * basis.shape[1], method="highs")
     return result.status == 0
 
+
+
+class Divergent(ValueError):
+    """A moment that is infinite by the theory, not by overflow (the routes' numerical guard passes it on)."""
+
+
+def centred_rank(kernel: np.ndarray, sizes: tuple[int, ...] | None = None) -> int:
+    """The smallest rank over replicates (and over the batches of ``sizes``, each centred on its own) of G K G for
+    kernels (R, B, B): the dimension a Gaussian's batch vector spreads over around its batch mean (eigenvalues below
+    1e-12 of the largest count as 0)."""
+    cuts = np.cumsum((0, *(sizes or (kernel.shape[-1],))))
+    ranks = []
+    for start, stop in zip(cuts[:-1], cuts[1:]):
+        block = centring(stop - start) @ kernel[..., start:stop, start:stop] @ centring(stop - start)
+        lam = np.linalg.eigvalsh(block)
+        ranks.append(int((lam > 1e-12 * np.maximum(lam[..., -1:], 1e-300)).sum(-1).min()))
+    return min(ranks)
+
+
+def low_rank_spread(kernel: np.ndarray, sizes: tuple[int, ...] | None = None, via: str = "") -> str | None:
+    """Why E[r^-2] is infinite for r = |G h|, h ~ N(0, K) (``kernel`` (R, B, B)), or None: G K G of rank d <= 2 makes
+    r^2 a weighted chi-square with d degrees of freedom, whose density near 0 is of order r^(d - 2), and
+    E[r^-2] = integral r^(d - 3) dr diverges at 0 for d <= 2. ``via``: the words for a map of h in between."""
+    rank = centred_rank(kernel, sizes)
+    if rank > 2:
+        return None
+    return (f"{via}a Gaussian spread over only {rank} dimension(s) around its batch mean (its centred kernel G K G has "
+            f"rank "
+            f"{rank}, as after an input Gram Sigma0 of low rank), so r^2 is a chi-square with {rank} degree(s) of "
+            "freedom; more points cannot resolve it, inputs whose centred Gram G Sigma0 G has rank >= 3 can")
+
+
+def divergent_spread(norm: Node) -> str | None:
+    """Why E[r^-2] is infinite for r = |G x|, the spread over the batch of the vector x that the train-mode BN with
+    eps = 0 ``norm`` normalises, or None (also for any other node): the BN's Jacobian is of size 1/r, so the
+    gradient and tangent moments behind it are infinite. x is constant over the batch with positive probability
+    (``flat``, a relu of a Gaussian: r -> 0 in two dimensions around that set), or x is a Gaussian h spread over at
+    most 2 dimensions (:func:`low_rank_spread`), or phi(h) of one for a locally Lipschitz phi: |G phi(h)| <=
+    |phi(h) - phi(m) 1| <= L |h - m 1| = L |G h| with m the batch mean of h, so E[r^-2] >= E[|G h|^-2] / L^2."""
+    if not (isinstance(norm.op, TrainBN) and norm.op.eps == 0):
+        return None
+    x = norm.parents[0]
+    if x.flat is not None:
+        return ("an activation that is constant over the batch with positive probability (a relu of a Gaussian), "
+                "where the spread r of the batch tends to 0 in two dimensions")
+    if x.kind == "gaussian":
+        return low_rank_spread(x.kernel().value, norm.op.sizes)
+    if (isinstance(x.op, Elementwise) and x.parents[0].kind == "gaussian"
+            and not (x.op.phi.is_homogeneous and x.op.phi.degree < 1)):
+        return low_rank_spread(x.parents[0].kernel().value, norm.op.sizes, f"{x.op.phi.name} (Lipschitz) of ")
+    return None
 
 # ------------------------------------------------------------------------------------------------ nodes
 

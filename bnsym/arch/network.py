@@ -24,14 +24,16 @@ from ..core.validation import (
     MIN_BATCH_SIZE,
     check_activation,
     check_covariance,
+    check_memory,
     check_resolved,
     check_whole_number,
 )
 from .backward import backward
-from .graph import Graph, Moment, Node, Sampling
+from .graph import Divergent, Graph, Moment, Node, Sampling
 from .ops import Elementwise, TrainBN
 
 MAX_POINTS = 2**20  # quasi-Monte Carlo points per replicate; the samples of a node take replicates x points x B floats
+MAX_NETWORK_LAYERS = 10_000  # layers counted with the residual branches': each is a node of the per-neuron graph
 
 
 def check_network(net: object) -> Serial:
@@ -46,6 +48,23 @@ def check_network(net: object) -> Serial:
     return network
 
 
+def check_sizes(network: Serial, batch: int, sampling: Sampling) -> None:
+    """What the routes would hold must fit, checked before any work: at most ``MAX_NETWORK_LAYERS`` layers (with the
+    residual branches', which repeats of nested blocks multiply); one (replicates, points, B) array of samples per
+    layer (a sampled segment keeps its nodes' samples); and with a train-mode BatchNorm, the Laplace route's
+    (B(B+1)/2) x B products and its quadrature's arrays of that size, about B^3 floats. Each within
+    ``MAX_ENTRIES`` (8 GiB of float64) of :func:`~bnsym.core.validation.check_memory`."""
+    layers = 0
+    for layers, _ in enumerate(walk(network), 1):
+        if layers > MAX_NETWORK_LAYERS:
+            raise ValueError(f"the network has more than {MAX_NETWORK_LAYERS:,} layers (counting those of residual "
+                             "branches): each is a node of the per-neuron graph with its own samples")
+    check_memory(layers, sampling.replicates * sampling.points, batch,
+                 "the samples of the layers, layers x (replicates x points) x B")
+    if any(isinstance(layer, BatchNorm) and layer.mode == "train" for layer in walk(network)):
+        check_memory(batch, batch, batch, "a train-mode BatchNorm's Laplace route (eq. 11), about B x B x B")
+
+
 def check_sampling(points: object, replicates: object, seed: object) -> Sampling:
     """The quasi-Monte Carlo sizes: points a power of 2 (Sobol balance), at least 2 replicates (a spread)."""
     count = check_whole_number(points, "points", 16, MAX_POINTS, "points per replicate of the quasi-Monte Carlo routes")
@@ -55,10 +74,18 @@ def check_sampling(points: object, replicates: object, seed: object) -> Sampling
                     check_whole_number(seed, "seed", 0, 2**63 - 1))
 
 
-def check_inputs(net: object, Sigma0: object, gradient: bool) -> tuple[Serial, np.ndarray]:
-    """The network and its input Gram: Sigma0 PSD; B >= 4 and G Sigma0 G != 0 where a train-mode BatchNorm is;
+def check_inputs(net: object, Sigma0: object, gradient: bool,
+                 sampling: Sampling | None = None) -> tuple[Serial, np.ndarray]:
+    """The network and its input Gram: with ``sampling``, sizes that fit (:func:`check_sizes`, before anything
+    walks the network or factors Sigma0); Sigma0 PSD; B >= 4 and G Sigma0 G != 0 where a train-mode BatchNorm is;
     every activation usable (its slope too for ``gradient``)."""
     network = check_network(net)
+    try:
+        shape = np.shape(Sigma0)
+    except ValueError:  # ragged: check_covariance says so
+        shape = ()
+    if sampling is not None and len(shape) == 2:
+        check_sizes(network, shape[0], sampling)
     train = any(isinstance(layer, BatchNorm) and layer.mode == "train" for layer in walk(network))
     try:
         sigma = check_covariance(Sigma0, batch_norm=train)
@@ -77,10 +104,13 @@ def check_inputs(net: object, Sigma0: object, gradient: bool) -> tuple[Serial, n
 @contextmanager
 def _float64_range(sigma: np.ndarray):
     """Numerical failures inside the routes (an overflow turned NaN, an eigensolver that does not converge on
-    non-finite entries) become one ValueError naming Sigma0's scale; the layers' maps are not scale invariant."""
+    non-finite entries) become one ValueError naming Sigma0's scale; the layers' maps are not scale invariant. A
+    moment that is infinite by the theory (:class:`~bnsym.arch.graph.Divergent`) passes on unchanged."""
     try:
         with np.errstate(all="ignore"):
             yield
+    except Divergent:
+        raise
     except (ValueError, FloatingPointError) as error:
         raise ValueError(f"the network's kernels leave float64's range for this Sigma0 (largest entry "
                          f"{np.abs(sigma).max():.3g}): {str(error).splitlines()[0][:200]}") from None
@@ -145,8 +175,8 @@ def kernel(net: object, Sigma0: object, with_error: bool = False, points: int = 
     a network not starting with a Dense, a Sigma0 that is not PSD, B < 4 with a train-mode BatchNorm, or a
     result whose error exceeds 1% of its size (raise ``points``).
     """
-    network, sigma = check_inputs(net, Sigma0, gradient=False)
     sampling = check_sampling(points, replicates, seed)
+    network, sigma = check_inputs(net, Sigma0, gradient=False, sampling=sampling)
     with _float64_range(sigma):
         _, outputs, _ = build(network, sigma, sampling)
         result = _estimate(outputs[-1].kernel(), "exact")
@@ -204,10 +234,8 @@ def _summaries(kernel: Moment) -> dict[str, Moment]:
     return {key: Moment(value, np.asarray(error)) for key, (value, error) in parts.items()}
 
 
-INFINITE_NOTE = ("is infinite at layers {}: a train-mode BatchNorm with eps = 0 follows an activation that is "
-                 "constant over the batch with positive probability (a relu of a Gaussian), and its Jacobian grows "
-                 "like 1/r where r, the spread of the batch, tends to 0 in two dimensions, so E[r^-2] diverges; any "
-                 "eps > 0 bounds it")
+INFINITE_NOTE = ("is infinite at layers {}: a train-mode BatchNorm with eps = 0 acts on {}; its Jacobian grows like "
+                 "1/r, r the spread of its input over the batch, and E[r^-2] diverges; any eps > 0 bounds it")
 
 
 def _stack(moments: list[Moment], what: str) -> Estimate:
@@ -216,9 +244,10 @@ def _stack(moments: list[Moment], what: str) -> Estimate:
                  _estimate(Moment(np.atleast_1d(m.value), np.asarray(m.bound)), "exact") for m in moments]
     value = np.array([e.value for e in estimates])
     infinite = [position for position, m in enumerate(moments) if m.infinite]
+    why = " and on ".join(dict.fromkeys(m.why for m in moments if m.infinite))
     return Estimate(value, np.array([e.error for e in estimates]),
                     "qmc" if "qmc" in {e.method for e in estimates} else "exact",
-                    f"{what} {INFINITE_NOTE.format(infinite)}" if infinite else "")
+                    f"{what} {INFINITE_NOTE.format(infinite, why)}" if infinite else "")
 
 
 def _result(network: Serial, kernels: list[Moment], summaries: list[dict[str, Moment]], branches: dict[int, Node],
@@ -240,8 +269,8 @@ def signal_propagation(net: object, Sigma0: object, points: int = 2**12, replica
     arguments as for :func:`kernel`; the gradient follows each layer's backward map, batch norm's coupling included
     (``bnsym.arch.graph``). ValueError as for :func:`kernel`, and for an activation whose slope has an infinite
     second moment."""
-    network, sigma = check_inputs(net, Sigma0, gradient=True)
     sampling = check_sampling(points, replicates, seed)
+    network, sigma = check_inputs(net, Sigma0, gradient=True, sampling=sampling)
     with _float64_range(sigma):
         graph, outputs, branches = build(network, sigma, sampling)
         kernels = [node.kernel() for node in outputs]

@@ -27,8 +27,9 @@ Dense, sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for ph
 form for positive-homogeneous phi, Gauss-Hermite for smooth phi); a chain with one train-mode BN on one Gaussian
 leaf summed in closed form over the graph's quasi-Monte Carlo samples (:func:`~bnsym.arch.backward._sandwich` with
 the Jacobian transposed); any other segment by per-sample tangent columns. A train-mode BN with eps = 0 after an
-activation that is constant over the batch with positive probability has an infinite tangent kernel (its Jacobian
-grows like 1/r, as for the gradient).
+activation that is constant over the batch with positive probability, or after a Gaussian spread over at most 2
+dimensions, has an infinite tangent kernel (its Jacobian grows like 1/r, as for the gradient;
+:func:`~bnsym.arch.graph.divergent_spread`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ..core.validation import (
     check_finite_result,
     check_resolved,
     check_whole_number,
+    shown,
 )
 from ..meanfield.ntk_laplace import ntk_joint, tangent_nodes
 from .backward import (
@@ -57,13 +59,18 @@ from .backward import (
     radial_weight,
 )
 from .derivations import lambdified
-from .graph import Graph, Moment, Node, Sampling, exchangeable
+from .graph import Divergent, Graph, Moment, Node, Sampling, divergent_spread, exchangeable, low_rank_spread
 from .network import _estimate, _float64_range, build, check_inputs, check_sampling
 from .ops import Affine, Elementwise, TrainBN
 
-INFINITE_NTK = ("the tangent kernel is infinite: a train-mode BatchNorm with eps = 0 follows an activation that is "
-                "constant over the batch with positive probability (a relu of a Gaussian), where its Jacobian grows "
-                "like 1/r; any eps > 0 bounds it")
+
+def _refuse_divergent(why: str | None) -> None:
+    """:class:`~bnsym.arch.graph.Divergent` (a ValueError) where a train-mode BN with eps = 0 has E[r^-2] = inf
+    (``why``: :func:`~bnsym.arch.graph.divergent_spread`)."""
+    if why is not None:
+        raise Divergent(f"the tangent kernel is infinite: a train-mode BatchNorm with eps = 0 acts on {why}; its "
+                        "Jacobian grows like 1/r, r the spread of its input over the batch, and E[r^-2] diverges; "
+                        "any eps > 0 bounds it")
 
 
 def tangent_kernel(graph: Graph, node: Node) -> Moment:
@@ -112,8 +119,7 @@ class _Forward:
             tx, ty = self.theta[x], self.theta[y]
             return Moment(tx.value + node.alpha**2 * ty.value, tx.bound + node.alpha**2 * ty.bound)
         parent = node.parents[0]
-        if isinstance(node.op, TrainBN) and node.op.eps == 0 and parent.flat is not None:
-            raise ValueError(INFINITE_NTK)
+        _refuse_divergent(divergent_spread(node))
         if isinstance(node.op, Affine):  # a constant Jacobian diag(1 / scale)
             theta, scale = self.theta[parent], node.op.scale
             value = theta.value / (scale[:, :, None] * scale[:, None, :])
@@ -188,6 +194,8 @@ class _Forward:
     def _sampled_chain(self, chain: list[Node]) -> Moment:
         """E[J Theta J^T] over the forward samples (:func:`chain_jacobian`): J^T has the form :func:`_sandwich` takes,
         with the diagonals swapped (J_BN is symmetric)."""
+        for member in chain:
+            _refuse_divergent(divergent_spread(member))
         theta = self.theta[chain[0].parents[0]]
         before, norm, after = chain_jacobian(chain)
         value = _sandwich(theta.value, after, norm, before)
@@ -222,8 +230,7 @@ class _Forward:
                 columns[member] = x + member.alpha * y
             else:
                 parent = member.parents[0]
-                if isinstance(member.op, TrainBN) and member.op.eps == 0 and parent.flat is not None:
-                    raise ValueError(INFINITE_NTK)
+                _refuse_divergent(divergent_spread(member))
                 member.samples()
                 columns[member] = member.op.vjp(member._input, member._samples, column(parent))
             value = np.einsum("rpak,rpbk->rab", columns[member], columns[member]) / shape[1]
@@ -272,8 +279,9 @@ def ntk(net: object, Sigma0: object, with_error: bool = False, points: int = 2**
     after an activation constant over the batch with positive probability). ``method``: "auto" (the Laplace route
     where ``ntk_route`` takes it) or "qmc" (the sampled route always).
     """
-    network, sigma = check_inputs(net, Sigma0, gradient=True)
-    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), laplace=_check_method(method))
+    sampling = check_sampling(points, replicates, seed)
+    network, sigma = check_inputs(net, Sigma0, gradient=True, sampling=sampling)
+    result = ntk_route(network, sigma, sampling, laplace=_check_method(method))
     return result if with_error else result.value
 
 
@@ -293,6 +301,7 @@ def ntk_route(network: Serial, sigma: np.ndarray, sampling: Sampling, sizes: tup
     laplace = _laplace_mlp(network) if laplace else None
     batch = len(sigma) if sizes is None else sizes[0]
     if laplace is not None and (sizes is None or len(set(sizes)) == 1):
+        _refuse_divergent(low_rank_spread(sigma[None], sizes))  # the first BN's input is Gaussian, w Sigma0
         nodes = tangent_nodes(batch)
         with _float64_range(sigma):
             value = ntk_joint(*laplace[:1], sigma, laplace[1], batch, nodes)
@@ -332,8 +341,8 @@ def ntk_per_entry(net: object, Sigma0: object, entries: list[tuple[int, int]] | 
     :mod:`bnsym.arch.backward` (polarised, E = ((e_a + e_b)(e_a + e_b)^T - (e_a - e_b)(e_a - e_b)^T) / 4, as those
     take PSD cotangents). The adjoint of :func:`ntk`, on the same samples: a reference and a baseline, B(B+1)/2
     times the work. Returns the entries, in order, as an :class:`~bnsym.core.estimate.Estimate`."""
-    network, sigma = check_inputs(net, Sigma0, gradient=True)
     sampling = check_sampling(points, replicates, seed)
+    network, sigma = check_inputs(net, Sigma0, gradient=True, sampling=sampling)
     batch = sigma.shape[0]
     pairs = [(a, b) for a in range(batch) for b in range(a, batch)] if entries is None else list(entries)
     with _float64_range(sigma):
@@ -359,12 +368,17 @@ def ntk_cross(net: object, Sigma0: object, sizes: tuple[int, ...], with_error: b
     batches. The per-neuron maps act on the joint vector (BN block by block), so every BN is sampled (tangent
     columns over the joint law) unless the Laplace route applies. Arguments and errors otherwise as for
     :func:`ntk`."""
-    network, sigma = check_inputs(net, Sigma0, gradient=True)
+    sampling = check_sampling(points, replicates, seed)
+    network, sigma = check_inputs(net, Sigma0, gradient=True, sampling=sampling)
+    listed = np.asarray(getattr(sizes, "tolist", lambda: sizes)(), dtype=object)
+    if listed.ndim > 1:
+        raise ValueError(f"sizes must be a flat sequence of batch sizes, one per batch (e.g. (4, 4)), got "
+                         f"{shown(sizes)}")
     parts = tuple(check_whole_number(size, "a batch size", MIN_BATCH_SIZE, len(sigma))
-                  for size in np.ravel(np.asarray(getattr(sizes, "tolist", lambda: sizes)(), dtype=object)).tolist())
+                  for size in np.ravel(listed).tolist())
     if sum(parts) != len(sigma):
         raise ValueError(f"the batch sizes {list(parts)} must add up to Sigma0's {len(sigma)} rows")
     for start, size in zip(np.cumsum((0, *parts[:-1])), parts):
         check_covariance(sigma[start:start + size, start:start + size], batch_norm=True)
-    result = ntk_route(network, sigma, check_sampling(points, replicates, seed), parts, _check_method(method))
+    result = ntk_route(network, sigma, sampling, parts, _check_method(method))
     return result if with_error else result.value

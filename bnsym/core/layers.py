@@ -28,6 +28,8 @@ from .validation import check_eps, check_number, check_variance, check_whole_num
 
 MODES = ("train", "eval")
 MAX_REPEATS = 10_000  # a description longer than this is a typo, not a network
+MAX_SERIAL = 10**6  # top-level layers of one Serial: repeats of repeats multiply, and each is held in a list
+MAX_NESTING = 100  # parentheses and res( ) inside each other in a spec: the reader recurses once per level
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,11 @@ def serial(*layers: Layer | Serial | Iterable) -> Serial:
 def repeat(layer: Layer | Serial | Iterable, n: int) -> Serial:
     """``layer`` (one layer or a block of them) ``n`` times in a row."""
     times = check_whole_number(n, "the number of repeats n", 1, MAX_REPEATS)
-    return serial(*([serial(layer)] * times))
+    block = serial(layer)
+    if len(block) * times > MAX_SERIAL:
+        raise ValueError(f"{times:,} repeats of a block of {len(block):,} layers make {len(block) * times:,} layers, "
+                         f"above {MAX_SERIAL:,}: a description this long is a typo, not a network")
+    return serial(*([block] * times))
 
 
 def walk(net: Serial) -> Iterator[Layer]:
@@ -171,10 +177,12 @@ class _Reader:
     position."""
 
     def __init__(self, spec: str):
-        self.spec, self.at = spec, 0
+        self.spec, self.at, self.depth = spec, 0, 0
 
     def fail(self, why: str) -> ValueError:
-        return ValueError(f"cannot read network spec {self.spec!r} at position {self.at}: {why}")
+        long = len(self.spec) > 200
+        shown_spec = f"{self.spec[:100]!r}... ({len(self.spec):,} characters)" if long else repr(self.spec)
+        return ValueError(f"cannot read network spec {shown_spec} at position {self.at}: {why}")
 
     def peek(self) -> str:
         while self.at < len(self.spec) and self.spec[self.at].isspace():
@@ -236,10 +244,20 @@ class _Reader:
         except ValueError:
             raise self.fail(f"{what} must be a number, got {text!r}") from None
 
+    def nested(self, read):
+        """``read()`` one level deeper: parentheses and res( ) nest at most ``MAX_NESTING`` deep."""
+        if self.depth >= MAX_NESTING:
+            raise self.fail(f"parentheses and res( ) nest more than {MAX_NESTING} deep: the reader recurses once per "
+                            "level, and a network this deep in brackets is a typo")
+        self.depth += 1
+        value = read()
+        self.depth -= 1
+        return value
+
     def element(self) -> Layer | Serial:
         if self.peek() == "(":
             self.at += 1
-            group = self.sequence()
+            group = self.nested(self.sequence)
             self.expect(")")
             return group
         match = _NAME.match(self.spec, self.at)
@@ -253,7 +271,7 @@ class _Reader:
             keyword = re.compile(r"\s*alpha\s*=\s*([^,()]+),").match(self.spec, self.at)
             if keyword:
                 alpha, self.at = self.number(keyword[1].strip(), "alpha"), keyword.end()
-            branch = self.sequence()
+            branch = self.nested(self.sequence)
             self.expect(")")
             return Residual(branch, alpha)
         text = self.arguments()
