@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     arch.add_argument("--correlation", default="0", help="the inputs' Gram matrix is (1 - c) I + c 11^T (default 0)")
     arch.add_argument("--points", default=str(2**12), help="quasi-Monte Carlo points per replicate (a power of 2)")
     arch.add_argument("--json", action="store_true", help="print one JSON object")
-    arch.add_argument("--plot", default=None, help="write the signal-propagation plot to this image file")
+    arch.add_argument("--plot", default=None, help="write the signal-propagation plot to this image file (its "
+                      "extension names the format: .png, .pdf, .svg, ...)")
     add_sweep_parser(commands, _Parser)
     _add_products_parser(commands)
     return parser
@@ -211,7 +212,7 @@ def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, po
             "gradient_growth": [None if g is None else _finite_or_none(float(g)) for g in growth]}
 
 
-def check_plot_path(path: str) -> None:
+def _check_plot_path(path: str) -> None:
     """``--plot``'s file, checked before any work: not a directory, an image format matplotlib writes (named by
     its extension, so the plot lands at the path given), in an existing folder this process may write to."""
     from matplotlib.backend_bases import FigureCanvasBase
@@ -375,7 +376,7 @@ def _command(argv: list[str] | None) -> int:
                 return 0
             if args.command == "arch":
                 if args.plot:
-                    check_plot_path(args.plot)
+                    _check_plot_path(args.plot)
                 result = arch_prediction(args.spec, args.batch_size, args.correlation, args.points)
                 if args.plot:
                     _plot(result, args.plot)
