@@ -30,7 +30,7 @@ import numpy as np
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
-from .core.lazy import lazy_module
+from .core.lazy import is_tensor, lazy_module
 from .core.validation import (
     check_activation,
     check_batch_size,
@@ -414,7 +414,7 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, eps: floa
     estimate = _compute(BN_KERNEL_ROUTES, method, phi, sigma / scale, eps / scale, None, batched=False)
     if with_error:
         return estimate
-    if isinstance(Sigma, torch.Tensor):  # a tensor in, a tensor out, on its device, as cross_batch_kernel does
+    if is_tensor(Sigma):  # a tensor in, a tensor out, on its device, as cross_batch_kernel does
         return torch.as_tensor(estimate.value, dtype=Sigma.dtype, device=Sigma.device)
     return estimate.value
 
@@ -618,7 +618,7 @@ def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, 
         return _empty_cross_batch_kernel(Sigma, matrix.shape, batch1, blocks, name, with_error)
     result = route.compute(phi, matrix, eps, None, original=Sigma, batch1=batch1, nodes=nodes, blocks=blocks,
                            with_error=with_error)
-    return result.to(Sigma.dtype) if isinstance(result, torch.Tensor) else result  # computed in float64
+    return result.to(Sigma.dtype) if is_tensor(result) else result  # computed in float64
 
 
 def _empty_cross_batch_kernel(sigma: np.ndarray | torch.Tensor, shape: tuple[int, ...], batch1: int, blocks: str,
@@ -628,7 +628,7 @@ def _empty_cross_batch_kernel(sigma: np.ndarray | torch.Tensor, shape: tuple[int
         shape = (*shape[:-2], batch1, shape[-1] - batch1)
     if with_error:
         return Estimate(np.zeros(shape), np.zeros(shape), method)
-    if isinstance(sigma, torch.Tensor):
+    if is_tensor(sigma):
         return torch.zeros(shape, dtype=sigma.dtype, device=sigma.device)
     return np.zeros(shape)
 
@@ -674,7 +674,7 @@ def log_condition_number(factors: np.ndarray | torch.Tensor) -> float | np.ndarr
     factors or a singular factor (kappa is infinite).
     """
     result = _products.log_condition_number(factors)
-    if isinstance(factors, torch.Tensor):
+    if is_tensor(factors):
         return result
     values = result.cpu().numpy()
     return float(values) if values.ndim == 0 else values

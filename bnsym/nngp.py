@@ -438,8 +438,11 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
     alpha = cho_solve(factor, targets)
     log_det = 2 * np.log(np.diag(factor[0])).sum()
     check_finite_result(alpha, "the posterior weights of these targets (centre and scale them: normalise_y=True)")
-    with np.errstate(over="ignore"):  # y^T alpha / 2 beyond float64: log p(y) = -inf (documented)
-        half_fit = float(np.sum((0.5 * targets) * alpha))
+    # y^T alpha / 2 = s^2 (y/s)^T (alpha/s) / 2 >= 0 with s a power of 2 (exact): no product of two huge numbers,
+    # and beyond float64 it is +inf (log p(y) = -inf, documented), never inf - inf = NaN
+    scale = math.ldexp(1.0, math.frexp(float(np.abs(targets).max(initial=0.0)))[1])
+    with np.errstate(over="ignore"):
+        half_fit = 0.5 * float(np.sum((targets / scale) * (alpha / scale))) * scale * scale
     lml = -half_fit - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
     return Posterior(factor, alpha, jitter, lml)
 

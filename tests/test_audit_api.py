@@ -7,7 +7,10 @@ high precision, the same computation at a scale where nothing overflows, or scal
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 
 import mpmath
 import numpy as np
@@ -17,6 +20,7 @@ from conftest import run_cli
 
 import bnsym
 from bnsym import api, nngp, products, rank
+from bnsym.core.activation_type import Activation
 from bnsym.core.validation import MAX_RELATIVE_ERROR, check_resolved
 from bnsym.meanfield.epsilon import _forward_at
 
@@ -123,6 +127,13 @@ def test_cross_batch_kernel_of_an_empty_stack_is_empty(blocks, shape):
     assert isinstance(tensor, torch.Tensor) and tensor.shape == shape and tensor.dtype == torch.float32
 
 
+@pytest.mark.parametrize("batch1", [np.float64(4.0), 4.0, np.int32(4)])
+def test_cross_batch_kernel_takes_any_whole_b1(batch1):
+    """B1 = np.float64(4.0) was refused as not a whole number (B everywhere else accepts it)."""
+    sigma = np.eye(8) + 0.3
+    assert np.array_equal(bnsym.cross_batch_kernel("relu", sigma, batch1), bnsym.cross_batch_kernel("relu", sigma, 4))
+
+
 def test_log_condition_number_with_a_tiny_pivot():
     """A factor with pivot 1e-300 is not singular: kappa = 1e300 (was NaN); the product of two triangular factors
     [[1, 2], [0, 1e-300]] is [[1, 2 + 2e-300], [0, 1e-600]], whose kappa is 5 / 1e-600 to 1e-300 relative
@@ -210,3 +221,36 @@ def test_gp_posterior_of_huge_targets():
 def test_fuss_catalan_density_of_an_empty_array(x):
     assert products.fuss_catalan_density(x, 1).shape == np.shape(x)
     assert bnsym.api.fuss_catalan_density(x, 2).shape == np.shape(x)
+
+
+# ------------------------------------------------------------------------------------------------- speed --
+
+FIRST_KERNEL = """
+import sys
+import numpy as np
+import bnsym
+for phi in ("tanh", "erf(gamma=2)", "sin"):
+    bnsym.bn_kernel(phi, 0.5 * np.eye(8) + 0.5)
+print(sorted(name for name in ("torch", "sympy") if name in sys.modules))
+"""
+
+
+def test_first_bn_kernel_of_a_process_imports_neither_torch_nor_sympy():
+    """Counted, not timed: the first bn_kernel("tanh", Sigma) of a BSB1-type Sigma cost 1.6 s of CPU, nearly all
+    of it importing torch (to ask whether Sigma was a tensor) and SymPy (to lambdify tanh); now 0.2 s."""
+    done = subprocess.run([sys.executable, "-c", FIRST_KERNEL], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+@pytest.mark.parametrize("name", ["tanh", "erf", "sin", "tanh(gamma=0.5)", "erf(gamma=3)", "sin(gamma=2.5)"])
+def test_hand_written_smooth_activations_equal_their_formulas(name):
+    """phi and phi' of tanh, erf, sin (now written by hand) against the lambdified SymPy formula they defer."""
+    phi = bnsym.parse_activation(name)
+    reference = Activation.from_expr("reference", phi.expr)
+    x = np.linspace(-4, 4, 801)
+    for mine, theirs in ((phi.numpy, reference.numpy), (phi.numpy_derivative, reference.numpy_derivative)):
+        np.testing.assert_allclose(mine(x), theirs(x), rtol=1e-14, atol=1e-15)
+    t = torch.as_tensor(x)
+    for mine, theirs in ((phi.torch, reference.torch), (phi.torch_derivative, reference.torch_derivative)):
+        torch.testing.assert_close(mine(t), theirs(t), rtol=1e-14, atol=1e-15)

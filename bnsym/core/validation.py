@@ -444,9 +444,10 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
     if matrix.ndim < 2 or matrix.shape[-1] != matrix.shape[-2]:
         raise ValueError(f"Sigma must be a square (B1 + B2) x (B1 + B2) matrix or a stack (..., B1 + B2, B1 + B2) "
                          f"of them, got shape {matrix.shape}")
-    if isinstance(batch1, (bool, np.bool_)) or not isinstance(batch1, numbers.Integral):
-        raise ValueError(f"B1 (the size of the first batch) must be a whole number, got {batch1!r}")
-    batch1 = int(batch1)
+    whole = _whole(batch1)
+    if whole is None:
+        raise ValueError(f"B1 (the size of the first batch) must be a whole number, got {shown(batch1)}")
+    batch1 = whole
     batch2 = matrix.shape[-1] - batch1
     for name, size in (("B1", batch1), ("B2 = Sigma.shape[-1] - B1", batch2)):
         if size < MIN_BATCH_SIZE:

@@ -257,7 +257,7 @@ def _underflow_reason(phi: Activation, batch_size: int, t: float, log_w: float) 
              if log_mu < math.log10(np.finfo(float).tiny) else
              f"mu* is about 10^{log_mu:.0f}, but this route solves for w = mu* / (B eps), about 10^{log_w:.0f}, "
              "which underflows float64")
-    return (f"the fixed point of {phi} at B = {batch_size} and eps / sigma_w^2 = {t:.3g} is out of float64's range: "
+    return (f"the fixed point of {phi} at B = {batch_size} and eps / sigma_w^2 = {t:.3g} is below float64's range: "
             f"{where} ({phi} never collapses: mu* falls like a power of eps and never reaches 0)")
 
 
