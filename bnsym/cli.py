@@ -242,6 +242,8 @@ def _as_text(result: dict) -> str:
             return "inf"
         if isinstance(value, bool):
             return str(value).lower()
+        if isinstance(value, list):  # the density's x and rho: each entry shown as a value is
+            return "[" + ", ".join(map(shown, value)) + "]"
         return f"{value:.10g}" if isinstance(value, float) else str(value)
 
     return "\n".join(f"{name}: " + ", ".join(f"{key} = {shown(v)}" for key, v in value.items())

@@ -53,6 +53,12 @@ def test_predict_text_says_inf_and_never_negative_zero(capsys, batch, line):
     assert status == 0 and line in out.splitlines() and "null" not in out and "-0\n" not in out, out
 
 
+def test_products_text_says_inf_inside_a_list(capsys):
+    """rho(0) is infinite: the text listed it as Python's None."""
+    status, out, _ = run_cli(capsys, ["products", "-M", "2", "--x", "0,1"])
+    assert status == 0 and "rho = [inf, 0.1789" in out and "None" not in out, out
+
+
 def test_depth_scale_of_vanishing_gradients_is_plus_zero():
     assert math.copysign(1.0, bnsym.depth_scale("relu", 2)) == 1.0
 
