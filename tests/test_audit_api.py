@@ -101,6 +101,17 @@ def test_fixed_point_at_the_collapse_threshold_is_the_collapsed_point(batch):
     assert not below.collapsed and 0 < below.mu < 1e-5 and below.c >= -1 / (batch - 1) - below.error / below.q
 
 
+@pytest.mark.parametrize("batch", [9, 16, 100])
+def test_forward_eigenvalues_at_the_collapse_threshold(batch):
+    """At the threshold the branch mu* > 0 meets mu* = 0 (a transcritical bifurcation): every eigenvalue is 1 there,
+    the limit of both sides (about 1 -+ 1e-3 at eps = 1 -+ 1e-3). Computed at the rounding-noise mu* it was 5.2 (G),
+    3.2 (L), 1.7 (M) at B = 9, and refused at B = 16."""
+    for key, lam in bnsym.forward_eigenvalues("sin", batch, eps=1.0, with_error=True).items():
+        assert abs(lam.value - 1) <= lam.error, (key, lam)
+        for side in (1 - 1e-3, 1 + 1e-3):
+            assert abs(bnsym.forward_eigenvalues("sin", batch, eps=side)[key] - 1) < 2e-3
+
+
 @pytest.mark.parametrize("phi", ["tanh(gamma=3)", "leaky_relu(-3)"])
 def test_collapse_eps_beyond_float64_is_refused_with_the_reason(phi):
     assert math.isfinite(bnsym.collapse_eps(phi, 8))  # it collapses: eps* = sigma_w2 x a finite sup H

@@ -295,13 +295,19 @@ def fixed_points(phi: Activation, batch_size: int, eps: np.ndarray, sigma_w2: fl
     return EpsilonPoint(fine.q, fine.qc, fine.mu, fine.collapsed, error)
 
 
+def _collapsed(phi: Activation, batch_size: int, point: EpsilonPoint) -> bool:
+    """Whether the fixed point of one eps is the collapsed one: past the threshold, or at the threshold itself (sin
+    at eps = sigma_w^2 phi'(0)^2), where mu* -> 0 continuously and a mu* within its own error of 0 is rounding
+    noise, not a scale to divide by (it gave q = 2e-16, c = -0.28 < -1/(B-1) and forward eigenvalues 5.2 for 1 at
+    B = 9). Only a phi that collapses at all (finite sup H): relu^0.75's tiny mu* at a huge eps is real."""
+    return bool(point.collapsed[0]) or bool(abs(point.mu[0]) <= point.error[0]
+                                            and math.isfinite(_sup_h(phi, batch_size, N_RADIAL)))
+
+
 def fixed_point_radial(phi: Activation, batch_size: int, eps: float, sigma_w2: float = 1.0) -> FixedPoint:
     """Sigma* for one eps (any phi) as a :class:`FixedPoint`; past the collapse q = phi(0)^2, c = 1, collapsed."""
     point = fixed_points(phi, batch_size, np.array([eps]), sigma_w2)
-    q, qc, collapsed = float(point.q[0]), float(point.qc[0]), bool(point.collapsed[0])
-    # at the threshold itself (sin at eps = sigma_w^2 phi'(0)^2) mu* -> 0 continuously: a mu* within its own error
-    # of 0 is the collapsed point, not the rounding noise (q = 2e-16, c = -0.28 < -1/(B-1) at B = 9) it would be
-    collapsed = collapsed or bool(abs(q - qc) <= point.error[0] and math.isfinite(_sup_h(phi, batch_size, N_RADIAL)))
+    q, qc, collapsed = float(point.q[0]), float(point.qc[0]), _collapsed(phi, batch_size, point)
     if collapsed:  # tau = 0: every output is phi(0), exactly
         q, qc = (float(phi.numpy(np.zeros(1))[0] ** 2),) * 2
     c = 1.0 if q == 0 else qc / q
@@ -416,7 +422,7 @@ def forward_eigenvalues_radial(phi: Activation, batch_size: int, eps: float, sig
     t = eps / sigma_w2
     point = fixed_points(phi, batch_size, np.array([eps]), sigma_w2)
     coarse_mu = float(_fixed_points_n(phi, batch_size, np.array([t]), N_RADIAL // 2).mu[0])
-    collapsed = point.collapsed[0] or coarse_mu == 0  # at the threshold the coarser rule may already call it collapsed
+    collapsed = _collapsed(phi, batch_size, point) or coarse_mu == 0  # the coarser rule may already call it so
     if collapsed and phi.is_homogeneous and phi.degree > 1:
         return {key: Estimate(0.0, 0.0, "radial") for key in moment_weights(batch_size)}
     if collapsed:
