@@ -84,16 +84,18 @@ _F = TypeVar("_F", bound=Callable[..., object])
 
 def _batch_size_alias(function: _F) -> _F:
     """Let ``function`` take its batch size ``B`` also as ``batch_size=`` (the spelling of the estimators and the
-    command line): ValueError if both are given, TypeError (as Python's own) if neither is."""
+    command line; None, its default, is not giving it): ValueError if both are given, TypeError (as Python's own) if
+    neither is."""
     signature = inspect.signature(function)
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         if "batch_size" in kwargs:
             batch_size = kwargs.pop("batch_size")
-            if "B" in signature.bind_partial(*args, **kwargs).arguments:
+            if "B" not in signature.bind_partial(*args, **kwargs).arguments:
+                kwargs["B"] = batch_size  # checked as B is (None: "must be a whole number")
+            elif batch_size is not None:
                 raise ValueError("give the batch size once, as B or as batch_size, not both")
-            kwargs["B"] = batch_size
         return function(*args, **kwargs)
 
     alias = inspect.Parameter("batch_size", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None")

@@ -83,6 +83,7 @@ def test_batch_size_is_accepted_as_a_keyword(name):
         function("relu", 8, batch_size=8)
     with pytest.raises(ValueError, match="as B or as batch_size, not both"):
         function("relu", B=8, batch_size=8)
+    assert _same(function("relu", 8, batch_size=None), function("relu", 8))  # None, the default: not given
 
 
 def test_alpha_transition_takes_batch_size():
