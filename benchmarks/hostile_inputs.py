@@ -1,9 +1,10 @@
 """Hostile inputs to the surface added since the first audit: does every public function keep the input contract?
 
-Each case calls one public function of ``bnsym.rank``, ``bnsym.products``, ``bnsym.nngp``, ``bnsym.ntk``,
-``bnsym.train``, ``bnsym.sweep``, ``bnsym.arch`` or ``bnsym.shallow`` (or the ``bnsym`` command) with one argument of
-a valid call replaced by a hostile value of a category: NaN, inf, huge, tiny, negative, empty, wrong type or dtype,
-complex, a numpy integer, a half-precision tensor, an absurd size. The outcome is
+Each case calls one public function of ``bnsym.api`` (with the wave-3 audit's reproducers), ``bnsym.rank``,
+``bnsym.products``, ``bnsym.nngp``, ``bnsym.ntk``, ``bnsym.train``, ``bnsym.sweep``, ``bnsym.arch`` or
+``bnsym.shallow`` (or the ``bnsym`` command) with one argument of a valid call replaced by a hostile value of a
+category: NaN, inf, huge, tiny, negative, empty, wrong type or dtype, complex, a numpy integer, a half-precision
+tensor, an absurd size. The outcome is
 
 * **clean**: a finite, possible value, or a ``ValueError`` with a message (the command: exit 0 with strict JSON, or
   exit 2 with one ``bnsym: error:`` line);
@@ -182,7 +183,7 @@ def specs(scratch: Path) -> list[Spec]:
         return sweep.run(task, configs, out)
 
     grid_rows = [{"depth": 5, "batch_size": 8, "accuracy": [0.9, 0.8], "chance": 0.1, "classes": 10}]
-    return [
+    return api_specs(H, factors) + [
         # bnsym.rank
         Spec("rank.rank_tau", rank.rank_tau, {"H": H, "tau": 0.5}, ("H", "tau"), scale_free=()),
         Spec("rank.rank_lower_bound", rank.rank_lower_bound, {"H": H}, ("H",), scale_free=("H",)),
@@ -359,6 +360,77 @@ def specs(scratch: Path) -> list[Spec]:
     ]
 
 
+def api_specs(H: np.ndarray, factors: np.ndarray) -> list[Spec]:
+    """The public functions of :mod:`bnsym.api` (and the rank and products calls of the wave-3 audit), each with the
+    audit's reproducers among its values: a value marked valid must be answered (issue 41, part 5)."""
+    import bnsym
+    from bnsym import api, nngp, products, rank
+
+    sigma = 0.5 * np.eye(8) + 0.5
+    joint = np.stack([np.eye(8) + 0.3, 0.8 * np.eye(8) + 0.2])
+    eps_grid = np.array([[0.05, 0.1], [0.2, 0.3]])
+    pivot = np.array([np.diag([1.0, 1e-300, 1.0]), np.eye(3)])
+
+    def posterior(kernel, targets, noise):
+        """gp_posterior's weights and log p(y), whose -inf (y^T alpha / 2 beyond float64) is documented."""
+        fitted = nngp.gp_posterior(kernel, targets, noise)
+        return fitted.alpha, (0.0 if fitted.log_marginal_likelihood == -math.inf else fitted.log_marginal_likelihood)
+
+    def extra(value: Any, *more: Value) -> list[Value]:
+        return replacements(value, False) + list(more)
+
+    return [
+        Spec("api.fixed_point", bnsym.fixed_point, {"phi": "sin", "B": 8, "eps": 0.5, "sigma_w2": 1.0},
+             ("phi", "B", "eps", "sigma_w2"),
+             values={"eps": extra(0.5, Value("collapse threshold", 1.0, valid=True))}),
+        Spec("api.fixed_point (relu^0.75)", bnsym.fixed_point, {"phi": "relu^0.75", "B": 8, "eps": 0.5}, ("eps",)),
+        Spec("api.gradient_rate", bnsym.gradient_rate, {"phi": "relu", "B": 8, "eps": 0.1}, ("phi", "B", "eps"),
+             values={"eps": extra(0.1, Value("2-D array", eps_grid, valid=True))}),
+        Spec("api.gradient_rate (batch_size=)", lambda phi, batch_size: bnsym.gradient_rate(phi, batch_size=batch_size),
+             {"phi": "relu", "batch_size": 8}, ("batch_size",)),
+        Spec("api.depth_scale", bnsym.depth_scale, {"phi": "relu", "B": 8, "eps": 0.1}, ("B", "eps"),
+             nonfinite_ok=True),  # inf where lambda_G is within its error of 1 (documented)
+        Spec("api.max_trainable_depth", bnsym.max_trainable_depth, {"phi": "tanh", "B": 8}, ("phi", "B"),
+             nonfinite_ok=True),  # as depth_scale
+        Spec("api.backward_eigenvalues", bnsym.backward_eigenvalues, {"phi": "relu", "B": 8, "eps": 0.1},
+             ("B", "eps")),
+        Spec("api.forward_eigenvalues", bnsym.forward_eigenvalues, {"phi": "relu^1.5", "B": 8, "eps": 0.1},
+             ("phi", "B", "eps"), values={"eps": extra(0.1, Value("past the collapse", 0.195, valid=True))}),
+        Spec("api.collapse_eps", bnsym.collapse_eps, {"phi": "tanh(gamma=3)", "B": 8, "sigma_w2": 1.0},
+             ("phi", "B", "sigma_w2")),
+        Spec("api.alpha_transition", bnsym.alpha_transition, {"B": 8}, ("B",)),
+        Spec("api.cross_batch_fixed_point", bnsym.cross_batch_fixed_point, {"phi": "relu", "B": 8}, ("phi", "B")),
+        Spec("api.cross_batch_rate", bnsym.cross_batch_rate, {"phi": "relu", "B": 8}, ("phi", "B")),
+        Spec("api.bn_kernel", bnsym.bn_kernel, {"phi": "tanh", "Sigma": sigma, "eps": 0.0}, ("phi", "Sigma", "eps"),
+             scale_free=("Sigma",)),
+        Spec("api.cross_batch_kernel", lambda Sigma, B1: bnsym.cross_batch_kernel("relu", Sigma, B1),
+             {"Sigma": joint, "B1": 4}, ("Sigma", "B1"),
+             values={"Sigma": arrays(joint, False) + [Value("empty stack", np.zeros((0, 8, 8)), valid=True)]}),
+        Spec("api.log_condition_number", api.log_condition_number, {"factors": factors}, ("factors",),
+             values={"factors": arrays(factors, True) + [Value("tiny pivot", pivot, valid=True)]}),
+        Spec("api.fuss_catalan_density", api.fuss_catalan_density, {"x": np.array([0.5, 1.0]), "M": 2}, ("x", "M"),
+             nonfinite_ok=True,  # inf at x = 0 (documented)
+             values={"x": arrays(np.array([0.5, 1.0]), False) + [Value("empty", np.array([]), valid=True)]}),
+        Spec("api.max_stable_lr", api.max_stable_lr, {"Abar": factors[0], "x": factors[1][:, :3]}, ("Abar", "x")),
+        Spec("rank measures of a boolean H", lambda function: getattr(rank, function)(H > 0),
+             {"function": "rank_tau"}, ("function",),
+             values={"function": [Value("boolean H", name, valid=True)
+                                  for name in ("rank_tau", "rank_lower_bound", "numerical_rank")]}),
+        Spec("rank.bn_chain (gamma)", lambda gamma: rank.bn_chain(H, 3, gamma=gamma, n_chains=2), {"gamma": 1.0},
+             ("gamma",), values={"gamma": extra(1.0, Value("huge", 1e300, valid=True))}),
+        Spec("rank.delta_F_spectral (huge)", rank.delta_F_spectral, {"eigenvalues": np.ones(3)}, ("eigenvalues",),
+             values={"eigenvalues": [Value("huge", np.array([1e200] * 3))]}),  # about 10^801: refused, with why
+        Spec("products.lyapunov_slope (width)", products.lyapunov_slope, {"width": 4}, ("width",),
+             values={"width": extra(4, Value("huge width", 10**18, valid=True))}),
+        Spec("products.alignment_ratio (huge)", products.alignment_ratio, {"n": 1e300, "m": 1e200}, ("n", "m")),
+        Spec("products.residual_growth (blocks)", products.residual_growth, {"blocks": 3}, ("blocks",),
+             values={"blocks": extra(3, Value("long", 2000))}),
+        Spec("nngp.gp_posterior (huge targets)", posterior, {"kernel": np.corrcoef(H), "targets": np.arange(4.0),
+                                                             "noise": 0.1}, ("targets",),
+             values={"targets": arrays(np.arange(4.0), False) + [Value("huge", 1e200 * np.arange(4.0), valid=True)]}),
+    ]
+
+
 CONFIGS = [Value("wrong type", None), Value("wrong type", "abc"), Value("wrong type", [None]),
            Value("wrong type", [[1, 2]]), Value("nan", [{"depth": math.nan}]), Value("inf", [{"depth": math.inf}]),
            Value("wrong type", [{1: 2}]), Value("wrong type", [{"depth": object()}]),
@@ -367,6 +439,7 @@ CONFIGS = [Value("wrong type", None), Value("wrong type", "abc"), Value("wrong t
 CLI_BASES = [
     ["predict", "--phi", "relu", "-B", "8", "--eps", "0", "--json"],
     ["predict", "--phi", "relu", "-B", "8", "--eps", "0.1", "--json"],
+    ["predict", "--phi", "tanh", "-B", "3"],
     ["arch", "Dense,BatchNorm,relu", "-B", "4", "--points", "64", "--json"],
     ["sweep", "show", "DIR"],
     ["sweep", "trainability", "--depths", "2", "--batch-sizes", "8", "--width", "8", "--epochs", "1", "--seeds",

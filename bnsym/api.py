@@ -1,5 +1,8 @@
 """The stable public face of bnsym: each function takes an activation (name or Activation), B, eps, method.
 
+Every function with a batch size ``B`` also takes it as ``batch_size=`` (the estimators' and the command line's
+spelling); giving both is a ValueError.
+
 Each quantity has one table of routes, method name -> :class:`Route`: the function, the check that says why it
 does not apply, and whether it takes an array of B (or of eps). The table is the dispatch: a name it lacks is a
 ValueError "unknown method", and ``method=None`` picks the first route of the table that applies.
@@ -16,16 +19,18 @@ validates its arguments once and calls that quantity's routes, not its public fu
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 import numpy as np
 
 from .core.activations import Activation, parse_activation
 from .core.estimate import Estimate
 from .core.geometry import bsb1_mu
-from .core.lazy import lazy_module
+from .core.lazy import is_tensor, lazy_module
 from .core.validation import (
     check_activation,
     check_batch_size,
@@ -72,6 +77,30 @@ _products = lazy_module("bnsym.products")  # Bjorck et al.'s products import tor
 
 DEFAULT_TOL = 1e-8  # the error target of the series routes where a function takes no ``tol``
 MAX_FIXED_NODES = 1024  # a fixed Gauss-Jacobi rule of cross_batch_kernel: nodes^2 points per entry
+
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _batch_size_alias(function: _F) -> _F:
+    """Let ``function`` take its batch size ``B`` also as ``batch_size=`` (the spelling of the estimators and the
+    command line; None, its default, is not giving it): ValueError if both are given, TypeError (as Python's own) if
+    neither is."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if "batch_size" in kwargs:
+            batch_size = kwargs.pop("batch_size")
+            if "B" not in signature.bind_partial(*args, **kwargs).arguments:
+                kwargs["B"] = batch_size  # checked as B is (None: "must be a whole number")
+            elif batch_size is not None:
+                raise ValueError("give the batch size once, as B or as batch_size, not both")
+        return function(*args, **kwargs)
+
+    alias = inspect.Parameter("batch_size", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None")
+    wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), alias])
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -308,6 +337,7 @@ def _effective_eps(eps: object, sigma_w2: object, sigma_b2: object = 0.0, array_
     return eps, t
 
 
+@_batch_size_alias
 def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, sigma_w2: float = 1.0,
                 sigma_b2: float = 0.0, method: str | None = None, tol: float = DEFAULT_TOL,
                 with_error: bool = False) -> FixedPoint | dict[str, Estimate]:
@@ -344,6 +374,7 @@ def fixed_point(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, si
     return point.estimates() if with_error else point
 
 
+@_batch_size_alias
 def collapse_eps(phi: str | Activation, B: int, sigma_w2: float = 1.0) -> float:
     """eps*: above it the only attracting fixed point has mu* = 0 and the centred covariance shrinks every layer.
 
@@ -385,11 +416,12 @@ def bn_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, eps: floa
     estimate = _compute(BN_KERNEL_ROUTES, method, phi, sigma / scale, eps / scale, None, batched=False)
     if with_error:
         return estimate
-    if isinstance(Sigma, torch.Tensor):  # a tensor in, a tensor out, on its device, as cross_batch_kernel does
+    if is_tensor(Sigma):  # a tensor in, a tensor out, on its device, as cross_batch_kernel does
         return torch.as_tensor(estimate.value, dtype=Sigma.dtype, device=Sigma.device)
     return estimate.value
 
 
+@_batch_size_alias
 def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0, sigma_w2: float = 1.0,
                   method: str | None = None, tol: float = DEFAULT_TOL,
                   with_error: bool = False) -> float | np.ndarray | Estimate:
@@ -422,6 +454,7 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     return estimate if with_error else estimate.value
 
 
+@_batch_size_alias
 def backward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, sigma_w2: float = 1.0,
                          with_error: bool = False) -> dict[str, float | Estimate]:
     """Eigenvalues {"G", "L", "M"} of the backward operator at the attracting BSB1 fixed point, any phi.
@@ -445,6 +478,7 @@ def backward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, sigma_
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 
+@_batch_size_alias
 def depth_scale(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0, sigma_w2: float = 1.0,
                 method: str | None = None, tol: float = 1e-8,
                 with_error: bool = False) -> float | np.ndarray | Estimate:
@@ -459,6 +493,7 @@ def depth_scale(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndar
     return estimate if with_error else estimate.value
 
 
+@_batch_size_alias
 def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float | np.ndarray = 0.0,
                         sigma_w2: float = 1.0, method: str | None = None, tol: float = 1e-8,
                         with_error: bool = False) -> float | np.ndarray | Estimate:
@@ -477,6 +512,7 @@ def max_trainable_depth(phi: str | Activation, B: int | np.ndarray, eps: float |
     return depth if with_error else depth.value
 
 
+@_batch_size_alias
 def forward_eigenvalues(phi: str | Activation, B: int | np.ndarray, eps: float = 0.0, sigma_w2: float = 1.0,
                         method: str | None = None, tol: float = DEFAULT_TOL,
                         with_error: bool = False) -> dict[str, float | np.ndarray | Estimate]:
@@ -512,6 +548,7 @@ def forward_depth_scales(eigenvalues: Mapping[str, float | Estimate],
     return scales if with_error else {key: scale.value for key, scale in scales.items()}
 
 
+@_batch_size_alias
 def alpha_transition(B: int) -> float | None:
     """alpha*(B): the power where relu^alpha's BSB1 fixed point stops attracting (largest forward eigenvalue = 1).
 
@@ -520,6 +557,7 @@ def alpha_transition(B: int) -> float | None:
     return alpha_transition_value(check_batch_size(B))
 
 
+@_batch_size_alias
 def cross_batch_fixed_point(phi: str | Activation, B: int | np.ndarray, method: str | None = None,
                             with_error: bool = False) -> float | np.ndarray | Estimate:
     """c*_cross: the constant cross block c 11^T of two batches at the CBSB1 fixed point (Defn H.2, Thm H.3).
@@ -534,6 +572,7 @@ def cross_batch_fixed_point(phi: str | Activation, B: int | np.ndarray, method: 
     return estimate if with_error else estimate.value
 
 
+@_batch_size_alias
 def cross_batch_rate(phi: str | Activation, B: int | np.ndarray, method: str | None = None,
                      with_error: bool = False) -> float | np.ndarray | Estimate:
     """lambda_x^2: the per-layer factor of the centred cross block G Xi G near CBSB1 (Thms H.13-H.14, eps = 0).
@@ -576,10 +615,24 @@ def cross_batch_kernel(phi: str | Activation, Sigma: np.ndarray | torch.Tensor, 
     if nodes is not None:
         nodes = check_whole_number(nodes, "nodes (Gauss-Jacobi nodes per axis)", 2, MAX_FIXED_NODES,
                                    "the tensor rule has nodes^2 points per entry of the cross block")
-    _, route = _choose(CROSS_BATCH_KERNEL_ROUTES, method, phi, matrix, eps, None)
+    name, route = _choose(CROSS_BATCH_KERNEL_ROUTES, method, phi, matrix, eps, None)
+    if matrix.size == 0:  # an empty stack (0, ..., n, n): an empty answer of the result's shape
+        return _empty_cross_batch_kernel(Sigma, matrix.shape, batch1, blocks, name, with_error)
     result = route.compute(phi, matrix, eps, None, original=Sigma, batch1=batch1, nodes=nodes, blocks=blocks,
                            with_error=with_error)
-    return result.to(Sigma.dtype) if isinstance(result, torch.Tensor) else result  # computed in float64
+    return result.to(Sigma.dtype) if is_tensor(result) else result  # computed in float64
+
+
+def _empty_cross_batch_kernel(sigma: np.ndarray | torch.Tensor, shape: tuple[int, ...], batch1: int, blocks: str,
+                              method: str, with_error: bool) -> np.ndarray | torch.Tensor | Estimate:
+    """:func:`cross_batch_kernel`'s answer to an empty stack: empty, of Sigma's kind (or an Estimate)."""
+    if blocks == "cross":
+        shape = (*shape[:-2], batch1, shape[-1] - batch1)
+    if with_error:
+        return Estimate(np.zeros(shape), np.zeros(shape), method)
+    if is_tensor(sigma):
+        return torch.zeros(shape, dtype=sigma.dtype, device=sigma.device)
+    return np.zeros(shape)
 
 
 # Bjorck et al. (2018): products of Gaussian matrices (Theorem 1) and gradient descent on them (Prop. 1)
@@ -589,7 +642,8 @@ def fuss_catalan_density(x: float | np.ndarray, M: int) -> float | np.ndarray:
     """Theorem 1's density rho(x) of a squared singular value of a product of M N x N Gaussian matrices with
     entries of variance 1/N, as N -> infinity (Bjorck et al. 2018, eqs. 9-10; x is an eigenvalue of X X^T).
 
-    0 outside (0, (M+1)^(M+1)/M^M], inf at x = 0; a float for a number, an array of x's shape for an array.
+    0 outside (0, (M+1)^(M+1)/M^M], inf at x = 0; a float for a number, an array of x's shape for an array (an
+    empty array for an empty one).
     ValueError for a non-finite x or M not a whole number in [1, 10^4]. Computed by
     :func:`bnsym.products.fuss_catalan_density`.
     """
@@ -622,7 +676,7 @@ def log_condition_number(factors: np.ndarray | torch.Tensor) -> float | np.ndarr
     factors or a singular factor (kappa is infinite).
     """
     result = _products.log_condition_number(factors)
-    if isinstance(factors, torch.Tensor):
+    if is_tensor(factors):
         return result
     values = result.cpu().numpy()
     return float(values) if values.ndim == 0 else values

@@ -87,7 +87,7 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
     point = api.fixed_point(phi, batch_size, eps=eps, sigma_w2=sigma_w2, method=method)
     if small_batch_size(batch_size) is not None:
         return _small_batch_prediction(phi, point)
-    # forward linearization: per-layer factors and depth scales -1/log(lambda), null where undefined
+    # forward linearization: per-layer factors and depth scales -1/log(lambda), null (infinite) where lambda >= 1
     eigenvalues = api.forward_eigenvalues(phi, point.batch_size, point.eps, sigma_w2, with_error=True)
     result = {
         "phi": str(parse_activation(phi)),
@@ -142,7 +142,8 @@ def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | No
 
 
 def _finite_or_none(value: float) -> float | None:
-    """JSON has no NaN or Infinity: such values become null."""
+    """JSON has no Infinity: an infinite value (a rate, a depth scale, a density at 0) becomes null (text: inf).
+    Every value passed here is a number or +-inf, never NaN (the API refuses what it cannot resolve)."""
     return value if math.isfinite(value) else None
 
 
@@ -254,13 +255,15 @@ def _plot(result: dict, path: str) -> None:
 
 def _as_text(result: dict) -> str:
     """The ``--json`` answer as lines ``name = value`` (a dict: ``name: key = value, ...``), under the same names,
-    so that each quantity is named once, in text and JSON alike (null: infinite or undefined)."""
+    so that each quantity is named once, in text and JSON alike; JSON's null (:func:`_finite_or_none`) is inf."""
 
     def shown(value: object) -> str:
         if value is None:
-            return "null"
+            return "inf"
         if isinstance(value, bool):
             return str(value).lower()
+        if isinstance(value, list):  # the density's x and rho: each entry shown as a value is
+            return "[" + ", ".join(map(shown, value)) + "]"
         return f"{value:.10g}" if isinstance(value, float) else str(value)
 
     return "\n".join(f"{name}: " + ", ".join(f"{key} = {shown(v)}" for key, v in value.items())

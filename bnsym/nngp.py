@@ -406,7 +406,10 @@ class Posterior:
 def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Posterior:
     """Cholesky of K + noise I, adding jitter (from 1e-10 up to 1e-4 times the mean prior variance) if needed.
 
-    log p(y) = -y^T alpha / 2 - sum log diag(L) - n log(2 pi) / 2, summed over the columns of y.
+    log p(y) = -y^T alpha / 2 - sum log diag(L) - n log(2 pi) / 2, summed over the columns of y: -inf where
+    y^T alpha / 2 exceeds float64's range (targets far larger than the prior's scale, e.g. y ~ 1e200 for K ~ 1: the
+    likelihood is then below 10^-(10^308)); the weights alpha, and so the predictions, are still finite.
+    ValueError where alpha itself is not finite.
     """
     kernel, targets = check_real_array(kernel, "kernel (n, n)", 2), check_real_array(targets, "targets (n, ...)", 1)
     if kernel.ndim != 2 or kernel.shape[0] != kernel.shape[1] or len(targets) != len(kernel):
@@ -434,11 +437,13 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
     targets = targets.reshape(n, -1)
     alpha = cho_solve(factor, targets)
     log_det = 2 * np.log(np.diag(factor[0])).sum()
-    with np.errstate(all="ignore"):  # overflow is reported just below
-        fit = float(np.sum(targets * alpha))
-        lml = -0.5 * fit - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
-    check_finite_result(np.append(alpha, lml), "the posterior weights and log marginal likelihood of these targets "
-                        "(centre and scale them: normalise_y=True)")
+    check_finite_result(alpha, "the posterior weights of these targets (centre and scale them: normalise_y=True)")
+    # y^T alpha / 2 = s^2 (y/s)^T (alpha/s) / 2 >= 0 with s a power of 2 (exact): no product of two huge numbers,
+    # and beyond float64 it is +inf (log p(y) = -inf, documented), never inf - inf = NaN
+    scale = math.ldexp(1.0, math.frexp(float(np.abs(targets).max(initial=0.0)))[1])
+    with np.errstate(over="ignore"):
+        half_fit = 0.5 * float(np.sum((targets / scale) * (alpha / scale))) * scale * scale
+    lml = -half_fit - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
     return Posterior(factor, alpha, jitter, lml)
 
 

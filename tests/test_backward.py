@@ -201,7 +201,7 @@ def test_weight_gradient_ratio_is_mu_star():
         (lambda: bnsym.gradient_rate("tanh", 8, method="closed_form"), "positive-homogeneous"),
         (lambda: bnsym.gradient_rate("relu^0.5", 8), "infinite"),
         (lambda: bnsym.gradient_rate("relu", 3, eps=0.1), "not derived here"),
-        (lambda: bnsym.gradient_rate("relu", 1), "below 4"),
+        (lambda: bnsym.gradient_rate("relu", 1), "B = 1 leaves batch norm undefined"),
         (lambda: bnsym.gradient_rate("relu", np.array([8, 3])), "below 4"),
         (lambda: bnsym.gradient_rate("relu", np.array([8, 8.5])), "whole numbers"),
         (lambda: bnsym.backward_eigenvalues("relu", 2), "below 4"),

@@ -18,7 +18,7 @@ from bnsym import cache
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_ARGUMENTS = {
-    "batch size 1": (["--phi", "relu", "--batch-size", "1"], "below 4"),
+    "batch size 1": (["--phi", "relu", "--batch-size", "1"], "B = 1 leaves batch norm undefined"),
     "batch size 3, eps > 0": (["--phi", "relu", "--batch-size", "3", "--eps", "0.1"], "not derived here"),
     "batch size 8.5": (["--phi", "relu", "--batch-size", "8.5"], "whole number"),
     "batch size -2": (["--phi", "relu", "--batch-size", "-2"], "positive"),
@@ -120,7 +120,7 @@ def test_console_script():
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode != 0 and bad.stdout == ""
     lines = bad.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("bnsym: error:") and "below 4" in lines[0], bad.stderr
+    assert len(lines) == 1 and lines[0].startswith("bnsym: error:") and "B = 1 leaves" in lines[0], bad.stderr
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

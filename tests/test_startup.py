@@ -71,14 +71,14 @@ def test_first_relu_answer_imports_no_sympy(tmp_path):
     assert imported == [] and answer["backward_eigenvalues"]["L"] > 1
 
 
-@pytest.mark.parametrize("phi", ["tanh", "gelu"])
-def test_first_smooth_answer_lambdifies_only_phi_and_imports_no_torch(tmp_path, phi):
-    """A smooth phi is lambdified (its numpy value and slope), its torch callables are not built, and the spherical
-    routes read their kernels from the stored code."""
+@pytest.mark.parametrize("phi, lambdified", [("tanh", 0), ("gelu", 2)])
+def test_first_smooth_answer_lambdifies_only_phi_and_imports_no_torch(tmp_path, phi, lambdified):
+    """A smooth phi is lambdified (its numpy value and slope; tanh, erf and sin are written by hand), its torch
+    callables are not built, and the spherical routes read their kernels from the stored code."""
     answer, counts = _first_answer(phi, tmp_path)
     # scipy.optimize may be: the collapse eps of a phi without a maximum of H on its grid is refined by it
     assert not {"torch", "scipy.stats", "scipy.integrate"} & set(counts.pop("imported"))
-    assert counts == {"derivations": 0, "lambdified": 2}
+    assert counts == {"derivations": 0, "lambdified": lambdified}
     assert answer["fixed_point"]["method"] == "spherical" and answer["gradient_rate"] > 1
 
 

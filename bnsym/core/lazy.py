@@ -49,3 +49,10 @@ def lazy_module(name: str) -> ModuleType:
     dependencies that only some routes need (torch: about 1.5 s of CPU): ``torch = lazy_module("torch")`` in place
     of ``import torch``."""
     return sys.modules.get(name) or _ImportedOnFirstUse(name)
+
+
+def is_tensor(value: object) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch (about 1 s of CPU): where torch is not imported
+    yet, nothing can be one."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)

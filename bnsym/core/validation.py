@@ -63,9 +63,13 @@ torch = lazy_module("torch")
 
 MIN_BATCH_SIZE = 4
 WHY_MIN_BATCH = (
-    "the mean field theory of this book needs B >= 4: for B = 2 batch norm outputs are +-(1, -1) and "
-    "all gradients vanish, and for B = 3 the gradient moments diverge (E[1/r^2] is infinite for r^2 ~ chi^2 "
-    "with 2 degrees of freedom)"
+    "this quantity needs B >= 4: for B = 2 batch norm outputs are +-(1, -1) and all gradients vanish, and for "
+    "B = 3 the gradient moments diverge (E[1/r^2] is infinite for r^2 ~ chi^2 with 2 degrees of freedom); only "
+    "fixed_point, gradient_rate, depth_scale and max_trainable_depth answer B = 2 and 3 (at eps = 0, App. J)"
+)
+WHY_NO_BATCH_OF_ONE = (
+    "batch norm divides by the batch variance, which is 0 for one input (B = 2 and 3 are answered by fixed_point, "
+    "gradient_rate, depth_scale and max_trainable_depth at eps = 0, App. J; everything else needs B >= 4)"
 )
 MAX_BATCH_SIZE = 10**7
 WHY_MAX_BATCH = (
@@ -125,9 +129,14 @@ def check_whole_number(value: object, name: str, minimum: int, maximum: int, why
     if whole is None:
         raise ValueError(f"{name} must be a whole number, got {shown(value)}")
     if not minimum <= whole <= maximum:
-        raise ValueError(f"{name} must be between {minimum:,} and {maximum:,}, got {shown(whole)}"
+        raise ValueError(f"{name} must be between {_count(minimum)} and {_count(maximum)}, got {shown(whole)}"
                          + (f": {why}" if why else ""))
     return whole
+
+
+def _count(value: int) -> str:
+    """A whole number for a message: with thousands separators (2**64 - 1 included), as 1e300 past 21 digits."""
+    return f"{value:,}" if abs(value) < 10**21 else f"{value:.0e}".replace("e+", "e")
 
 
 def check_seed(seed: object) -> int:
@@ -239,10 +248,11 @@ def check_finite_result(value: object, what: str) -> object:
     return value
 
 
-def _check_filled(name: str, shape: tuple[int, ...], min_ndim: int, finite: bool, infinite_ok: bool = False) -> None:
-    """An array's shape has at least ``min_ndim`` axes, none empty, and its entries are ``finite`` (or +inf where
-    ``infinite_ok``)."""
-    if 0 in shape:
+def _check_filled(name: str, shape: tuple[int, ...], min_ndim: int, finite: bool, infinite_ok: bool = False,
+                  empty_ok: bool = False) -> None:
+    """An array's shape has at least ``min_ndim`` axes, none empty (unless ``empty_ok``), and its entries are
+    ``finite`` (or +inf where ``infinite_ok``)."""
+    if 0 in shape and not empty_ok:
         raise ValueError(f"{name} must not be empty, got shape {shape}")
     if len(shape) < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {shape}")
@@ -253,9 +263,10 @@ def _check_filled(name: str, shape: tuple[int, ...], min_ndim: int, finite: bool
 
 def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -math.inf, high: float = math.inf, *,
                      open_low: bool = False, open_high: bool = False, infinite_ok: bool = False,
-                     why: str = "") -> np.ndarray:
+                     empty_ok: bool = False, why: str = "") -> np.ndarray:
     """``value`` (a number, a list or an array of numbers, see the module docstring) as a finite float array with at
-    least ``min_ndim`` axes, none of them empty, every entry between ``low`` and ``high`` (as :func:`check_range`,
+    least ``min_ndim`` axes, none of them empty (unless ``empty_ok``: a function applied entry by entry answers an
+    empty array with an empty one), every entry between ``low`` and ``high`` (as :func:`check_range`,
     whose ``infinite_ok`` also admits +inf entries). A torch tensor comes to the host; half precision (float16,
     bfloat16, which numpy lacks) becomes float32 first, exactly."""
     if isinstance(value, torch.Tensor):
@@ -272,7 +283,7 @@ def check_real_array(value: object, name: str, min_ndim: int = 0, low: float = -
         raise ValueError(f"{name} must hold real numbers, got {array.dtype} entries")
     array = array.astype(float)
     finite = np.isfinite(array) | (infinite_ok & (array == math.inf))
-    _check_filled(name, array.shape, min_ndim, bool(np.all(finite)), infinite_ok)
+    _check_filled(name, array.shape, min_ndim, bool(np.all(finite)), infinite_ok, empty_ok)
     if not _inside(array, low, high, open_low, open_high):
         raise ValueError(f"{name} must hold numbers {_interval(low, high, open_low, open_high)}, got {shown(value)}"
                          + (f": {why}" if why else ""))
@@ -332,6 +343,8 @@ def _check_batch_range(low: int, high: int) -> None:
     """The smallest and largest B of a call against the theory's range [MIN_BATCH_SIZE, MAX_BATCH_SIZE]."""
     if low < 1:
         raise ValueError(f"batch size B must be positive, got {low}")
+    if low == 1:
+        raise ValueError(f"batch size B = 1 leaves batch norm undefined: {WHY_NO_BATCH_OF_ONE}")
     if low < MIN_BATCH_SIZE:
         raise ValueError(f"batch size B = {low} is below {MIN_BATCH_SIZE}: {WHY_MIN_BATCH}")
     if high > MAX_BATCH_SIZE:
@@ -431,9 +444,10 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
     if matrix.ndim < 2 or matrix.shape[-1] != matrix.shape[-2]:
         raise ValueError(f"Sigma must be a square (B1 + B2) x (B1 + B2) matrix or a stack (..., B1 + B2, B1 + B2) "
                          f"of them, got shape {matrix.shape}")
-    if isinstance(batch1, (bool, np.bool_)) or not isinstance(batch1, numbers.Integral):
-        raise ValueError(f"B1 (the size of the first batch) must be a whole number, got {batch1!r}")
-    batch1 = int(batch1)
+    whole = _whole(batch1)
+    if whole is None:
+        raise ValueError(f"B1 (the size of the first batch) must be a whole number, got {shown(batch1)}")
+    batch1 = whole
     batch2 = matrix.shape[-1] - batch1
     for name, size in (("B1", batch1), ("B2 = Sigma.shape[-1] - B1", batch2)):
         if size < MIN_BATCH_SIZE:
@@ -541,8 +555,18 @@ def check_resolved(value: object, error: object, what: str) -> None:
     # judge its error by, and one that is 0 up to rounding (c*_cross of the identity) errs by the rounding of the
     # route's sums of order one: ROUNDING_FLOOR
     if errors.size and scale > 0 and errors.max() > max(MAX_RELATIVE_ERROR * scale, ROUNDING_FLOOR):
-        raise ValueError(f"{what} is not resolved: its error estimate {errors.max():.2g} exceeds "
-                         f"{MAX_RELATIVE_ERROR:g} of its size {scale:.3g}")
+        raise ValueError(f"{what} is not resolved: its error estimate is {_ratio_above(errors.max() / scale)} of "
+                         f"its size {scale:.3g} (error {errors.max():.3g}), more than the {MAX_RELATIVE_ERROR:g} "
+                         "allowed")
+
+
+def _ratio_above(ratio: float, limit: float = MAX_RELATIVE_ERROR) -> str:
+    """``ratio`` (> ``limit``) with the fewest significant digits (at least 2) that still show it above ``limit``."""
+    for digits in range(2, 17):
+        text = f"{ratio:.{digits}g}"
+        if float(text) > limit:
+            return text
+    return repr(ratio)
 
 
 def check_settings(config: object, defaults: Mapping[str, object], required: Iterable[str] = (),

@@ -471,9 +471,9 @@ def operator_eigenvalues_eps(phi: Activation, batch_size: int, eps: float, sigma
 
 
 def _inverse_log(rate: np.ndarray) -> np.ndarray:
-    """1 / log(rate), inf at rate = 1."""
+    """1 / log(rate), inf at rate = 1, 0 (not -0) at rate = 0, where every gradient vanishes at once (B = 2)."""
     with np.errstate(divide="ignore"):
-        return np.where(rate == 1, np.inf, 1 / np.log(np.where(rate == 1, 2.0, rate)))
+        return np.where(rate == 1, np.inf, 1 / np.log(np.where(rate == 1, 2.0, rate))) + 0.0  # -0.0 + 0.0 = 0.0
 
 
 def depth_scale(rate: Estimate) -> Estimate:

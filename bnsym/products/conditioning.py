@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import cache
 
 import numpy as np
@@ -30,14 +31,21 @@ def _as_factors(factors) -> torch.Tensor:
     return x
 
 
+def _unit_scaled(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(matrix / 2^k, k log 2) per matrix, 2^k the power of 2 that brings max abs(entry) into [1/2, 1): exact, and
+    a product of two such N x N matrices has entries at most N (no overflow, whatever the factors' scales)."""
+    exponent = torch.frexp(matrix.abs().amax((-2, -1), keepdim=True))[1]
+    return torch.ldexp(matrix, -exponent), exponent[..., 0, 0].to(matrix.dtype) * math.log(2)
+
+
 def _log_top_singular_value(matrices: list[torch.Tensor]) -> torch.Tensor:
-    """log sigma_max of the product matrices[0] @ matrices[1] @ ..., rescaled after each product."""
-    product, log_scale = matrices[0], torch.zeros(matrices[0].shape[:-2], dtype=matrices[0].dtype,
-                                                  device=matrices[0].device)
+    """log sigma_max of the product matrices[0] @ matrices[1] @ ..., each factor and each partial product rescaled
+    by a power of 2 (a factor with entries near 1e300, the inverse of a pivot 1e-300, never overflows)."""
+    product, log_scale = _unit_scaled(matrices[0])
     for factor in matrices[1:]:
-        product = product @ factor
-        norm = torch.linalg.matrix_norm(product, keepdim=True)
-        product, log_scale = product / norm, log_scale + norm[..., 0, 0].log()
+        unit, log_factor = _unit_scaled(factor)
+        product, log_product = _unit_scaled(product @ unit)
+        log_scale = log_scale + log_factor + log_product
     return log_scale + torch.linalg.matrix_norm(product, ord=2).log()
 
 
@@ -55,6 +63,9 @@ def log_condition_number(factors) -> torch.Tensor:
         inverses = torch.linalg.inv_ex(x, check_errors=True)[0]
     except torch.linalg.LinAlgError:
         raise ValueError("a factor is singular: the condition number of the product is infinite") from None
+    if not torch.isfinite(inverses).all():
+        raise ValueError("a factor is singular to float64: its inverse overflows (that factor's own condition number "
+                         "is beyond 1e308)")
     forward = _log_top_singular_value([x[..., i, :, :] for i in range(m)])
     backward = _log_top_singular_value([inverses[..., i, :, :] for i in range(m - 1, -1, -1)])
     return forward + backward

@@ -94,6 +94,12 @@ def derive_alignment_ratio() -> Derivation:
            name="ratio")
     d.step("Zero-mean summands:", sp.Eq(sp.Symbol("T1/T4 (m = 0)"), sp.simplify(ratio.subs(m_align, 0))),
            name="ratio_unaligned")
+    scaled = sp.expand(folded / mu)  # E|Z + mu| / mu: tends to 1, no overflow for any float mu > 0
+    stable = scaled.subs(mu, m_align) / scaled.subs(mu, sp.sqrt(n_batch) * m_align)
+    if sp.simplify(stable - ratio) != 0:
+        raise RuntimeError("dividing by sqrt(n) m changed the alignment ratio")
+    d.step("Divided through by sqrt(n) m (the form evaluated where sqrt(n) m >= 1: n m^2 never overflows; the "
+           "ratio is even in m):", sp.Eq(sp.Symbol("T1/T4"), stable), name="stable")
     d.result = ratio
     return d
 
@@ -107,9 +113,11 @@ def alignment_ratio(n: int | np.ndarray, m: float | np.ndarray) -> np.ndarray:
         np.broadcast_shapes(n_values.shape, m_values.shape)
     except ValueError:
         raise ValueError(f"n and m must broadcast together, got shapes {n_values.shape} and {m_values.shape}") from None
-    kernel = sp.lambdify((n_batch, m_align), derive_alignment_ratio()["ratio"], "scipy", cse=True)
+    d = derive_alignment_ratio()
+    kernel, stable = (sp.lambdify((n_batch, m_align), d[name], "scipy", cse=True) for name in ("ratio", "stable"))
+    m_values = np.abs(m_values)  # the ratio is even in m
     with np.errstate(all="ignore"):
-        ratio = kernel(n_values, m_values)
+        ratio = np.where(np.sqrt(n_values) * m_values >= 1, stable(n_values, m_values), kernel(n_values, m_values))
     return check_finite_result(ratio, "the alignment ratio for these n and m")
 
 

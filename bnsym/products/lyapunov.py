@@ -46,6 +46,7 @@ from ..core.validation import (
 
 Sampler = Callable[[torch.Generator, int], torch.Tensor]
 LARGEST_WIDTH = 10**6  # the closed forms: one exponent per direction
+LARGEST_SLOPE_WIDTH = 10**300  # lyapunov_slope: one number, psi(N/2) in float64
 WIDTH = "the width N (the factors are N x N)"
 
 
@@ -101,8 +102,11 @@ def ginibre_lyapunov_exponents(width: int, s2: float) -> np.ndarray:
 
 
 def lyapunov_slope(width: int) -> float:
-    """(1/2)[psi(N/2) - psi(1/2)] = mu_1 - mu_N, the growth of log kappa per Ginibre factor (nats) as M -> infinity."""
-    width = _check_width(width)
+    """(1/2)[psi(N/2) - psi(1/2)] = mu_1 - mu_N, the growth of log kappa per Ginibre factor (nats) as M -> infinity.
+
+    One number for any width N >= 2 whose half is a float64 number (N up to 1e300: no exponent per direction is
+    formed, so the closed forms' LARGEST_WIDTH does not apply)."""
+    width = check_whole_number(width, WIDTH, 2, LARGEST_SLOPE_WIDTH, "psi(N/2) is evaluated in float64")
     return float(_slope()(float(width)))
 
 

@@ -26,7 +26,12 @@ from ..core.validation import check_range, check_real_array, check_real_tensor
 
 
 def as_features(H: np.ndarray | torch.Tensor, name: str = "H") -> torch.Tensor:
-    """H as a torch tensor of shape (..., d, N) with finite entries (ValueError otherwise); keeps float32/64."""
+    """H as a torch tensor of shape (..., d, N) with finite entries (ValueError otherwise); keeps float32/64. A
+    boolean H (an activation pattern, a 0/1 design) is its 0/1 matrix in float64."""
+    if isinstance(H, torch.Tensor) and H.dtype == torch.bool:
+        H = H.to(torch.float64)
+    elif isinstance(H, np.ndarray) and H.dtype == np.bool_:
+        H = H.astype(np.float64)
     return check_real_tensor(H, f"{name} (a matrix (..., d, N) of d features x N samples)", min_ndim=2)
 
 
