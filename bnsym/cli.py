@@ -170,20 +170,6 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
     }
 
 
-def _period(layers: list[str]) -> tuple[int, int]:
-    """(start, p): the layers from ``start`` on repeat with the smallest period p covering the most layers, (0, 1)
-    if nothing repeats; the repeated units are the blocks whose gradient growth is reported."""
-    best = (len(layers), 0, 1)  # (uncovered layers, start, period)
-    for period in range(1, len(layers) // 2 + 1):
-        start = len(layers) - period
-        while start > 0 and layers[start - 1] == layers[start - 1 + period]:
-            start -= 1
-        start += (len(layers) - start) % period
-        if len(layers) - start >= 2 * period and start < best[0]:
-            best = (start, start, period)
-    return best[1], best[2]
-
-
 def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, points: object = 2**12) -> dict:
     """Signal propagation of the network ``spec`` on B inputs with Gram (1 - c) I + c 11^T, as a JSON-ready dict."""
     from . import arch  # imported here: `bnsym predict` does not pay for it
@@ -196,10 +182,8 @@ def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, po
     if not -1 / max(batch - 1, 1) <= c <= 1:
         raise ValueError(f"the correlation must lie in [-1/(B-1), 1] (a Gram matrix is PSD), got {correlation}")
     result = arch.signal_propagation(arch.parse_architecture(spec), (1 - c) * np.eye(batch) + c, points=points)
-    start, period = _period(list(result.layers))
-    gradient = result.gradient.value
-    ends = list(range(start - 1 + period, len(gradient), period))
-    growth = [gradient[end - period] / gradient[end] if end - period >= 0 else None for end in ends]
+    start, period = result.block
+    growth = [None] * (start == 0) + [_finite_or_none(float(g)) for g in result.gradient_growth.value]
 
     def listed(estimate) -> dict:
         return {"value": [_finite_or_none(float(v)) for v in estimate.value],
@@ -210,7 +194,7 @@ def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, po
                                                                "channel_mean_squared", "channel_variance", "gradient")},
             "branch_variance": {str(k): v.value for k, v in result.branch_variance.items()},
             "note": result.gradient.note, "block": {"start": start, "length": period},
-            "gradient_growth": [None if g is None else _finite_or_none(float(g)) for g in growth]}
+            "gradient_growth": growth}
 
 
 def _check_plot_path(path: str) -> None:

@@ -335,7 +335,7 @@ BAD_INPUT = {
                                                               in_features=5), "maps 5 features to 8"),
     "unreadable module": (lambda: from_torch(nn.Sequential(nn.Linear(4, 4), Conv())), "layer 1 (Conv)"),
     "nested unreadable": (lambda: from_torch(nn.Sequential(nn.Linear(4, 4), ResidualBlock(nn.Sequential(
-        nn.ReLU(), nn.GELU())))), "layer 1.branch.1 (GELU)"),
+        nn.ReLU(), nn.Softmax(dim=-1))))), "layer 1.branch.1 (Softmax)"),
     "not a module": (lambda: from_torch("relu"), "nn.Module"),
     "eval-mode BatchNorm1d": (lambda: from_torch(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4).eval())),
                               "running statistics"),

@@ -14,6 +14,7 @@ from ..core.layers import (
     Dense,
     Layer,
     LayerNorm,
+    Residual,
     Serial,
     describe,
     parse_architecture,
@@ -199,7 +200,12 @@ class SignalPropagation:
       output (before alpha);
     * ``gradient``: S^l in the limit, the sum over examples a of the squared Frobenius norm of df(x_a)/dx^l, with
       f = v . x_out / sqrt(n), v standard normal, and x^l the n x B output of layer l; S = B after the last layer.
-      inf where the gradient's second moment diverges (``note`` says where and why).
+      inf where the gradient's second moment diverges (``note`` says where and why);
+    * ``block`` = (start, length): the layers from ``start`` on repeat a block of ``length`` layers (the smallest
+      period covering the most layers, compared by kind, a Dense's variances left out; (0, 1) if nothing repeats);
+      ``gradient_growth``: the growth factor S(before block k) / S(after block k) of each block that has a layer
+      before it (all blocks but the first when start = 0), its error the sum of the two relative errors; inf (with
+      the note) where S is.
     """
 
     layers: tuple[str, ...]
@@ -211,6 +217,8 @@ class SignalPropagation:
     channel_variance: Estimate
     branch_variance: dict[int, Estimate]
     gradient: Estimate
+    block: tuple[int, int]
+    gradient_growth: Estimate
 
 
 def _summaries(kernel: Moment) -> dict[str, Moment]:
@@ -250,15 +258,58 @@ def _stack(moments: list[Moment], what: str) -> Estimate:
                     f"{what} {INFINITE_NOTE.format(infinite, why)}" if infinite else "")
 
 
+def _kind(layer: Layer) -> str:
+    """A layer's name with its Dense variances left out (also inside a residual branch): the blocks of a network
+    repeat by kind, and a model read by ``from_torch`` estimates each Linear's variances from its own weights."""
+    if isinstance(layer, Dense):
+        return "dense"
+    if isinstance(layer, Residual):
+        return f"res({layer.alpha!r},{','.join(_kind(inner) for inner in layer.branch)})"
+    return describe(layer)
+
+
+def _repeated_block(layers: list[str]) -> tuple[int, int]:
+    """(start, p): the layers (their :func:`_kind`) from ``start`` on repeat with the smallest period p covering
+    the most layers, (0, 1) if nothing repeats; the repeated units are the blocks whose gradient growth is
+    reported."""
+    best = (len(layers), 0, 1)  # (uncovered layers, start, period)
+    for period in range(1, len(layers) // 2 + 1):
+        start = len(layers) - period
+        while start > 0 and layers[start - 1] == layers[start - 1 + period]:
+            start -= 1
+        start += (len(layers) - start) % period
+        if len(layers) - start >= 2 * period and start < best[0]:
+            best = (start, start, period)
+    return best[1], best[2]
+
+
+def _growth(gradient: Estimate, start: int, period: int) -> Estimate:
+    """S before / S after each repeated block from ``start`` (period ``period``) that has a layer before it."""
+    ends = np.arange(start - 1 + period, len(gradient.value), period)
+    ends = ends[ends - period >= 0]
+    before, after = gradient.value[ends - period], gradient.value[ends]
+    relative = gradient.error[ends - period] / before + gradient.error[ends] / after
+    infinite = ~(np.isfinite(before) & np.isfinite(after))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.where(infinite, np.inf, before / after)
+        error = np.where(infinite, 0.0, value * relative)
+    return Estimate(value, error, gradient.method, gradient.note)
+
+
 def _result(network: Serial, kernels: list[Moment], summaries: list[dict[str, Moment]], branches: dict[int, Node],
             gradients: list[Moment]) -> SignalPropagation:
+    layers = tuple(describe(layer) for layer in network)
+    gradient = _stack(gradients, "the gradient statistic S")
+    start, period = _repeated_block([_kind(layer) for layer in network])
     return SignalPropagation(
-        layers=tuple(describe(layer) for layer in network),
+        layers=layers,
         kernels=tuple(_estimate(k, "exact") for k in kernels),
         **{key: _stack([s[key] for s in summaries], key) for key in summaries[0]},
         branch_variance={position: _estimate(_summaries(node.kernel())["channel_variance"], "exact")
                          for position, node in branches.items()},
-        gradient=_stack(gradients, "the gradient statistic S"),
+        gradient=gradient,
+        block=(start, period),
+        gradient_growth=_growth(gradient, start, period),
     )
 
 

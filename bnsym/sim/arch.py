@@ -33,7 +33,9 @@ from .networks import batch_norm, chunk_budget, inputs_with_gram
 
 
 class ResidualBlock(nn.Module):
-    """x + alpha * branch(x): the residual wrapper :func:`from_torch` reads (``branch`` any readable module)."""
+    """x + alpha * branch(x): the residual block :func:`from_torch` reads (``branch`` any readable module). Write a
+    residual x + f(x) of your model as ``ResidualBlock(f)``, or subclass it keeping its forward: from_torch never runs
+    a model's own forward, so this class is how it knows that a module is a residual."""
 
     def __init__(self, branch: torch.nn.Module, alpha: float = 1.0):
         super().__init__()
@@ -267,8 +269,40 @@ def extrapolated_signal_propagation(net: object, Sigma0: np.ndarray, widths: tup
 
 # ---------------------------------------------------------------------------------------------- from_torch
 
+
+def _softplus(module: nn.Softplus) -> str:
+    """softplus(beta); torch's switch to the identity above beta z = threshold is read only where it moves phi by
+    less than float32's rounding there, log(1 + e^-threshold) <= threshold 2^-24 (threshold >= 14.0; torch's default
+    20 moves it by 2e-9)."""
+    threshold = float(module.threshold)
+    if not (threshold > 0 and math.log1p(math.exp(-threshold)) <= threshold * 2.0**-24):
+        raise ValueError(f"its threshold {threshold:g} switches it to the identity above beta z = {threshold:g}, "
+                         f"which moves phi by log(1 + e^-threshold) / beta = {math.log1p(math.exp(-threshold)):.2g} "
+                         "/ beta, above float32's rounding; bnsym's softplus is the smooth one (use threshold >= 14)")
+    return f"softplus(beta={float(module.beta)!r})"
+
+
+def _hardtanh(module: nn.Hardtanh) -> str:
+    """hardtanh: z clipped to [-1, 1], torch's defaults only."""
+    if (module.min_val, module.max_val) != (-1.0, 1.0):
+        raise ValueError(f"it clips to [{module.min_val:g}, {module.max_val:g}]; bnsym's hardtanh clips to [-1, 1]")
+    return "hardtanh"
+
+
+def _gelu(module: nn.GELU) -> str:
+    """gelu (approximate='none', z Phi(z)) or gelu_tanh (approximate='tanh')."""
+    return {"none": "gelu", "tanh": "gelu_tanh"}[module.approximate]
+
+
+#: torch's elementwise activation modules (exact types: a subclass may compute something else) and the bnsym
+#: activation each is, with its parameters (bnsym.core.activations; sigmoid as the formula 1 / (1 + e^-x)).
 _ACTIVATIONS = {nn.ReLU: lambda m: "relu", nn.Tanh: lambda m: "tanh", nn.Identity: lambda m: "identity",
-                nn.LeakyReLU: lambda m: f"leaky_relu({m.negative_slope!r})"}
+                nn.LeakyReLU: lambda m: f"leaky_relu({float(m.negative_slope)!r})",
+                nn.Sigmoid: lambda m: "sigmoid(x)", nn.GELU: _gelu, nn.SiLU: lambda m: "silu",
+                nn.ELU: lambda m: f"elu(alpha={float(m.alpha)!r})", nn.Softplus: _softplus,
+                nn.Mish: lambda m: "mish", nn.Hardtanh: _hardtanh}
+_READABLE = ("nn.Sequential (nested), nn.Linear, nn.BatchNorm1d, nn.LayerNorm, "
+             + ", ".join(f"nn.{kind.__name__}" for kind in _ACTIVATIONS) + " and bnsym.sim.arch.ResidualBlock")
 
 
 def _at_identity(module: torch.nn.Module) -> bool:
@@ -277,26 +311,62 @@ def _at_identity(module: torch.nn.Module) -> bool:
     return (weight is None or bool(torch.all(weight == 1))) and (bias is None or bool(torch.all(bias == 0)))
 
 
+_STRUCTURES = (nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm)  # with ResidualBlock: read by _read
+
+
+def _plain(module: torch.nn.Module, kind: type) -> bool:
+    """``module`` is a ``kind`` that computes what ``kind`` does: a subclass that overrides forward is not read."""
+    return isinstance(module, kind) and type(module).forward is kind.forward
+
+
+def _unreadable(module: torch.nn.Module) -> str:
+    """Why a module that is none of the readable kinds cannot be read."""
+    if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+        return (f"an nn.{type(module).__name__} holds modules but has no forward, so their order of use is unknown; "
+                "if they run one after the other, pass nn.Sequential(*modules)")
+    for kind in (*_STRUCTURES, ResidualBlock):
+        if isinstance(module, kind):
+            return (f"it subclasses {kind.__name__} and overrides its forward, so it may compute something else; "
+                    f"use {kind.__name__} itself")
+    return (f"from_torch reads {_READABLE}, and never runs a model's own forward (a custom module's may compute "
+            "anything); write it as an nn.Sequential, a residual x + alpha f(x) as ResidualBlock(f, alpha)")
+
+
+def _read_activation(module: torch.nn.Module, name: str) -> Activation | None:
+    """The description of a torch activation module, or None if ``module`` is none of :data:`_ACTIVATIONS`."""
+    spell = _ACTIVATIONS.get(type(module))
+    if spell is None:
+        return None
+    try:
+        return Activation(spell(module))
+    except ValueError as error:  # a parameter bnsym's phi does not take (softplus beta <= 0, a clipped hardtanh)
+        raise ValueError(f"cannot read {name}: {error}") from None
+
+
 def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[Layer], int | None]:
-    """The description of one module at path ``where`` and the width after it (None: not known yet)."""
-    name = f"layer {where} ({type(module).__name__})"
+    """The description of one module at path ``where`` (as ``named_modules`` spells it; "" the model itself) and
+    the width after it (None: not known yet)."""
+    name = f"layer {where} ({type(module).__name__})" if where else f"the model ({type(module).__name__})"
 
     def need(features: int) -> None:
         if width is not None and features != width:
             raise ValueError(f"cannot read {name}: it takes {features} features but receives {width}")
 
-    if isinstance(module, nn.Sequential):
+    def inside(child: str) -> str:
+        return f"{where}.{child}" if where else child
+
+    if _plain(module, nn.Sequential):
         layers = []
-        for position, inner in enumerate(module):
-            read, width = _read(inner, f"{where}.{position}" if where else str(position), width)
+        for child, inner in module.named_children():
+            read, width = _read(inner, inside(child), width)
             layers.extend(read)
         return layers, width
-    if isinstance(module, nn.Linear):
+    if _plain(module, nn.Linear):
         need(module.in_features)
         weight = module.weight.detach().double()
         bias = 0.0 if module.bias is None else float(module.bias.detach().double().square().mean())
         return [Dense(module.in_features * float(weight.square().mean()), bias)], module.out_features
-    if isinstance(module, nn.BatchNorm1d):
+    if _plain(module, nn.BatchNorm1d):
         need(module.num_features)
         if not _at_identity(module):
             raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity; a description's "
@@ -306,7 +376,7 @@ def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[
                              "which a description does not hold; call .train() to read it as train-mode batch norm, "
                              "or write BatchNorm(mode='eval') (population statistics) yourself")
         return [BatchNorm(module.eps)], width
-    if isinstance(module, nn.LayerNorm):
+    if _plain(module, nn.LayerNorm):
         if len(module.normalized_shape) != 1:
             raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
                              "description's LayerNorm normalises over the one feature axis")
@@ -314,26 +384,30 @@ def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[
         if not _at_identity(module):
             raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity")
         return [LayerNorm(module.eps)], width
-    if isinstance(module, ResidualBlock):
-        branch, after = _read(module.branch, f"{where}.branch", width)
+    if _plain(module, ResidualBlock):
+        branch, after = _read(module.branch, inside("branch"), width)
         if width is not None and after != width:
             raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
                              "branch(x) needs equal widths")
         return [Residual(branch, module.alpha)], width
-    for kind, spell in _ACTIVATIONS.items():
-        if type(module) is kind:
-            return [Activation(spell(module))], width
-    readable = "nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm, nn.ReLU, nn.Tanh, nn.LeakyReLU, nn.Identity"
-    raise ValueError(f"cannot read {name}: a description is built from {readable} and "
-                     "bnsym.sim.arch.ResidualBlock")
+    activation = _read_activation(module, name)
+    if activation is None:
+        raise ValueError(f"cannot read {name}: {_unreadable(module)}")
+    return [activation], width
 
 
 def from_torch(module: object) -> Serial:
-    """The description of a torch model: an ``nn.Sequential`` (or one module) of nn.Linear (weight_var = n_in times
-    the mean square of its weights, bias_var = the mean square of its bias: the variances of the law its parameters
-    were drawn from, estimated from them), nn.BatchNorm1d in train mode and nn.LayerNorm with identity affine maps,
-    nn.ReLU, nn.Tanh, nn.LeakyReLU, nn.Identity and :class:`ResidualBlock`. ValueError naming any layer it cannot
-    read, and why."""
+    """The description of a torch model: an ``nn.Sequential`` (nested ones too; or one module) of nn.Linear
+    (weight_var = n_in times the mean square of its weights, bias_var = the mean square of its bias: the variances
+    of the law its parameters were drawn from, estimated from them), nn.BatchNorm1d in train mode (any eps; or in
+    eval mode without running statistics) and nn.LayerNorm, each with no affine map or an identity one (weight 1,
+    bias 0, as initialised), the activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid, nn.GELU
+    (approximate 'none' or 'tanh'), nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default threshold),
+    nn.Mish, nn.Hardtanh (clipping to [-1, 1]) and nn.Identity, and :class:`ResidualBlock` for x + alpha f(x).
+
+    A model's own forward is never run: a residual written as a custom module is read only through
+    :class:`ResidualBlock` (``ResidualBlock(f, alpha)``, or a subclass that keeps its forward). ValueError naming
+    the path of any module it cannot read (as ``named_modules`` spells it, e.g. ``layers.3.act``), and why."""
     if not isinstance(module, nn.Module):
         raise ValueError(f"from_torch reads a torch nn.Module, got {type(module).__name__}")
     layers, _ = _read(module, "", None)
