@@ -1,13 +1,18 @@
 """Defects of the BN-NTK surface found by an audit: the Laplace tangent rule at B = 4, exception types of hostile
-inputs, and sizes capped before work starts."""
+inputs (the NTK regressor, from_torch), and sizes capped before work starts."""
+
+import math
 
 import numpy as np
+import pytest
 import torch
+from torch import nn
 
 from bnsym import arch
 from bnsym.arch import Activation, BatchNorm, Dense, repeat
 from bnsym.core.statistics import mc_tolerance
 from bnsym.ntk_estimators import BatchNormNTKRegressor
+from bnsym.sim.arch import from_torch
 
 torch.set_num_threads(1)
 
@@ -44,3 +49,21 @@ def test_the_regressor_at_batch_size_4_fits_the_ntk_of_each_batch():
         gram, where = x[rows] @ x[rows].T / 12, slice(4 * batch, 4 * batch + 4)
         sampled = arch.ntk(_mlp(2), gram, True, 2**12, 16, method="qmc")
         _sampled_agrees(model.kernel_[where, where], arch.ntk(_mlp(2), gram, with_error=True).error, sampled, 16)
+
+
+@pytest.mark.parametrize("fill, match", [(1e200, "mean square of its weights, 1e400"),
+                                         (1e-200, "mean square of its weights, 1e-400"),
+                                         (math.inf, "hold NaN or inf")])
+def test_from_torch_refuses_weights_whose_variance_float64_cannot_hold(fill, match):
+    """Weights 1e200 (mean square 1e400) or 1e-200 (1e-400): a ValueError naming the layer and the value."""
+    linear = nn.Linear(4, 4).double()
+    with torch.no_grad():
+        linear.weight.fill_(fill)
+    with pytest.raises(ValueError, match=rf"layer 0 \(Linear\).*{match}"):
+        from_torch(nn.Sequential(linear, nn.ReLU()))
+
+
+@pytest.mark.parametrize("layer", [nn.Linear(4, 4, device="meta"), nn.BatchNorm1d(4, device="meta")])
+def test_from_torch_refuses_a_module_on_the_meta_device(layer):
+    with pytest.raises(ValueError, match="meta device .* materialise"):
+        from_torch(nn.Sequential(layer, nn.ReLU()))
