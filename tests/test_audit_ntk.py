@@ -67,3 +67,18 @@ def test_from_torch_refuses_weights_whose_variance_float64_cannot_hold(fill, mat
 def test_from_torch_refuses_a_module_on_the_meta_device(layer):
     with pytest.raises(ValueError, match="meta device .* materialise"):
         from_torch(nn.Sequential(layer, nn.ReLU()))
+
+
+def test_the_ntk_regressor_is_blind_to_subnormal_inputs_scale():
+    """X of size 1e-310 (subnormal): before, the power-of-2 rescaling 2^1029 overflowed (OverflowError); eps = 0 BN
+    is blind to the scale, so the predictions are those of X (the inputs lose ~8 of their 53 bits)."""
+    x, y = np.random.default_rng(2).standard_normal((8, 5)), np.arange(8.0)
+    model = BatchNormNTKRegressor(batch_size=4)
+    expected = model.fit(x, y).predict(x[:4])
+    np.testing.assert_allclose(model.fit(x * 1e-310, y).predict(x[:4] * 1e-310), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_the_ntk_regressor_refuses_string_targets_with_a_value_error():
+    x = np.random.default_rng(2).standard_normal((8, 5))
+    with pytest.raises(ValueError, match="regression targets must be numbers, got dtype <U1"):
+        BatchNormNTKRegressor(batch_size=4).fit(x, np.array(list("abcdefgh")))
