@@ -48,6 +48,7 @@ from .nngp import (
 from .ntk import MAX_DEPTH, bn_ntk
 
 RCOND = 1e-12  # eigenvalues of Theta below this times the largest are rounding: unlearnt at t = inf
+MAX_COPIES = 2**14  # training copies m: the flow eigendecomposes the m x m NTK, O(m^3), three m x m float64 arrays
 
 
 def flow_weights(theta: np.ndarray, targets: np.ndarray, t: float) -> np.ndarray:
@@ -90,6 +91,12 @@ class _BatchNormNTK(BatchedEstimator):
         self._validate()
         self.phi_ = self.phi  # as given (a name pickles; a parsed activation holds local functions)
         check_distinct(X, "the BN-NTK")
+        copies = -(-len(X) // int(self.batch_size)) * int(self.batch_size)
+        if copies > MAX_COPIES:
+            raise ValueError(f"{len(X)} training points make {copies} training copies at batch size "
+                             f"{self.batch_size}, above {MAX_COPIES}: gradient flow eigendecomposes their "
+                             f"{copies} x {copies} NTK (O(m^3) operations, {3 * copies**2 * 8 / 2**30:.1f} GiB held), "
+                             "and the NTK itself takes one layer map per pair of batches per layer; use a subset")
         self.depth_, self.batch_size_ = int(self.depth), int(self.batch_size)
         self.t_ = float(self.t)
         self.points_, self.replicates_, self.seed_ = int(self.points), int(self.replicates), int(self.seed)

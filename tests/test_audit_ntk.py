@@ -9,8 +9,11 @@ import torch
 from torch import nn
 
 from bnsym import arch
+from bnsym.api import gradient_rate
 from bnsym.arch import Activation, BatchNorm, Dense, repeat
+from bnsym.core.activations import parse_activation
 from bnsym.core.statistics import mc_tolerance
+from bnsym.ntk import bn_ntk, check_cost
 from bnsym.ntk_estimators import BatchNormNTKRegressor
 from bnsym.sim.arch import from_torch
 
@@ -82,3 +85,34 @@ def test_the_ntk_regressor_refuses_string_targets_with_a_value_error():
     x = np.random.default_rng(2).standard_normal((8, 5))
     with pytest.raises(ValueError, match="regression targets must be numbers, got dtype <U1"):
         BatchNormNTKRegressor(batch_size=4).fit(x, np.array(list("abcdefgh")))
+
+
+def test_the_ntk_grows_per_layer_by_the_gradient_rate():
+    """check_cost's premise: max Theta grows per layer by lambda_G (relu, B = 8: 1.7882), here between depths 20 and
+    40 to 1e-3 (the approach to the rate is geometric)."""
+    x = np.random.default_rng(0).standard_normal((8, 12))
+    top = [np.abs(bn_ntk("relu", x, depth, 8).train).max() for depth in (20, 40)]
+    rate = gradient_rate("relu", 8)
+    assert abs((top[1] / top[0]) ** (1 / 20) / rate - 1) < 1e-3
+
+
+def test_bn_ntk_refuses_a_depth_whose_ntk_float64_cannot_hold():
+    """Depth 10^4 ran one layer map after another (~0.02 s each) and then overflowed: now a ValueError at once."""
+    x = np.random.default_rng(0).standard_normal((4, 12))
+    with pytest.raises(ValueError, match=r"lambda_G = 3.084 \(relu, B = 4\).* use depth <= 613"):
+        bn_ntk("relu", x, 10**4, 4)
+    with pytest.raises(ValueError, match="beyond float64"):
+        BatchNormNTKRegressor(phi="tanh", depth=10**4, batch_size=4).fit(x, np.arange(4.0))
+
+
+def test_sizes_are_capped_before_work_and_the_digits_stay_allowed():
+    """The NTK regressor at n = 20,000 (20,000 copies > 2^14: an O(m^3) eigendecomposition of 8.9 GiB) is refused
+    before the NTK; the full digits (1797 points, B = 32: 57 batches, 1596 pairs) at depth 10 and 50 pass the caps."""
+    x = np.random.default_rng(0).standard_normal((20_000, 12))
+    with pytest.raises(ValueError, match="20000 training copies at batch size 32, above 16384"):
+        BatchNormNTKRegressor().fit(x, x[:, 0])
+    for name in ("relu", "tanh"):
+        for depth in (10, 50):
+            check_cost(parse_activation(name), 32, depth, 57 + 57 * 56 // 2, None if name == "relu" else 2**16)
+    with pytest.raises(ValueError, match="layer maps of a B x B block"):
+        check_cost(parse_activation("tanh"), 32, 50, 57 + 57 * 56 // 2, 2**20)
