@@ -59,7 +59,7 @@ def check_spans(batches: np.ndarray) -> None:
     per-neuron terms have a 1 / t tail); at r = 1, BN(w x) = sign(w) x / s(x) has zero gradient almost surely, and
     Price's theorem sees the step at w = 0 as a delta (the Laplace route grows in proportion to its nodes). At r = 3
     the tangent's integrand has the endpoint factor (1 - x)^(-1/2), which the Laplace rule takes into its weights
-    (:func:`bnsym.meanfield.crossbatch._laplace_rule`; B = 16, two batches of 3 features, depth 2: mean diagonal
+    (``bnsym.meanfield.crossbatch._laplace_rule``; B = 16, two batches of 3 features, depth 2: mean diagonal
     3.349953, 3.3500348, 3.3500354 at 12, 24, 48 nodes, where a rule blind to it converged as 1 / nodes)."""
     centred = batches - batches.mean(1, keepdims=True)
     spans = np.linalg.matrix_rank(centred)
@@ -146,7 +146,8 @@ def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, X_
     ``chunk_batches`` as for :func:`bnsym.nngp.bn_nngp_priors`); any other phi is sampled here, block by block
     (``_blocks``: seconds per block at B = 8; ``points``, ``replicates``, ``seed``, routes and errors as for
     :func:`bnsym.arch.ntk_cross`). Every batch's centred inputs must span at least 3 dimensions (``check_spans``:
-    below that the eps = 0 NTK is infinite, so inputs need at least 3 features)."""
+    below that the eps = 0 NTK is infinite, so inputs need at least 3 features). A depth whose NTK float64 cannot
+    hold (it grows as lambda_G^depth) and work of hours are refused before any is done (``check_cost``)."""
     batch = check_batch_size(batch_size)
     activation = check_activation(parse_activation(phi), batch, slope=True)
     depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of Dense-BN-phi layers")

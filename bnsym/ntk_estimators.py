@@ -4,11 +4,12 @@
 0, no bias, f = v . x^L / sqrt(N), every W^l and v trained in the NTK parametrisation; the training set is cut into
 fixed BN batches of B consecutive rows (the last wrapping around to the first rows: m = k B training copies), test
 points are batched among themselves; each batch's centred inputs must span at least 3 dimensions (at eps = 0 the NTK
-is infinite below that: ``bnsym.ntk.check_spans``, a ValueError at ``fit`` or ``predict``). Training is
-full-batch gradient flow on the squared loss L = sum over the m copies of (f(x_i) - y_i)^2 / 2,
-d theta / ds = -eta grad L. As the width grows the network moves
-as its linearisation with the deterministic NTK Theta (:func:`bnsym.ntk.bn_ntk`), and the mean over initialisations
-(E f_0 = 0) of the prediction at time s is (Jacot et al. 2018, Thm 2; Lee et al. 2019, Eq. 16)
+is infinite below that: ``bnsym.ntk.check_spans``, a ValueError at ``fit`` or ``predict``); at most ``MAX_COPIES``
+training copies (the flow eigendecomposes their NTK) and the depths and sizes ``bnsym.ntk.check_cost`` allows.
+Training is full-batch gradient flow on the squared loss L = sum over the m copies of (f(x_i) - y_i)^2 / 2,
+d theta / ds = -eta grad L. As the width grows the network moves as its linearisation with the deterministic NTK
+Theta (:func:`bnsym.ntk.bn_ntk`), and the mean over initialisations (E f_0 = 0) of the prediction at time s is
+(Jacot et al. 2018, Thm 2; Lee et al. 2019, Eq. 16)
 
     mean_t(x*) = Theta(x*, X) Theta^-1 (I - exp(-t Theta)) y,        t = eta s
 

@@ -166,7 +166,7 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     the derivative is the chain rule through Y_s (its eigenpairs by :func:`~bnsym.meanfield.dual.eigh_tangent`),
     the determinant and the correlations of F (J_phi' by Price's ladder). The derivative's integrand is rougher at
     the endpoints, (1-x)^(-1) (1-y)^(-1/2) times a smooth function (the BN Jacobian's 1 / s^2: E[1 / chi^2_r]
-    with r = 3 at B = 4); ``tangent=True`` takes those powers into the rule (:func:`_laplace_rule`), for the value
+    with r = 3 at B = 4); ``tangent=True`` takes those powers into the rule (``_laplace_rule``), for the value
     and the derivative alike, so that the derivative converges as fast as the kernel (depth 2, B = 4: 1e-8 at 64
     nodes, where a rule blind to them is 1.0 % off and converges as 1 / nodes).
     """
