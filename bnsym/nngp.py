@@ -266,8 +266,9 @@ def batch_layout(X: np.ndarray, batch_size: int, X_test: np.ndarray | None = Non
     test_covariance = check_flag(test_covariance, "test_covariance")
     k = -(-len(X) // batch)
     # batch norm (eps = 0) makes the prior blind to the inputs' scale: a power of 2 brings max |x| near 1, exactly
-    scale = 2.0 ** -math.frexp(max(np.abs(X).max(), 0.0 if X_test is None else np.abs(X_test).max()))[1]
-    X, X_test = X * scale, None if X_test is None else X_test * scale
+    # (ldexp: 2^-exponent itself overflows for subnormal inputs, max |x| < 2^-1022)
+    exponent = math.frexp(max(np.abs(X).max(), 0.0 if X_test is None else np.abs(X_test).max()))[1]
+    X, X_test = np.ldexp(X, -exponent), None if X_test is None else np.ldexp(X_test, -exponent)
     rows = fill_batches(len(X), batch)
     if X_test is None:
         pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=int).reshape(-1, 2)
@@ -462,6 +463,10 @@ def regression_targets(estimator: BaseEstimator, X: object, y: object) -> tuple[
     """A kernel regressor's validated X and targets y (n, outputs), centred and scaled where its ``normalise_y``;
     y's shape, mean and scale are kept on the estimator for :func:`target_units`."""
     X, y = _validate_data(estimator, X, y, multi_output=True, y_numeric=True, dtype=float)
+    if y.dtype.kind not in "biuf":  # scikit-learn's y_numeric converts only object arrays
+        raise ValueError(f"y: regression targets must be numbers, got dtype {y.dtype} (first {str(y.flat[0])!r:.40}); "
+                         "labels are for a classifier")
+    y = y.astype(float)
     estimator._y_shape = y.shape[1:]
     y = y.reshape(len(y), -1)
     normalise = check_flag(estimator.normalise_y, "normalise_y")

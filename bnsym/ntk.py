@@ -11,6 +11,7 @@ between two batches :func:`bnsym.arch.ntk_cross` on their joint input Gram.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -29,6 +30,7 @@ from .core.validation import (
     check_covariance,
     check_whole_number,
 )
+from .meanfield.backward import rate_closed_form, rate_spherical
 from .nngp import (
     MAX_MEMORY,
     BatchedPrior,
@@ -42,6 +44,10 @@ from .nngp import (
 
 MAX_DEPTH = 10**4
 MIN_SPAN = 3  # dimensions each batch's centred inputs must span for the eps = 0 BN-NTK to be finite (check_spans)
+MAX_GROWTH = 1e300  # lambda_G^depth above this leaves float64 (max 1.8e308) no room for the NTK's sums (check_cost)
+MAX_LAPLACE_MAPS = 10**6  # depth x blocks of Laplace layer maps: ~0.01 s of CPU each at B = 32, 0.03 s at B = 8
+MAX_SAMPLED_MAPS = 10**5  # the same for the sampled route at 2^16 samples (points x replicates): ~0.4 s each, B = 8
+DEFAULT_SAMPLES = 2**16  # the default points x replicates, the unit of MAX_SAMPLED_MAPS
 
 
 def check_spans(batches: np.ndarray) -> None:
@@ -52,8 +58,9 @@ def check_spans(batches: np.ndarray) -> None:
     At r = 2 it is infinite (the Laplace route grows by a constant per doubling of its nodes, finite networks'
     per-neuron terms have a 1 / t tail); at r = 1, BN(w x) = sign(w) x / s(x) has zero gradient almost surely, and
     Price's theorem sees the step at w = 0 as a delta (the Laplace route grows in proportion to its nodes). At r = 3
-    the first layer's rule converges only as 1 / nodes (B = 16, 96 points of 3-feature blobs: mean diagonal 1.790,
-    1.808, 1.817, 1.822 at 12, 24, 48, 96 nodes; 12 leave that NTK indefinite, 48 do not)."""
+    the tangent's integrand has the endpoint factor (1 - x)^(-1/2), which the Laplace rule takes into its weights
+    (``bnsym.meanfield.crossbatch._laplace_rule``; B = 16, two batches of 3 features, depth 2: mean diagonal
+    3.349953, 3.3500348, 3.3500354 at 12, 24, 48 nodes, where a rule blind to it converged as 1 / nodes)."""
     centred = batches - batches.mean(1, keepdims=True)
     spans = np.linalg.matrix_rank(centred)
     if spans.min() < MIN_SPAN:
@@ -62,6 +69,28 @@ def check_spans(batches: np.ndarray) -> None:
                          f"dimensions, but batch {batch} spans {spans[batch]} (n_features = {batches.shape[-1]}): "
                          "the first BN's Jacobian grows as 1 / (the pre-activations' scale), whose mean square over "
                          "the weights diverges below 3 dimensions; use inputs with at least 3 independent features")
+
+
+def check_cost(phi: Activation, batch: int, depth: int, blocks: int, samples: int | None) -> None:
+    """Refuse, before any work, an NTK that float64 cannot hold or that would run for hours. Theta grows per layer
+    by the gradient rate lambda_G(phi, B) (Thms 7, 8: the tangent is pushed through the same Jacobians whose
+    squared norm grows by lambda_G): relu at B = 8, depth 1000, max Theta 2.3e252 against 1.788^1000 = 2.5e252;
+    lambda_G^depth must stay below ``MAX_GROWTH`` (relu: depth <= 614 at B = 4, 1223 at B = 8, 1640 at B = 32).
+    The work is depth x ``blocks`` layer maps of a B x B block, at most ``MAX_LAPLACE_MAPS`` on the Laplace route
+    (``samples`` None) and ``MAX_SAMPLED_MAPS`` at ``DEFAULT_SAMPLES`` (scaled by ``samples``) on the sampled one."""
+    rate = (rate_closed_form(phi, batch) if phi.is_homogeneous else rate_spherical(phi, batch)).value
+    if rate > 1 and depth * math.log(rate) > math.log(MAX_GROWTH):
+        raise ValueError(f"the BN-NTK at depth {depth} is beyond float64: it grows per layer by the gradient rate "
+                         f"lambda_G = {rate:.4g} ({phi}, B = {batch}), and lambda_G^depth = "
+                         f"1e{depth * math.log10(rate):.0f} (float64 ends at 1.8e308); use depth <= "
+                         f"{int(math.log(MAX_GROWTH) / math.log(rate))}")
+    limit = MAX_LAPLACE_MAPS if samples is None else MAX_SAMPLED_MAPS * DEFAULT_SAMPLES // samples
+    if depth * blocks > limit:
+        each = "0.01-0.03 s (Laplace route, B = 32 and 8)" if samples is None else (
+            f"about 0.4 s at B = 8 and {DEFAULT_SAMPLES} samples (sampled route), in proportion to the samples")
+        raise ValueError(f"the BN-NTK of {blocks} blocks (each batch and each pair of batches) at depth {depth} is "
+                         f"{depth * blocks:.3g} layer maps of a B x B block, each {each} of one CPU core, above "
+                         f"{limit:.3g}: use fewer points or layers, a larger batch size (fewer blocks)")
 
 
 def _blocks(phi: Activation, batches: np.ndarray, pairs: np.ndarray, depth: int, sampling: Sampling,
@@ -117,14 +146,18 @@ def bn_ntk(phi: str | Activation, X: np.ndarray, depth: int, batch_size: int, X_
     ``chunk_batches`` as for :func:`bnsym.nngp.bn_nngp_priors`); any other phi is sampled here, block by block
     (``_blocks``: seconds per block at B = 8; ``points``, ``replicates``, ``seed``, routes and errors as for
     :func:`bnsym.arch.ntk_cross`). Every batch's centred inputs must span at least 3 dimensions (``check_spans``:
-    below that the eps = 0 NTK is infinite, so inputs need at least 3 features)."""
+    below that the eps = 0 NTK is infinite, so inputs need at least 3 features). A depth whose NTK float64 cannot
+    hold (it grows as lambda_G^depth) and work of hours are refused before any is done (``check_cost``)."""
     batch = check_batch_size(batch_size)
     activation = check_activation(parse_activation(phi), batch, slope=True)
     depth = check_whole_number(depth, "depth", 1, MAX_DEPTH, "the number of Dense-BN-phi layers")
     sampling = check_sampling(points, replicates, seed)
     layout = batch_layout(X, batch, X_test)
+    laplace = activation.degree in (1, 2, 3)
+    check_cost(activation, batch, depth, len(layout.batches) + len(layout.pairs),
+               None if laplace else sampling.points * sampling.replicates)
     check_spans(layout.batches)
-    if activation.degree in (1, 2, 3):
+    if laplace:
         return batched_kernels(activation, X, [depth], batch, X_test, nodes, device, test_covariance=False,
                                client=client, out=out, max_memory=max_memory, chunk_batches=chunk_batches,
                                tangent=True)[depth]

@@ -4,11 +4,12 @@
 0, no bias, f = v . x^L / sqrt(N), every W^l and v trained in the NTK parametrisation; the training set is cut into
 fixed BN batches of B consecutive rows (the last wrapping around to the first rows: m = k B training copies), test
 points are batched among themselves; each batch's centred inputs must span at least 3 dimensions (at eps = 0 the NTK
-is infinite below that: ``bnsym.ntk.check_spans``, a ValueError at ``fit`` or ``predict``). Training is
-full-batch gradient flow on the squared loss L = sum over the m copies of (f(x_i) - y_i)^2 / 2,
-d theta / ds = -eta grad L. As the width grows the network moves
-as its linearisation with the deterministic NTK Theta (:func:`bnsym.ntk.bn_ntk`), and the mean over initialisations
-(E f_0 = 0) of the prediction at time s is (Jacot et al. 2018, Thm 2; Lee et al. 2019, Eq. 16)
+is infinite below that: ``bnsym.ntk.check_spans``, a ValueError at ``fit`` or ``predict``); at most ``MAX_COPIES``
+training copies (the flow eigendecomposes their NTK) and the depths and sizes ``bnsym.ntk.check_cost`` allows.
+Training is full-batch gradient flow on the squared loss L = sum over the m copies of (f(x_i) - y_i)^2 / 2,
+d theta / ds = -eta grad L. As the width grows the network moves as its linearisation with the deterministic NTK
+Theta (:func:`bnsym.ntk.bn_ntk`), and the mean over initialisations (E f_0 = 0) of the prediction at time s is
+(Jacot et al. 2018, Thm 2; Lee et al. 2019, Eq. 16)
 
     mean_t(x*) = Theta(x*, X) Theta^-1 (I - exp(-t Theta)) y,        t = eta s
 
@@ -48,6 +49,7 @@ from .nngp import (
 from .ntk import MAX_DEPTH, bn_ntk
 
 RCOND = 1e-12  # eigenvalues of Theta below this times the largest are rounding: unlearnt at t = inf
+MAX_COPIES = 2**14  # training copies m: the flow eigendecomposes the m x m NTK, O(m^3), three m x m float64 arrays
 
 
 def flow_weights(theta: np.ndarray, targets: np.ndarray, t: float) -> np.ndarray:
@@ -90,6 +92,12 @@ class _BatchNormNTK(BatchedEstimator):
         self._validate()
         self.phi_ = self.phi  # as given (a name pickles; a parsed activation holds local functions)
         check_distinct(X, "the BN-NTK")
+        copies = -(-len(X) // int(self.batch_size)) * int(self.batch_size)
+        if copies > MAX_COPIES:
+            raise ValueError(f"{len(X)} training points make {copies} training copies at batch size "
+                             f"{self.batch_size}, above {MAX_COPIES}: gradient flow eigendecomposes their "
+                             f"{copies} x {copies} NTK (O(m^3) operations, {3 * copies**2 * 8 / 2**30:.1f} GiB held), "
+                             "and the NTK itself takes one layer map per pair of batches per layer; use a subset")
         self.depth_, self.batch_size_ = int(self.depth), int(self.batch_size)
         self.t_ = float(self.t)
         self.points_, self.replicates_, self.seed_ = int(self.points), int(self.replicates), int(self.seed)

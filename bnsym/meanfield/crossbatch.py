@@ -135,8 +135,22 @@ def _jacobi_rule(n: int, exponent_one_minus: float, exponent_zero: float, like: 
             torch.tensor(w, dtype=like.dtype, device=like.device))
 
 
+def _laplace_rule(nodes: int, rank: int, alpha: int, lower: float, like: torch.Tensor):
+    """Nodes in (0, 1) and weights of the rule for x^(alpha/2-1) (1-x)^(rank/2-1) normalised to total 1, as
+    :func:`_jacobi_rule`; with ``lower`` > 0 (and rank / 2 > lower) a Gauss-Jacobi rule for the endpoint power
+    (1-x)^(rank/2-1-lower), the remaining (1-x)^lower a factor of the weights: exact for integrands that are
+    smooth times (1-x)^(-lower), as the tangent's are (:mod:`bnsym.meanfield.ntk_laplace`)."""
+    b, a = rank / 2, alpha / 2
+    if lower == 0 or b <= lower:
+        return _jacobi_rule(nodes, b - 1, a - 1, like)
+    x, w = _jacobi_rule(nodes, b - lower - 1, a - 1, like)
+    mass = math.exp(gammaln(b - lower) + gammaln(a + b) - gammaln(b) - gammaln(a + b - lower))  # B(a,b-l)/B(a,b)
+    return x, w * (1 - x) ** lower * mass
+
+
 def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, rank1: int, rank2: int,
-                 direction: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                 direction: torch.Tensor | None = None,
+                 tangent: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The cross block of (*) for reduced centred covariances ``omega`` (..., r1 + r2, r1 + r2), r_k = B_k - 1,
     whose diagonal blocks Omega_11, Omega_22 have ranks ``rank1``, ``rank2`` (r1, r2 unless the batch's inputs
     span fewer directions, as raw inputs with fewer features than B - 1 do). With ``direction`` (..., r1, r2), also
@@ -150,7 +164,11 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     into the endpoint powers, (1-x)^(rank1/2-1) (1-y)^(rank2/2-1), and F is smooth again. A tensor Gauss-Jacobi
     rule integrates the endpoint powers exactly. Omega_11, its eigenbasis and the nodes do not move with Omega_12:
     the derivative is the chain rule through Y_s (its eigenpairs by :func:`~bnsym.meanfield.dual.eigh_tangent`),
-    the determinant and the correlations of F (J_phi' by Price's ladder).
+    the determinant and the correlations of F (J_phi' by Price's ladder). The derivative's integrand is rougher at
+    the endpoints, (1-x)^(-1) (1-y)^(-1/2) times a smooth function (the BN Jacobian's 1 / s^2: E[1 / chi^2_r]
+    with r = 3 at B = 4); ``tangent=True`` takes those powers into the rule (``_laplace_rule``), for the value
+    and the derivative alike, so that the derivative converges as fast as the kernel (depth 2, B = 4: 1e-8 at 64
+    nodes, where a rule blind to them is 1.0 % off and converges as 1 / nodes).
     """
     from .dual import eigh, eigh_tangent  # here: dual's autograd Function imports torch
 
@@ -166,8 +184,8 @@ def _cross_block(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, 
     omega_eig, u = eigh(o11)  # (..., r1), (..., r1, r1); ascending
     live1 = torch.arange(r1, device=omega.device) >= r1 - rank1  # the rank1 nonzero eigenvalues
     omega_eig = torch.where(live1, omega_eig, 0.0)
-    x, wx = _jacobi_rule(nodes, rank1 / 2 - 1, alpha / 2 - 1, omega)
-    y, wy = _jacobi_rule(nodes, rank2 / 2 - 1, alpha / 2 - 1, omega)
+    x, wx = _laplace_rule(nodes, rank1, alpha, 1.0 if tangent else 0.0, omega)
+    y, wy = _laplace_rule(nodes, rank2, alpha, 0.5 if tangent else 0.0, omega)
     xs = x[:, None]  # (nx, 1)
     den1 = (1 - xs) + xs * omega_eig[..., None, :]  # (..., nx, r1): (1 + 2 s omega_k) (1 - x)
     det1 = torch.where(live1, den1, 1.0).rsqrt().prod(-1)  # (..., nx)
@@ -293,10 +311,12 @@ def _ranks(block: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scale: torch.Tensor,
-             direction: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+             direction: torch.Tensor | None = None,
+             tangent: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """:func:`_cross_block` over a flat stack (n, r, r), grouped by the ranks of the two diagonal blocks, in chunks
     that keep the node arrays under a budget. ``scale`` (n,): the mean variance of each uncentred input;
-    ``direction`` (n, r1, r2): also the derivative in Omega_12 along it."""
+    ``direction`` (n, r1, r2): also the derivative in Omega_12 along it; ``tangent``: the tangent's rule (as
+    :func:`_cross_block`)."""
     r1 = batch1 - 1
     batch2 = omega.shape[-1] - batch1 + 2
     per_item = nodes * nodes * (batch1 + 1) * batch2 * 8 * (4 if direction is None else 8)
@@ -312,7 +332,8 @@ def _chunked(phi: Activation, omega: torch.Tensor, batch1: int, nodes: int, scal
     for rank1, rank2 in torch.unique(ranks, dim=0).tolist():
         index = ((ranks[:, 0] == rank1) & (ranks[:, 1] == rank2)).nonzero()[:, 0]
         parts = [_cross_block(phi, omega[part], batch1, nodes, rank1, rank2,
-                              None if direction is None else direction[part]) for part in index.split(size)]
+                              None if direction is None else direction[part], tangent)
+                 for part in index.split(size)]
         for whole, pieces in zip(out, zip(*parts) if direction is not None else [parts]):
             whole[index] = torch.cat(pieces)
     return out[0] if direction is None else (out[0], out[1])

@@ -332,6 +332,23 @@ def _unreadable(module: torch.nn.Module) -> str:
             "anything); write it as an nn.Sequential, a residual x + alpha f(x) as ResidualBlock(f, alpha)")
 
 
+def _mean_square(values: torch.Tensor, what: str, name: str) -> float:
+    """mean(values^2) in float64, scaled by max |values| so that it neither overflows nor underflows on the way;
+    ValueError where the values are not finite or their mean square itself is outside float64's range."""
+    values = values.detach().double()
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"cannot read {name}: its {what} hold NaN or inf")
+    peak = float(values.abs().max()) if values.numel() else 0.0
+    if peak == 0.0:
+        return 0.0
+    square = float((values / peak).square().mean()) * peak * peak
+    if not np.isfinite(square) or square == 0.0:
+        log10 = 2 * np.log10(peak) + np.log10(float((values / peak).square().mean()))
+        raise ValueError(f"cannot read {name}: the mean square of its {what}, 1e{log10:.0f} (largest |value| "
+                         f"{peak:.3g}), is outside float64's range, and a description holds it as a variance")
+    return square
+
+
 def _read_activation(module: torch.nn.Module, name: str) -> Activation | None:
     """The description of a torch activation module, or None if ``module`` is none of :data:`_ACTIVATIONS`."""
     spell = _ACTIVATIONS.get(type(module))
@@ -347,6 +364,11 @@ def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[
     """The description of one module at path ``where`` (as ``named_modules`` spells it; "" the model itself) and
     the width after it (None: not known yet)."""
     name = f"layer {where} ({type(module).__name__})" if where else f"the model ({type(module).__name__})"
+    if any(p.is_meta for p in module.parameters(recurse=False)):
+        raise ValueError(f"cannot read {name}: its parameters are on the meta device (shapes without values), and a "
+                         "description is read from their values (the weight and bias variances; a norm layer's "
+                         "affine map at the identity); materialise the model first (module.to_empty(device='cpu') "
+                         "and initialise it)")
 
     def need(features: int) -> None:
         if width is not None and features != width:
@@ -363,9 +385,12 @@ def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[
         return layers, width
     if _plain(module, nn.Linear):
         need(module.in_features)
-        weight = module.weight.detach().double()
-        bias = 0.0 if module.bias is None else float(module.bias.detach().double().square().mean())
-        return [Dense(module.in_features * float(weight.square().mean()), bias)], module.out_features
+        weight_var = module.in_features * _mean_square(module.weight, "weights", name)
+        if not np.isfinite(weight_var) or weight_var == 0.0:
+            raise ValueError(f"cannot read {name}: its weight variance n_in mean(w^2) is {weight_var:.3g}, where a "
+                             "description needs a finite variance > 0 (a zero one cuts the network)")
+        bias = 0.0 if module.bias is None else _mean_square(module.bias, "biases", name)
+        return [Dense(weight_var, bias)], module.out_features
     if _plain(module, nn.BatchNorm1d):
         need(module.num_features)
         if not _at_identity(module):
