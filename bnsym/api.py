@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .core.activations import Activation, parse_activation
-from .core.estimate import Estimate
+from .core.estimate import ROUNDING, Estimate
 from .core.geometry import bsb1_mu
 from .core.lazy import lazy_module
 from .core.validation import (
@@ -419,7 +419,20 @@ def gradient_rate(phi: str | Activation, B: int | np.ndarray, eps: float | np.nd
     tol = check_tol(tol)
     eps, t = _effective_eps(eps, sigma_w2, array_ok=True)
     estimate = _compute(GRADIENT_RATE_ROUTES, method, phi, batch, t, tol)
+    _check_thm9_bound(estimate, phi, batch, t)
     return estimate if with_error else estimate.value
+
+
+def _check_thm9_bound(estimate: Estimate, phi: Activation, batch: int | np.ndarray, t: float | np.ndarray) -> None:
+    """Thm 9: at eps = 0, lambda_G >= (B-2)/(B-3) for every non-constant phi (equality iff phi is linear); a
+    result below it (beyond its error and rounding) means the quadratures did not see phi: refuse it."""
+    bound = (np.asarray(batch, dtype=float) - 2) / (np.asarray(batch, dtype=float) - 3)
+    below = (np.asarray(t) == 0) & (np.asarray(estimate.value) + np.asarray(estimate.error)
+                                    < bound * (1 - ROUNDING))
+    if np.any(below):
+        raise ValueError(f"the gradient rate of activation {phi} came out {np.min(estimate.value):.6g}, below Thm 9's "
+                         f"bound (B-2)/(B-3) = {np.min(bound):.6g}: phi varies on a scale the quadratures do not "
+                         "resolve (e.g. tanh(1e300 z)), so no rate is given")
 
 
 def backward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, sigma_w2: float = 1.0,
