@@ -455,6 +455,7 @@ def backward_eigenvalues(phi: str | Activation, B: int, eps: float = 0.0, sigma_
     operator = operator_eigenvalues(phi, batch_size) if t == 0 else operator_eigenvalues_eps(phi, batch_size, t)
     check_resolved(*_values_and_errors(operator), f"the backward operator of activation {phi} at B = {batch_size}")
     eigenvalues = {**operator, "G": _compute(GRADIENT_RATE_ROUTES, None, phi, batch_size, t, DEFAULT_TOL)}
+    _check_thm9_bound(eigenvalues["G"], phi, batch_size, t)
     return eigenvalues if with_error else {key: estimate.value for key, estimate in eigenvalues.items()}
 
 

@@ -8,14 +8,15 @@ too small. Two ways to find them:
   ``Max(a, b)``/``Min``, u of ``Abs(u)``, ``sign(u)``, ``Heaviside(u)``, lhs - rhs of a ``Piecewise`` condition
   (by ``solveset``; None where they are not a finite set, and the numeric scan is used instead).
 * **A callable** (:func:`numeric_kinks`): on a grid of spacing ``SCAN_STEP`` over |z| <= ``SCAN_REACH``, a cell where
-  phi or phi' changes by 1.5 times more than in either cell two away (a smooth function changes alike in
-  nearby cells) is bisected, keeping the half that changes more, down to float64 resolution; it holds a kink
-  where the change there does not vanish like the cell's width (a smooth bump as steep as tanh(1e4 z) does).
+  phi, phi' or phi'' changes by 1.2 times more than in either cell two away (a smooth function changes alike in
+  nearby cells) is bisected, keeping the half that changes more, down to float64 resolution (phi'', a difference,
+  to ``CURVATURE_RESOLUTION``, then refined); it holds a kink where the change there does not vanish like the
+  cell's width (a smooth bump as steep as tanh(1e4 z) does).
 
 :func:`kink_power` then reads how phi behaves at each: 0 where it jumps, below 1 where phi' is unbounded
-(relu^0.5: E[phi'^2] is infinite for a power <= 1/2), else 1. A kink with a continuous phi' whose phi'' diverges
-more slowly than |z - k|^-0.26 (relu^alpha with alpha >= 1.74) is not seen by the scan; the quadratures converge
-there anyway, and their n-versus-2n error estimate covers what is left.
+(relu^0.5: E[phi'^2] is infinite for a power <= 1/2), else 1. A kink where phi, phi' and phi'' are continuous
+(relu^alpha with alpha > 2) is not looked for: the quadratures converge fast there anyway, and their
+n-versus-2n error estimate covers what is left.
 """
 
 from __future__ import annotations
@@ -30,10 +31,16 @@ sp = lazy_module("sympy")
 
 SCAN_REACH = 40.0  # |z| scanned: the BN coordinates and N(0, 1) put below e^-800 of their mass beyond it
 SCAN_STEP = 1 / 256
+CURVATURE_RESOLUTION = 1e-4  # a jump of phi'' is first located to this, on a difference of phi'
 MAX_KINKS = 32  # more in the scanned range (a staircase, torch.round) is refused: the rules cannot split at each
 STEP_FUNCTIONS = ("floor", "ceiling", "frac", "round")
 
 Function = Callable[[np.ndarray], np.ndarray]
+
+
+def switching_functions() -> tuple[type, ...]:
+    """The SymPy functions that switch between pieces (SymPy is imported on first use)."""
+    return sp.Max, sp.Min, sp.Abs, sp.sign, sp.Heaviside, sp.Piecewise
 
 
 def symbolic_kinks(expr: sp.Expr, z: sp.Symbol) -> tuple[float, ...] | None:
@@ -61,35 +68,57 @@ def symbolic_kinks(expr: sp.Expr, z: sp.Symbol) -> tuple[float, ...] | None:
 
 def numeric_kinks(value: Function, slope: Function, name: str, resolution: float = 0.0,
                   noise: float = 1e-13) -> tuple[float, ...]:
-    """Points in [-SCAN_REACH, SCAN_REACH] where ``value`` or ``slope`` (phi, phi') is not smooth (module docstring).
+    """Points in [-SCAN_REACH, SCAN_REACH] where phi (``value``), phi' (``slope``) or phi'' jumps (module docstring).
 
     ``slope`` may be a finite difference, smooth at scales below its step: then pass a ``resolution`` well above the
-    step, to which the kinks are located, and its relative rounding ``noise``.
+    step, to which the kinks are located, and its relative rounding ``noise``; phi'' is not scanned then. Else
+    phi'' is a central difference of phi', so a jump of phi'' (ELU, softsign) is found to
+    ``CURVATURE_RESOLUTION`` and then to about 1e-9 where the quadratics through phi' on either side cross.
     """
+    kinks = distinct(_scan(value, resolution, noise) + _scan(slope, resolution, noise))
+    if resolution:  # phi' is a difference already: a difference of it would be rounding noise
+        return _at_most(kinks, name)
+
+    def curvature(t):
+        step = 1e-5 * np.maximum(1.0, np.abs(t))
+        return (slope(t + step) - slope(t - step)) / (2 * step)
+
+    smoother = [refined_corner(slope, k, within=2 * CURVATURE_RESOLUTION)
+                for k in distinct(_scan(curvature, CURVATURE_RESOLUTION, 1e-6), 2 * CURVATURE_RESOLUTION)
+                if min((abs(k - j) for j in kinks), default=np.inf) > 2 * CURVATURE_RESOLUTION]
+    return _at_most(distinct([*kinks, *smoother]), name)
+
+
+def _at_most(kinks: tuple[float, ...], name: str) -> tuple[float, ...]:
+    if len(kinks) > MAX_KINKS:
+        raise ValueError(f"activation {name} has {len(kinks)} kinks or jumps in [-{SCAN_REACH:g}, {SCAN_REACH:g}], "
+                         f"more than {MAX_KINKS} (a staircase or a fast oscillation): the quadratures cannot split at "
+                         "each")
+    return kinks
+
+
+def _scan(f: Function, resolution: float, noise: float) -> list[float]:
+    """The points where f jumps (or is not finite), located to ``resolution`` (0: to float64)."""
     x = np.arange(-SCAN_REACH, SCAN_REACH + SCAN_STEP / 2, SCAN_STEP)
     halvings = 60 if resolution == 0 else int(np.ceil(np.log2(SCAN_STEP / resolution)))
-    found: list[float] = []
-    for f in (value, slope):
-        with np.errstate(all="ignore"):
-            y = np.asarray(f(x), dtype=float)
-        found += [float(k) for k in x[~np.isfinite(y)]]
-        change = np.abs(np.diff(np.where(np.isfinite(y), y, 0.0)))
-        size = max(np.max(np.abs(y[np.isfinite(y)]), initial=0.0), 1e-300)
-        # two cells away: a jump at a grid point (or smeared by a finite difference) spreads over two cells
-        neighbours = np.maximum(np.concatenate([[0.0, 0.0], change[:-2]]), np.concatenate([change[2:], [0.0, 0.0]]))
-        cells = np.flatnonzero((change > 1.5 * neighbours) & (change > 1e-9 * size))
-        if cells.size > MAX_KINKS:
-            raise ValueError(f"activation {name} has more than {MAX_KINKS} kinks or jumps in [-{SCAN_REACH:g}, "
-                             f"{SCAN_REACH:g}] (a staircase or a fast oscillation): the quadratures cannot split at "
-                             "each")
-        found += _bisected(f, x[cells], x[cells + 1], halvings, noise * size)
-    return distinct(found)
+    with np.errstate(all="ignore"):
+        y = np.asarray(f(x), dtype=float)
+    change = np.abs(np.diff(np.where(np.isfinite(y), y, 0.0)))
+    size = max(np.max(np.abs(y[np.isfinite(y)]), initial=0.0), 1e-300)
+    # two cells away: a jump at a grid point (or smeared by a finite difference) spreads over two cells
+    neighbours = np.maximum(np.concatenate([[0.0, 0.0], change[:-2]]), np.concatenate([change[2:], [0.0, 0.0]]))
+    cells = np.flatnonzero((change > 1.2 * neighbours) & (change > 1e-9 * size))
+    # rounding: relative to f near the cell where f is exact, to f's size where f is a difference of phi
+    floor = (noise * size, 0.0) if resolution else (0.0, noise)
+    return [float(k) for k in x[~np.isfinite(y)]] + _bisected(f, x[cells], x[cells + 1], halvings, *floor)
 
 
-def _bisected(f: Function, lo: np.ndarray, hi: np.ndarray, halvings: int, floor: float) -> list[float]:
+def _bisected(f: Function, lo: np.ndarray, hi: np.ndarray, halvings: int, absolute: float, relative: float
+              ) -> list[float]:
     """Halve each cell [lo, hi] ``halvings`` times, keeping the half where f changes more; a kink is where the
-    change shrank by less than (width ratio)^(3/4): a jump keeps it, |z - k|^p keeps (width ratio)^p, smooth f
-    loses it like the width."""
+    change shrank by less than (width ratio)^0.9: a jump keeps it, |z - k|^p keeps (width ratio)^p, smooth f
+    loses it like the width (or faster). A change below ``absolute`` + ``relative`` max |f| at the ends is
+    rounding."""
     if not lo.size:
         return []
     start = np.abs(_at(f, hi) - _at(f, lo))
@@ -98,8 +127,10 @@ def _bisected(f: Function, lo: np.ndarray, hi: np.ndarray, halvings: int, floor:
         f_lo, f_mid, f_hi = _at(f, lo), _at(f, mid), _at(f, hi)
         left = np.abs(f_mid - f_lo) >= np.abs(f_hi - f_mid)
         lo, hi = np.where(left, lo, mid), np.where(left, mid, hi)
-    end = np.abs(_at(f, hi) - _at(f, lo))
-    kink = (end > floor) & (end > 2.0 ** (-0.75 * halvings) * start)
+    f_lo, f_hi = _at(f, lo), _at(f, hi)
+    end = np.abs(f_hi - f_lo)
+    rounding = absolute + relative * np.maximum(np.abs(f_lo), np.abs(f_hi))
+    kink = (end > rounding) & (end > 2.0 ** (-0.9 * halvings) * start)
     return [float(k) for k in ((lo + hi) / 2)[kink]]
 
 
@@ -109,48 +140,72 @@ def _at(f: Function, x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(y), y, 1e300)
 
 
-def distinct(points: list[float]) -> tuple[float, ...]:
-    """Sorted, one per kink (a jump of phi is also seen in phi'), 0 where within 1e-12 of it."""
+def distinct(points: list[float], apart: float = 1e-9) -> tuple[float, ...]:
+    """Sorted, one per kink (a jump of phi is also seen in phi'; points closer than ``apart`` times max(1, |k|)
+    are one), 0 where within 1e-12 of it."""
     out: list[float] = []
     for point in sorted(0.0 if abs(p) < 1e-12 else p for p in points):
-        if not out or point - out[-1] > 1e-9 * max(1.0, abs(point)):
+        if not out or point - out[-1] > apart * max(1.0, abs(point)):
             out.append(point)
     return tuple(out)
 
 
-def kink_power(value: Function, slope: Function, kinks: tuple[float, ...]) -> float:
+def kink_power(value: Function, slope: Function, kinks: tuple[float, ...], nearest: float = 1e-9,
+               ratio: float = 100.0) -> float:
     """The smallest p with phi ~ |z - k|^p on a side of a kink k: 0 where phi jumps, 1 - g where phi' grows like
-    |z - k|^-g (g > 0), else 1 (a corner, or smoother: only whether p exceeds 1/2 matters)."""
+    |z - k|^-g (read at distances ``nearest``, ``ratio`` and ``ratio``^2 times it, from a kink located to well within
+    ``nearest``: the smaller of the two growths, and only above g = 0.05, so that a smooth phi' or a point near
+    but not at a kink shows none), else 1 (a corner, or smoother: only whether p exceeds 1/2 matters)."""
     power = 1.0
     for k in kinks:
-        delta = 1e-9 * max(1.0, abs(k))
-        sides = np.array([k - delta, k + delta, k - 1e4 * delta, k + 1e4 * delta])
+        scale = max(1.0, abs(k))
+        distances = scale * nearest * np.array([1.0, ratio, ratio**2])
+        points = np.concatenate([k - distances, k + distances])
         with np.errstate(all="ignore"):
-            f, d = np.asarray(value(sides), dtype=float), np.abs(np.asarray(slope(sides), dtype=float))
+            f, d = np.asarray(value(points), dtype=float), np.abs(np.asarray(slope(points), dtype=float))
+        d = np.where(np.isnan(d), 0.0, d)  # 0 * inf in a discarded branch (Heaviside(z) z^(-1/4) at z < 0)
         if not (np.all(np.isfinite(f)) and np.all(np.isfinite(d))):
             return 0.0
-        if abs(f[1] - f[0]) > 10 * delta * (d[0] + d[1]) + 1e-12 * np.max(np.abs(f)):
+        if nearest < 1e-6 and abs(f[3] - f[0]) > 10 * distances[0] * (d[0] + d[3]) + 1e-12 * np.max(np.abs(f)):
             return 0.0  # phi jumps at k: phi' holds a Dirac delta there
-        for near, far in ((d[0], d[2]), (d[1], d[3])):
-            if near > 1.01 * far > 0:  # phi' grows towards k like |z - k|^-g
-                power = min(power, 1 - float(np.log(near / far)) / np.log(1e4))
+        for near, middle, far in (d[:3], d[3:]):
+            if near > 0 and middle > 0 and far > 0:
+                growth = min(np.log(near / middle), np.log(middle / far)) / np.log(ratio)
+                if growth > 0.05:  # phi' grows towards k like |z - k|^-g
+                    power = min(power, 1 - float(growth))
     return power
 
 
-def refined_corner(value: Function, kink: float, step: float = 1e-3) -> float:
-    """A corner located to about 1e-6 (a bisection on a finite-difference slope) located again to about
-    step^3 |phi'''| / |jump of phi'|: where the quadratics through phi at 3 points on each side cross.
+def refined_corner(value: Function, kink: float, step: float = 1e-3, within: float = 1e-4) -> float:
+    """A kink located to ``within`` (a bisection on a finite difference) located again: a corner to about
+    step^3 |phi'''| / |jump of phi'|, where the quadratics through phi at 3 points on each side cross (each
+    checked on a 4th point). Anything else (a cusp such as |z|^0.75) is left where it was found."""
+    offsets = step * np.arange(1, 5) * max(1.0, abs(kink))
+    with np.errstate(all="ignore"):
+        sides = [(np.asarray(value(kink + sign * offsets), dtype=float), sign) for sign in (-1.0, 1.0)]
+        fits = [np.polyfit(sign * offsets[:3], f[:3], 2) for f, sign in sides]
+    size = max(max(np.max(np.abs(f)) for f, _ in sides), 1e-300)
+    smooth = all(abs(np.polyval(fit, sign * offsets[3]) - f[3]) <= 1e-6 * size for fit, (f, sign) in zip(fits, sides))
+    difference = fits[0] - fits[1]  # a quadratic in t = z - kink
+    if smooth and abs(difference[1]) > 1e-6 * max(abs(fits[0][1]), abs(fits[1][1]), 1e-300):
+        real = [r.real for r in np.roots(difference) if abs(r.imag) <= 1e-12 * abs(r) and abs(r.real) <= within]
+        if real:
+            return kink + float(min(real, key=abs))
+    return kink
 
-    Returns ``kink`` unchanged where phi' does not jump there (nothing to intersect)."""
-    offsets = step * np.arange(1, 4) * max(1.0, abs(kink))
-    left = np.polyfit(-offsets, np.asarray(value(kink - offsets), dtype=float), 2)
-    right = np.polyfit(offsets, np.asarray(value(kink + offsets), dtype=float), 2)
-    difference = left - right  # a quadratic in t = z - kink
-    if abs(difference[1]) <= 1e-6 * max(abs(left[1]), abs(right[1]), 1e-300):
-        return kink
-    roots = np.roots(difference)
-    real = roots[np.isreal(roots)].real
-    if not real.size:
-        return kink
-    t = real[np.argmin(np.abs(real))]
-    return kink + float(t) if abs(t) < offsets[0] else kink
+
+def homogeneous_degree(value: Function) -> float | None:
+    """alpha where phi(z) = phi(1) z^alpha for z > 0 and phi(-1) |z|^alpha for z < 0 (a rho_alpha(z) - b rho_alpha(-z),
+    so the closed forms apply), checked to 1e-12 relative at 400 points over 1e-4 <= |z| <= SCAN_REACH; else None."""
+    with np.errstate(all="ignore"):
+        ends = np.asarray(value(np.array([1.0, 2.0, -1.0, -2.0])), dtype=float)
+        side = 0 if ends[0] != 0 else 2
+        alpha = float(f"{np.log2(ends[side + 1] / ends[side]):.12g}")  # 1.5, not 1.4999999999999998
+        if not (np.isfinite(alpha) and alpha > 0):
+            return None
+        r = np.geomspace(1e-4, SCAN_REACH, 200)
+        z = np.concatenate([r, -r])
+        expected = np.concatenate([ends[0] * r**alpha, ends[2] * r**alpha])
+        got = np.asarray(value(z), dtype=float)
+    scale = np.maximum(np.abs(expected), 1e-300)
+    return alpha if np.all(np.abs(got - expected) <= 1e-12 * scale) else None

@@ -1,15 +1,22 @@
 """Activations a user brings: a formula, a SymPy expression, a torch function or module, a numpy callable.
 
 * **A formula**, ``"x*sigmoid(1.702*x)"``: read by walking Python's syntax tree, never by ``eval``. It may hold
-  numbers, one variable (any name), ``+ - * / **`` (``^`` means power), ``pi``, ``e`` and the functions of
-  :data:`FUNCTIONS`; anything else is refused with what is allowed.
-* **A SymPy expression** in any one free symbol: that symbol becomes :data:`~bnsym.core.symbols.z`.
+  numbers, one variable (any name; a lone one-letter name such as ``x`` is the identity), ``+ - * / **`` (``^``
+  means power), ``pi``, ``e`` and the functions of :data:`FUNCTIONS` (``relu(u)`` is ``max(u, 0)``); anything else
+  is refused with what is allowed.
+* **A SymPy expression** in any one free symbol: that symbol becomes :data:`~bnsym.core.symbols.z`. A formula or
+  expression with a staircase (floor, ceiling, frac), an imaginary or an infinite constant is refused; phi' is its
+  derivative almost everywhere (the Dirac deltas of Heaviside and sign dropped, their jumps recorded as kinks).
 * **A torch function or elementwise** ``nn.Module`` (``torch.nn.functional.gelu``, ``nn.SiLU()``): phi' by
   autograd. It has no closed-form expression, so its ``expr`` is an undefined function ``phi<k>(z)``, numbered
   to keep the routes' caches apart, and only the numeric routes take it.
 * **A numpy callable**: phi' by the complex step, Im phi(x + i h) / h, when phi accepts complex input and the
-  step agrees with a central difference; otherwise phi' raises, so gradient quantities are refused with the
-  reason while forward quantities still work.
+  step agrees with a finite difference away from the kinks (np.maximum and np.where do: they compare real parts);
+  otherwise by fourth-order differences, one-sided near a kink (np.abs of x + ih is a modulus, not a slope).
+
+Every kind is refused unless it acts coordinate by coordinate (a softmax does not), and its kinks are found
+(:mod:`bnsym.core.kinks`: a SymPy expression's switching points, a callable's by a scan), so that the quadratures
+split there.
 """
 
 from __future__ import annotations
@@ -21,7 +28,16 @@ from typing import Callable
 import numpy as np
 
 from .activation_type import Activation, lambdified
-from .kinks import STEP_FUNCTIONS, distinct, kink_power, numeric_kinks, refined_corner, symbolic_kinks
+from .kinks import (
+    STEP_FUNCTIONS,
+    distinct,
+    homogeneous_degree,
+    kink_power,
+    numeric_kinks,
+    refined_corner,
+    switching_functions,
+    symbolic_kinks,
+)
 from .lazy import lazy_module
 
 sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
@@ -86,7 +102,9 @@ def _from_one_variable(name: str, expr: sp.Expr, variables: set[str], text: str,
                          "phi' = 0 between them, so neither the quadratures nor the gradient theory apply")
     # phi' almost everywhere: the Dirac deltas of the jumps of Heaviside and sign are dropped (a jump is recorded
     # as kink_power 0, which the gradient quantities refuse)
-    slope = sp.diff(phi, z).replace(sp.DiracDelta, lambda *args: sp.S.Zero)
+    # the pieces first (Max, Abs, sign, ... as Piecewise), so that a slope is not 0 * inf off its piece
+    pieces = phi.rewrite(sp.Piecewise) if phi.has(*switching_functions()) else phi
+    slope = sp.piecewise_fold(sp.diff(pieces, z)).replace(sp.DiracDelta, lambda *args: sp.S.Zero)
     try:
         value_np, value_t = _quiet_lambdified(phi)
         slope_np, slope_t = _quiet_lambdified(slope)
@@ -97,8 +115,20 @@ def _from_one_variable(name: str, expr: sp.Expr, variables: set[str], text: str,
     kinks = symbolic_kinks(phi, z)
     if kinks is None:  # the switching points are not a finite set SymPy can list: scan
         kinks = numeric_kinks(value_np, slope_np, text)
-    power = kink_power(value_np, slope_np, kinks) if kinks else 1.0
-    return Activation(name, phi, value_np, value_t, slope_np, slope_t, kinks=kinks, kink_power=power)
+    return _with_kinks(name, phi, (value_np, value_t, slope_np, slope_t), kinks)
+
+
+def _with_kinks(name: str, expr: sp.Expr, callables: tuple[Callable, ...], kinks: tuple[float, ...],
+                nearest: float = 1e-9) -> Activation:
+    """The activation with its kinks, how phi behaves there (read from ``nearest`` on, :func:`kink_power`), and its
+    degree where phi, kinked at 0 only, is a rho_alpha(z) - b rho_alpha(-z) (relu, leaky relu, relu^alpha in any
+    form: the closed forms then apply)."""
+    value_np, _, slope_np, _ = callables
+    degree = homogeneous_degree(value_np) if kinks and max(abs(k) for k in kinks) < 1e-3 else None
+    if degree is not None:
+        kinks = (0.0,)  # a positive-homogeneous phi is smooth away from 0
+    power = kink_power(value_np, slope_np, kinks, nearest, 100.0 if nearest < 1e-6 else 10.0) if kinks else 1.0
+    return Activation(name, expr, *callables, degree=degree, kinks=kinks, kink_power=power)
 
 
 def _quiet_lambdified(expr: sp.Expr) -> tuple[Callable, Callable]:
@@ -191,13 +221,12 @@ def _torch_activation(f: Callable, name: str, expr: sp.Expr) -> Activation:
         return lambda x: g(torch.as_tensor(np.asarray(x, dtype=float))).detach().numpy()
 
     value_np, slope_np = through_torch(f), through_torch(slope_t)
-    kinks = numeric_kinks(value_np, slope_np, name)
-    return Activation(name, expr, value_np, f, slope_np, slope_t, kinks=kinks,
-                      kink_power=kink_power(value_np, slope_np, kinks))
+    return _with_kinks(name, expr, (value_np, f, slope_np, slope_t), numeric_kinks(value_np, slope_np, name))
 
 
 COMPLEX_STEP = 1e-20  # the complex step's h: no cancellation, so h can be far below sqrt(eps)
 DIFFERENCE_STEP = 1e-3  # the step of the fourth-order differences where the complex step fails
+SCAN_RESOLUTION = 1e-4  # kinks located on a difference of step 1e-6 first, then refined
 
 
 def _numpy_activation(f: Callable, name: str, expr: sp.Expr) -> Activation:
@@ -211,16 +240,27 @@ def _numpy_activation(f: Callable, name: str, expr: sp.Expr) -> Activation:
         raise ValueError(f"activation {name} cannot be evaluated on a float64 array: {error}") from None
     _check_elementwise(value_np, name, values, x)
     slope_np, kinks = _complex_step(f, value_np, name)
-    if slope_np is None:  # kinks located to 1e-4 on a finite-difference slope, corners then from the pieces
-        kinks = numeric_kinks(value_np, lambda x: _differences(value_np, x, (), 1e-6), name, 1e-4, 1e-8)
-        kinks = distinct([refined_corner(value_np, k) for k in kinks])
+    exact = slope_np is not None
+    if not exact:  # kinks located to 1e-4 on a finite-difference slope, corners then from the pieces
+        fine_slope = lambda x: _differences(value_np, x, (), 1e-6)  # noqa: E731
+        kinks = numeric_kinks(value_np, fine_slope, name, SCAN_RESOLUTION, 1e-8)
+        kinks = distinct([_refined(value_np, fine_slope, k) for k in kinks])
         slope_np = lambda x: _differences(value_np, x, kinks)  # noqa: E731
 
     def through_numpy(g: Callable[[np.ndarray], np.ndarray]) -> Callable[[torch.Tensor], torch.Tensor]:
         return lambda t: torch.as_tensor(g(t.detach().cpu().double().numpy()), dtype=t.dtype, device=t.device)
 
-    return Activation(name, expr, value_np, through_numpy(value_np), slope_np, through_numpy(slope_np),
-                      kinks=kinks, kink_power=kink_power(value_np, slope_np, kinks))
+    # a kink located on a difference may be 2e-4 off (a cusp is not refined): phi' is read from 1e-3 to 0.1 away
+    nearest = 1e-9 if exact else 1e-3
+    return _with_kinks(name, expr, (value_np, through_numpy(value_np), slope_np, through_numpy(slope_np)), kinks,
+                       nearest)
+
+
+def _refined(value_np: Callable, slope_np: Callable, kink: float) -> float:
+    """A kink located to ``SCAN_RESOLUTION`` located again: as a corner of phi, else as one of phi' (a jump of
+    phi'', as of softsign), else (a cusp) where it was."""
+    again = refined_corner(value_np, kink, within=2 * SCAN_RESOLUTION)
+    return again if again != kink else refined_corner(slope_np, kink, within=2 * SCAN_RESOLUTION)
 
 
 def _complex_step(f: Callable, value_np: Callable, name: str) -> tuple[Callable | None, tuple[float, ...]]:
