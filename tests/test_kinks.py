@@ -106,6 +106,11 @@ GENERAL = {  # (phi, phi', kink) by hand for the reference, then the ways of pas
                     lambda z: np.where(z > 0.5, z, 0.5), lambda z: torch.relu(z - 0.5) + 0.5],
     "abs(x - 0.3)": [(lambda z: abs(z - 0.3), lambda z: 1.0 if z > 0.3 else -1.0, 0.3), sp.Abs(x - sp.Rational(3, 10)),
                      "abs(x - 0.3)", lambda z: np.abs(z - 0.3), lambda z: torch.abs(z - 0.3)],
+    "curved pieces": [(lambda z: math.tanh(3 * z) + abs(z - 0.3) * math.exp(z),
+                       lambda z: 3 / math.cosh(3 * z) ** 2 + (math.copysign(1.0, z - 0.3) + abs(z - 0.3)) * math.exp(z),
+                       0.3),
+                      "tanh(3*x) + abs(x - 0.3)*exp(x)", lambda z: np.tanh(3 * z) + np.abs(z - 0.3) * np.exp(z),
+                      lambda z: torch.tanh(3 * z) + torch.abs(z - 0.3) * torch.exp(z)],  # numpy: by differences
 }
 
 
@@ -141,6 +146,23 @@ def test_forward_and_backward_quantities_of_a_kinked_user_relu(phi):
 def test_a_jump_of_phi_second_derivative_is_split(name, phi, batch):
     """ELU (alpha = 1) has a continuous phi' whose slope jumps at 0: it was not split (3.5e-4 off at B = 8)."""
     _holds(bnsym.gradient_rate(phi, batch, with_error=True), bnsym.gradient_rate(name, batch))
+
+
+@pytest.mark.parametrize("phi, kinks", [
+    (torch.nn.GELU(), ()),  # 0.5 z (1 + erf(z / sqrt 2)) cancels to 1e-15 near z = -8: rounding, not kinks
+    (torch.nn.Mish(), ()), (torch.tanh, ()), (lambda z: np.tanh(z) + 0.1 * z, ()),
+    (lambda z: torch.exp(z) + torch.relu(z), (0.0,)),  # a corner under a part that reaches e^40 on the scan
+    (torch.nn.Hardswish(), (-3.0, 3.0)), (torch.nn.ReLU6(), (0.0, 6.0)), (torch.nn.Softsign(), (0.0,)),
+])
+def test_smooth_callables_show_no_kinks_and_kinked_ones_all(phi, kinks):
+    assert parse_activation(phi).kinks == pytest.approx(kinks, abs=1e-8)
+
+
+def test_overflow_far_out_is_no_kink():
+    """cosh(20 z) overflows beyond |z| = 35.5, far outside the B = 4 sphere: no kinks, and the rate of before."""
+    phi = parse_activation(lambda z: torch.cosh(20 * z))
+    assert phi.kinks == ()
+    _holds(bnsym.gradient_rate(phi, 4, with_error=True), bnsym.gradient_rate(sp.cosh(20 * x), 4))
 
 
 def test_homogeneity_is_checked_at_many_points():

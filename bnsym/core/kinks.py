@@ -31,6 +31,7 @@ sp = lazy_module("sympy")
 
 SCAN_REACH = 40.0  # |z| scanned: the BN coordinates and N(0, 1) put below e^-800 of their mass beyond it
 SCAN_STEP = 1 / 256
+CORE_REACH = 10.0  # the BN coordinates and N(0, 1) put below 1e-22 of their mass beyond it
 CURVATURE_RESOLUTION = 1e-4  # a jump of phi'' is first located to this, on a difference of phi'
 MAX_KINKS = 32  # more in the scanned range (a staircase, torch.round) is refused: the rules cannot split at each
 STEP_FUNCTIONS = ("floor", "ceiling", "frac", "round")
@@ -71,20 +72,26 @@ def numeric_kinks(value: Function, slope: Function, name: str, resolution: float
     """Points in [-SCAN_REACH, SCAN_REACH] where phi (``value``), phi' (``slope``) or phi'' jumps (module docstring).
 
     ``slope`` may be a finite difference, smooth at scales below its step: then pass a ``resolution`` well above the
-    step, to which the kinks are located, and its relative rounding ``noise``; phi'' is not scanned then. Else
+    step, to which the kinks are located, and its rounding ``noise`` relative to it; phi'' is not scanned then. Else
     phi'' is a central difference of phi', so a jump of phi'' (ELU, softsign) is found to
     ``CURVATURE_RESOLUTION`` and then to about 1e-9 where the quadratics through phi' on either side cross.
     """
-    kinks = distinct(_scan(value, resolution, noise) + _scan(slope, resolution, noise))
+    # the rounding of a difference of phi is relative to phi there, that of an exact phi or phi' to its size
+    kinks = distinct(_scan(value, resolution, noise) + _scan(slope, resolution, noise, value if resolution else None))
     if resolution:  # phi' is a difference already: a difference of it would be rounding noise
         return _at_most(kinks, name)
 
+    def step(t):
+        return 1e-5 * np.maximum(1.0, np.abs(t))
+
     def curvature(t):
-        step = 1e-5 * np.maximum(1.0, np.abs(t))
-        return (slope(t + step) - slope(t - step)) / (2 * step)
+        return (slope(t + step(t)) - slope(t - step(t))) / (2 * step(t))
+
+    def rounding(t):  # of the difference: 1e-16 (|phi'| + |phi|) / step (1 - tanh^2 cancels), with a margin of 1e7
+        return (np.abs(slope(t)) + np.abs(value(t))) / step(t)
 
     smoother = [refined_corner(slope, k, within=2 * CURVATURE_RESOLUTION)
-                for k in distinct(_scan(curvature, CURVATURE_RESOLUTION, 1e-6), 2 * CURVATURE_RESOLUTION)
+                for k in distinct(_scan(curvature, CURVATURE_RESOLUTION, 1e-9, rounding), 2 * CURVATURE_RESOLUTION)
                 if min((abs(k - j) for j in kinks), default=np.inf) > 2 * CURVATURE_RESOLUTION]
     return _at_most(distinct([*kinks, *smoother]), name)
 
@@ -97,39 +104,46 @@ def _at_most(kinks: tuple[float, ...], name: str) -> tuple[float, ...]:
     return kinks
 
 
-def _scan(f: Function, resolution: float, noise: float) -> list[float]:
-    """The points where f jumps (or is not finite), located to ``resolution`` (0: to float64)."""
+def _scan(f: Function, resolution: float, noise: float, scale: Function | None = None) -> list[float]:
+    """The points where f jumps (or is not finite at one grid point: phi' of relu^0.5 at 0), located to
+    ``resolution`` (0: to float64). Where f overflows over a stretch (cosh(20 z) beyond |z| = 35) nothing is
+    looked for: the batch-norm sphere of that B does not reach there, or phi is refused as overflowing."""
     x = np.arange(-SCAN_REACH, SCAN_REACH + SCAN_STEP / 2, SCAN_STEP)
     halvings = 60 if resolution == 0 else int(np.ceil(np.log2(SCAN_STEP / resolution)))
     with np.errstate(all="ignore"):
         y = np.asarray(f(x), dtype=float)
-    change = np.abs(np.diff(np.where(np.isfinite(y), y, 0.0)))
-    size = max(np.max(np.abs(y[np.isfinite(y)]), initial=0.0), 1e-300)
-    # two cells away: a jump at a grid point (or smeared by a finite difference) spreads over two cells
-    neighbours = np.maximum(np.concatenate([[0.0, 0.0], change[:-2]]), np.concatenate([change[2:], [0.0, 0.0]]))
-    cells = np.flatnonzero((change > 1.2 * neighbours) & (change > 1e-9 * size))
-    # rounding: relative to f near the cell where f is exact, to f's size where f is a difference of phi
-    floor = (noise * size, 0.0) if resolution else (0.0, noise)
-    return [float(k) for k in x[~np.isfinite(y)]] + _bisected(f, x[cells], x[cells + 1], halvings, *floor)
+        finite = np.isfinite(y)
+        isolated = ~finite & np.concatenate([[False], finite[:-2] & finite[2:], [False]])
+        change = np.where(finite[:-1] & finite[1:], np.abs(np.diff(np.where(finite, y, 0.0))), 0.0)
+        local = np.maximum(np.abs(y[:-1]), np.abs(y[1:]))
+        # two cells away: a jump at a grid point (or smeared by a finite difference) spreads over two cells
+        neighbours = np.maximum(np.concatenate([[0.0, 0.0], change[:-2]]), np.concatenate([change[2:], [0.0, 0.0]]))
+        cells = np.flatnonzero((change > 1.2 * neighbours) & (change > 1e-9 * local))
+    # rounding: noise times the size of ``scale`` (f itself by default) at the cell, and at least noise times its
+    # largest size over |z| <= CORE_REACH (cancellation: torch's GELU is 1e-15 off near z = -8, where it is 1e-14)
+    scale = scale or f
+    with np.errstate(all="ignore"):
+        sizes = np.abs(np.asarray(scale(x[np.abs(x) <= CORE_REACH]), dtype=float))
+    tiny = noise * max(np.max(sizes[np.isfinite(sizes)], initial=0.0), 1e-300)
+    return [float(k) for k in x[isolated]] + _bisected(f, x[cells], x[cells + 1], halvings, noise, scale, tiny)
 
 
-def _bisected(f: Function, lo: np.ndarray, hi: np.ndarray, halvings: int, absolute: float, relative: float
-              ) -> list[float]:
+def _bisected(f: Function, lo: np.ndarray, hi: np.ndarray, halvings: int, noise: float, scale: Function,
+              tiny: float) -> list[float]:
     """Halve each cell [lo, hi] ``halvings`` times, keeping the half where f changes more; a kink is where the
     change shrank by less than (width ratio)^0.9: a jump keeps it, |z - k|^p keeps (width ratio)^p, smooth f
-    loses it like the width (or faster). A change below ``absolute`` + ``relative`` max |f| at the ends is
-    rounding."""
+    loses it like the width (or faster). A change below ``noise`` max |scale| at the ends, or ``tiny``, is rounding."""
     if not lo.size:
         return []
     start = np.abs(_at(f, hi) - _at(f, lo))
-    for _ in range(halvings):
+    for _ in range(halvings):  # (the 1e300 that _at puts for an inf or nan does not overflow a difference)
         mid = (lo + hi) / 2
         f_lo, f_mid, f_hi = _at(f, lo), _at(f, mid), _at(f, hi)
         left = np.abs(f_mid - f_lo) >= np.abs(f_hi - f_mid)
         lo, hi = np.where(left, lo, mid), np.where(left, mid, hi)
     f_lo, f_hi = _at(f, lo), _at(f, hi)
     end = np.abs(f_hi - f_lo)
-    rounding = absolute + relative * np.maximum(np.abs(f_lo), np.abs(f_hi))
+    rounding = noise * np.maximum(np.abs(_at(scale, lo)), np.abs(_at(scale, hi))) + tiny
     kink = (end > rounding) & (end > 2.0 ** (-0.9 * halvings) * start)
     return [float(k) for k in ((lo + hi) / 2)[kink]]
 
@@ -176,22 +190,32 @@ def kink_power(value: Function, slope: Function, kinks: tuple[float, ...], neare
     return power
 
 
-def refined_corner(value: Function, kink: float, step: float = 1e-3, within: float = 1e-4) -> float:
-    """A kink located to ``within`` (a bisection on a finite difference) located again: a corner to about
-    step^3 |phi'''| / |jump of phi'|, where the quadratics through phi at 3 points on each side cross (each
-    checked on a 4th point). Anything else (a cusp such as |z|^0.75) is left where it was found."""
-    offsets = step * np.arange(1, 5) * max(1.0, abs(kink))
+def refined_corner(value: Function, kink: float, within: float = 1e-4) -> float:
+    """A kink located to ``within`` (a bisection on a finite difference) located again: a corner where the
+    quadratics through phi at 3 points on each side cross (each checked on a 4th point), 1e-3 apart, then 1e-5
+    apart around that crossing: to about 1e-15 |phi'''| / |jump of phi'| plus rounding. Anything else (a cusp
+    such as |z|^0.75) is left where it was found."""
+    for step in (1e-3, 1e-5):
+        crossing = _crossing(value, kink, step * max(1.0, abs(kink)), within)
+        if crossing is None:
+            return kink
+        kink, within = crossing, step / 10 * max(1.0, abs(kink))
+    return kink
+
+
+def _crossing(value: Function, kink: float, step: float, within: float) -> float | None:
+    """Where the quadratics through phi at kink -+ step, 2 step, 3 step cross, if within ``within`` of kink."""
+    offsets = step * np.arange(1, 5)
     with np.errstate(all="ignore"):
         sides = [(np.asarray(value(kink + sign * offsets), dtype=float), sign) for sign in (-1.0, 1.0)]
         fits = [np.polyfit(sign * offsets[:3], f[:3], 2) for f, sign in sides]
     size = max(max(np.max(np.abs(f)) for f, _ in sides), 1e-300)
     smooth = all(abs(np.polyval(fit, sign * offsets[3]) - f[3]) <= 1e-6 * size for fit, (f, sign) in zip(fits, sides))
     difference = fits[0] - fits[1]  # a quadratic in t = z - kink
-    if smooth and abs(difference[1]) > 1e-6 * max(abs(fits[0][1]), abs(fits[1][1]), 1e-300):
-        real = [r.real for r in np.roots(difference) if abs(r.imag) <= 1e-12 * abs(r) and abs(r.real) <= within]
-        if real:
-            return kink + float(min(real, key=abs))
-    return kink
+    if not (smooth and abs(difference[1]) > 1e-6 * max(abs(fits[0][1]), abs(fits[1][1]), 1e-300)):
+        return None
+    real = [r.real for r in np.roots(difference) if abs(r.imag) <= 1e-12 * abs(r) and abs(r.real) <= within]
+    return kink + float(min(real, key=abs)) if real else None
 
 
 def homogeneous_degree(value: Function) -> float | None:
