@@ -100,15 +100,10 @@ def _from_one_variable(name: str, expr: sp.Expr, variables: set[str], text: str,
     if steps:
         raise ValueError(f"activation {text!r}: {', '.join(steps)} is a staircase, with infinitely many jumps and "
                          "phi' = 0 between them, so neither the quadratures nor the gradient theory apply")
-    # phi' almost everywhere: the Dirac deltas of the jumps of Heaviside and sign are dropped (a jump is recorded
-    # as kink_power 0, which the gradient quantities refuse)
-    # the pieces first (Max, Abs, sign, ... as Piecewise), so that a slope is not 0 * inf off its piece
-    pieces = phi.rewrite(sp.Piecewise) if phi.has(*switching_functions()) else phi
-    slope = sp.piecewise_fold(sp.diff(pieces, z)).replace(sp.DiracDelta, lambda *args: sp.S.Zero)
     try:
         value_np, value_t = _quiet_lambdified(phi)
-        slope_np, slope_t = _quiet_lambdified(slope)
         value_np(np.linspace(-1.0, 1.0, 3))
+        slope_np, slope_t = _slope(phi, z)
     except Exception as error:  # a function that numpy cannot evaluate: SymPy raises many types here
         raise ValueError(f"activation {text!r} cannot be evaluated in float64 numpy ({type(error).__name__}: "
                          f"{error})") from None
@@ -129,6 +124,24 @@ def _with_kinks(name: str, expr: sp.Expr, callables: tuple[Callable, ...], kinks
         kinks = (0.0,)  # a positive-homogeneous phi is smooth away from 0
     power = kink_power(value_np, slope_np, kinks, nearest, 100.0 if nearest < 1e-6 else 10.0) if kinks else 1.0
     return Activation(name, expr, *callables, degree=degree, kinks=kinks, kink_power=power)
+
+
+def _slope(phi: sp.Expr, z: sp.Symbol) -> tuple[Callable, Callable]:
+    """phi' almost everywhere, lambdified: the Dirac deltas of the jumps of Heaviside and sign dropped (a jump is
+    recorded as kink_power 0, which the gradient quantities refuse); taken piece by piece (Max, Abs, sign as a
+    Piecewise) where that lambdifies, so that it is not 0 * inf off its piece (Heaviside(z) z^(-1/4) at z < 0)."""
+    whole = sp.diff(phi, z).replace(sp.DiracDelta, lambda *args: sp.S.Zero)
+    if phi.has(*switching_functions()):
+        try:
+            pieces = sp.piecewise_fold(sp.diff(phi.rewrite(sp.Piecewise), z))
+            slope_np, slope_t = _quiet_lambdified(pieces.replace(sp.DiracDelta, lambda *args: sp.S.Zero))
+            slope_np(np.linspace(-1.0, 1.0, 3))
+            return slope_np, slope_t
+        except Exception:  # noqa: S110 - SymPy cannot print some folded conditions (And in nfloat): the whole
+            pass
+    slope_np, slope_t = _quiet_lambdified(whole)
+    slope_np(np.linspace(-1.0, 1.0, 3))
+    return slope_np, slope_t
 
 
 def _quiet_lambdified(expr: sp.Expr) -> tuple[Callable, Callable]:
