@@ -165,6 +165,15 @@ def test_overflow_far_out_is_no_kink():
     _holds(bnsym.gradient_rate(phi, 4, with_error=True), bnsym.gradient_rate(sp.cosh(20 * x), 4))
 
 
+def test_a_mixed_homogeneous_formula_takes_both_routes():
+    """0.7 |x|^1.5 sign(x) + max(x, 0)^1.5 (a = 1.7, b = 0.7, alpha = 1.5) raised AttributeError ('And' has no
+    attribute 'n') when its folded piecewise slope was lambdified; closed form and split quadrature agree."""
+    phi = 0.7 * sp.Abs(x) ** sp.Rational(3, 2) * sp.sign(x) + sp.Max(x, 0) ** sp.Rational(3, 2)
+    assert parse_activation(phi).degree == 1.5
+    closed = bnsym.gradient_rate(phi, 8, with_error=True)
+    _holds(bnsym.gradient_rate(phi, 8, method="spherical", with_error=True), closed.value)
+
+
 def test_homogeneity_is_checked_at_many_points():
     """relu plus a bump far out is kinked at 0 only and equals relu at 0, +-1, +-2: it is not relu."""
     bumped = parse_activation(lambda z: torch.relu(z) + 1e-3 * torch.exp(-((z - 5) ** 2)))

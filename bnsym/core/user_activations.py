@@ -130,16 +130,17 @@ def _slope(phi: sp.Expr, z: sp.Symbol) -> tuple[Callable, Callable]:
     """phi' almost everywhere, lambdified: the Dirac deltas of the jumps of Heaviside and sign dropped (a jump is
     recorded as kink_power 0, which the gradient quantities refuse); taken piece by piece (Max, Abs, sign as a
     Piecewise) where that lambdifies, so that it is not 0 * inf off its piece (Heaviside(z) z^(-1/4) at z < 0)."""
-    whole = sp.diff(phi, z).replace(sp.DiracDelta, lambda *args: sp.S.Zero)
     if phi.has(*switching_functions()):
         try:
-            pieces = sp.piecewise_fold(sp.diff(phi.rewrite(sp.Piecewise), z))
-            slope_np, slope_t = _quiet_lambdified(pieces.replace(sp.DiracDelta, lambda *args: sp.S.Zero))
-            slope_np(np.linspace(-1.0, 1.0, 3))
-            return slope_np, slope_t
-        except Exception:  # noqa: S110 - SymPy cannot print some folded conditions (And in nfloat): the whole
+            return _evaluable(sp.piecewise_fold(sp.diff(phi.rewrite(sp.Piecewise), z)))
+        except Exception:  # SymPy cannot print some folded conditions (And in nfloat): the whole derivative then
             pass
-    slope_np, slope_t = _quiet_lambdified(whole)
+    return _evaluable(sp.diff(phi, z))
+
+
+def _evaluable(slope: sp.Expr) -> tuple[Callable, Callable]:
+    """The lambdified ``slope`` without its Dirac deltas, once evaluated (so that what numpy cannot do raises)."""
+    slope_np, slope_t = _quiet_lambdified(slope.replace(sp.DiracDelta, lambda *args: sp.S.Zero))
     slope_np(np.linspace(-1.0, 1.0, 3))
     return slope_np, slope_t
 
