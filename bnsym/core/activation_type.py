@@ -69,8 +69,8 @@ class Activation:
         """An activation whose four numeric callables are lambdified from ``expr`` and its derivative."""
         from .symbols import z
 
-        value_np, value_t = _lambdified(expr)
-        slope_np, slope_t = _lambdified(sp.diff(expr, z))
+        value_np, value_t = lambdified(expr)
+        slope_np, slope_t = lambdified(sp.diff(expr, z))
         return cls(name, expr, value_np, value_t, slope_np, slope_t, degree=degree, kinks=kinks)
 
     @cached_property
@@ -96,7 +96,7 @@ class Activation:
         return self.name
 
 
-def _lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[torch.Tensor], torch.Tensor]]:
+def lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[torch.Tensor], torch.Tensor]]:
     """numpy and torch callables of ``expr`` by ``sympy.lambdify``.
 
     Numeric constants are evaluated first, inside products too (``sp.nfloat``; ``evalf`` leaves sqrt(2) z / 2):

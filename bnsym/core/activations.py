@@ -421,7 +421,7 @@ def _parse_string(spec: str) -> Activation:
     match = _SPEC.match(spec.lower())
     known = "; known: " + ", ".join(KNOWN_ACTIVATIONS)
     if not (match and match["base"] in _BUILT_IN) or _is_call(match, user_activations.FUNCTIONS):
-        if re.fullmatch(r"\s*[A-Za-z_]\w*\s*", spec):
+        if re.fullmatch(r"\s*[A-Za-z_]\w+\s*", spec):  # a one-letter name is a formula, the identity
             raise ValueError(f"unknown activation {spec!r}{known}; or a formula in one variable, "
                              "e.g. 'x*sigmoid(1.702*x)'")
         return user_activations.from_formula(spec)  # "x*sigmoid(1.702*x)", "x^2", "tanh(x) + x/10"

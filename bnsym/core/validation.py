@@ -514,10 +514,22 @@ def _check_usable(phi: Activation, batch_size: int | None, slope: bool) -> None:
         radius, factor = math.sqrt(batch_size - 1), batch_size
         where = f"on the BN sphere of B = {batch_size}, where each coordinate lies in [-{radius:.4g}, {radius:.4g}]"
     inside = [k for k in phi.kinks if -radius < k < radius]
+    x, w = _coordinate_rule(batch_size, phi.kinks)
+    if slope:
+        with np.errstate(all="ignore"):
+            if np.all(np.asarray(phi.numpy_derivative(x), dtype=float) == 0):
+                raise ValueError(f"activation {phi}: phi' is 0 almost everywhere {where} (a step function, such as "
+                                 "sign, Heaviside or round), so every gradient quantity of the mean-field theory, "
+                                 "which needs phi', is 0 or undefined")
+    if slope and inside and 0.5 < phi.kink_power < 1 and not phi.is_homogeneous:
+        raise ValueError(f"activation {phi}: phi' is unbounded at its kink z = {inside[0]:g} (phi ~ |z - kink|^"
+                         f"{phi.kink_power:.3g}): E[phi'^2] is finite, but the quadratures converge too slowly there "
+                         "for their error estimate to be a bound, so gradient quantities are refused (a "
+                         "positive-homogeneous a max(z, 0)^alpha - b max(-z, 0)^alpha is exact by its closed forms)")
     if slope and inside and not phi.kink_power > 0.5:
         raise ValueError(f"activation {phi}: E[phi'^2] is infinite {where} (phi ~ |z - {inside[0]:g}|^"
-                         f"{phi.kink_power:g} at its kink, a power <= 1/2), so its gradient quantities are infinite")
-    x, w = _coordinate_rule(batch_size, phi.kinks)
+                         f"{phi.kink_power:g} at its kink, a power <= 1/2; 0 is a jump), so its gradient quantities "
+                         "are infinite")
     ends = [] if batch_size is None else [-radius, radius]
     x = np.concatenate([x, ends, inside])
     w = np.concatenate([w, np.zeros(x.size - w.size)])
