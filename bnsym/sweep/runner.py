@@ -103,8 +103,9 @@ def _workers_ignore_sigint() -> Iterator[None]:
     """Worker processes started inside inherit SIGINT ignored (Python keeps an inherited SIG_IGN), so that a Ctrl-C
     in a terminal, sent to the whole process group, reaches only this process: each worker used to print a
     traceback. Meanwhile this thread blocks SIGINT, so that a Ctrl-C during the start is held, not lost: it is
-    delivered once the previous handler is back. Outside the main thread signals cannot be set: no-op there."""
-    if threading.current_thread() is not threading.main_thread():
+    delivered once the previous handler is back. Outside the main thread signals cannot be set, and Windows has
+    no signal masks: no-op there."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
