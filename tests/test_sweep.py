@@ -189,23 +189,30 @@ def test_saves_are_atomic_and_never_follow_a_planted_symlink(tmp_path):
     target = tmp_path / "target.txt"
     target.write_text("precious")
     tmp_path.joinpath(f".{key}.tmp.json").symlink_to(target)
-    errors, reads, stop = [], [], time.monotonic() + 0.5
+    errors, reads, saves, stop = [], [], {"a": 0, "b": 0}, threading.Event()
 
     def write(label):
-        while time.monotonic() < stop:
+        while not stop.is_set():
             try:
                 store.save({"key": key, "task": "t", "config": {"x": 1}, "result": {"by": label}, "error": None})
+                saves[label] += 1
             except Exception as error:  # noqa: BLE001 - collected for the assertion
                 errors.append(error)
+
+    def read_while_both_write():  # counted, not timed: 200 reads while each writer has saved 50 times or more
+        if store.path(key).exists():
+            reads.append(json.loads(store.path(key).read_text())["result"]["by"])
+        return errors or (len(reads) >= 200 and min(saves.values()) >= 50)
 
     writers = [threading.Thread(target=write, args=(label,)) for label in "ab"]
     for writer in writers:
         writer.start()
-    while time.monotonic() < stop:
-        if store.path(key).exists():
-            reads.append(json.loads(store.path(key).read_text())["result"]["by"])
-    for writer in writers:
-        writer.join()
+    try:
+        wait_until(read_while_both_write, "200 reads during 2 x 50 saves")
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join()
     assert errors == [] and reads and set(reads) <= {"a", "b"}
     assert store.done(key) is not None and store.set_aside == []
     store.path(key).unlink()
