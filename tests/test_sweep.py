@@ -49,10 +49,16 @@ def test_a_tiny_grid_completes(two_worker_run):
     assert all(0 <= row["test_accuracy"] <= 1 for row in result.rows())
 
 
+def _ignore_sigint(client) -> set[bool]:
+    """Whether each worker ignores SIGINT (a Ctrl-C to the process group made each print a traceback)."""
+    return set(client.run(lambda: signal.getsignal(signal.SIGINT) == signal.SIG_IGN).values())
+
+
 def test_local_workers_keep_glibc_malloc_defaults_and_one_thread(client):
     """Dask's MALLOC_TRIM_THRESHOLD_ would pin glibc's mmap threshold (every large array mapped afresh)."""
     assert set(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()) == {None}
     assert set(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}
+    assert _ignore_sigint(client) == {True}
 
 
 def test_a_rerun_executes_zero_tasks(two_worker_run):
@@ -113,6 +119,8 @@ def test_killing_a_worker_mid_sweep_still_completes(client, tmp_path):
     assert killed["done_before"] < len(configs), "the worker was killed only after the sweep had finished"
     assert pids[0] not in client.run(os.getpid).values()
     assert result.failures == [] and len(result.rows()) == len(configs)
+    client.wait_for_workers(2, timeout=HANG_SECONDS)
+    assert _ignore_sigint(client) == {True}  # the nanny's new worker too
 
 
 def test_a_failed_task_is_recorded_and_retried(client, tmp_path):

@@ -69,9 +69,9 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
     """A client of the cluster at ``scheduler`` (or ``$BNSYM_DASK_SCHEDULER``), else of a new LocalCluster.
 
     The LocalCluster has ``n_workers`` (default: one per core) single-threaded worker processes, which ignore
-    SIGINT (a Ctrl-C reaches this process alone) and log errors only (a task's failure is in its record; their
-    warnings were noise, e.g. one per cell cancelled by a Ctrl-C); it is closed on exit. An existing cluster is
-    left running.
+    SIGINT (a Ctrl-C reaches this process alone; a worker restarted later by :mod:`.worker_setup`) and log errors
+    only (a task's failure is in its record; their warnings were noise, e.g. one per cell cancelled by a Ctrl-C);
+    it is closed on exit. An existing cluster is left running.
     """
     if scheduler is not None and not isinstance(scheduler, str):
         raise ValueError(f"scheduler must be a Dask scheduler's address (tcp://HOST:8786) or None, got "
@@ -93,7 +93,7 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
     n_workers = n_workers or os.cpu_count() or 1
     with untrimmed_workers(), _workers_ignore_sigint():
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR)
+                               silence_logs=logging.ERROR, preload=[f"{__package__}.worker_setup"])
     with cluster, Client(cluster) as client:
         yield client
 
