@@ -17,6 +17,7 @@ bnsym with one of these helpers compares two different computations:
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -215,3 +216,19 @@ def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
         status = stop.code
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+# Tests wait for the condition they need, never for a guessed time: this bound is reached only by a real hang (a
+# loaded CI machine, load average 8 on 2 cores, makes every step several times slower, never 15 minutes).
+HANG_SECONDS = 900
+
+
+def wait_until(condition: Callable[[], object], what: str, bound: float = HANG_SECONDS) -> object:
+    """Poll ``condition`` (every 10 ms) until it returns a true value, and return that value; fail the test as a
+    hang, naming ``what``, if ``bound`` seconds pass first."""
+    deadline = time.monotonic() + bound
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"hang: {what} did not happen within {bound:.0f} s, a bound only a hang reaches")
+        time.sleep(0.01)
+    return value

@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
+from conftest import HANG_SECONDS
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("BNSYM_BOOK_HTML", ROOT / "_build" / "html")).resolve()
@@ -75,7 +76,7 @@ def browser():
                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--proxy-server=http://127.0.0.1:9"):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
-    driver.set_script_timeout(60)
+    driver.set_script_timeout(HANG_SECONDS)
     yield driver
     driver.quit()
 
@@ -84,12 +85,13 @@ def browser():
 INSPECT = r"""
 const done = arguments[arguments.length - 1];
 // A page (or the front page's redirect) may still be loading, with MathJax's deferred script not yet run: wait
-// until the document is complete and, where it holds math, until MathJax exists (at most 20 s), then inspect.
+// until the document is complete and, where it holds math, until MathJax exists (at most 300 s: only a page that
+// never loads it waits that long; the checks below then say so), then inspect.
 const start = Date.now();
 const ready = () => document.readyState === "complete" &&
   (!document.querySelector("main .math") || (window.MathJax && MathJax.startup));
 const settled = new Promise((resolve) => {
-  const poll = () => (ready() || Date.now() - start > 20000 ? resolve() : setTimeout(poll, 50));
+  const poll = () => (ready() || Date.now() - start > 300000 ? resolve() : setTimeout(poll, 50));
   poll();
 });
 settled.then(() => {
@@ -149,7 +151,7 @@ def test_page(browser, site, page):
     if page == "index.html":  # the front door redirects to the front page: inspect that one, once it is there
         from selenium.webdriver.support.ui import WebDriverWait  # selenium is there: the browser fixture needs it
 
-        WebDriverWait(browser, 20).until(lambda driver: "intro" in driver.current_url)
+        WebDriverWait(browser, HANG_SECONDS).until(lambda driver: "intro" in driver.current_url)
     seen = browser.execute_async_script(INSPECT)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOTS / (page.replace("/", "__").removesuffix(".html") + ".png")))
@@ -175,9 +177,10 @@ def test_search_finds_a_chapter(browser, site):
         const start = Date.now();
         (function poll() {
           const hits = Array.from(document.querySelectorAll("#search-results li a")).map((a) => a.href);
-          if (hits.length || Date.now() - start > 30000) done(hits); else setTimeout(poll, 200);
+          if (hits.length || Date.now() - start > 300000) done(hits); else setTimeout(poll, 200);
         })();""")
-    assert any(hit.split("#")[0].split("?")[0].endswith(SEARCH_PAGE) for hit in found), found
+    assert any(hit.split("#")[0].split("?")[0].endswith(SEARCH_PAGE) for hit in found), f"search results after "\
+        f"waiting up to 300 s: {found}"
 
 
 REGISTRY = yaml.safe_load((ROOT / "book" / "registry.yml").read_text())

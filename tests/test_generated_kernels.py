@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.special
 import sympy as sp
+from conftest import HANG_SECONDS
 
 from bnsym.core import generated_kernels, kernels
 
@@ -29,7 +30,7 @@ def test_stored_code_equals_the_derivations():
     stored = Path(generated_kernels.__file__).read_text()
     derived = subprocess.run([sys.executable, "-c", "from bnsym.core import kernels; "
                               "print(kernels.generated_source(), end='')"], capture_output=True, text=True,
-                             timeout=600, check=True).stdout
+                             timeout=HANG_SECONDS, check=True).stdout
     assert derived == stored, f"bnsym/core/generated_kernels.py is out of date: run `{REGENERATE}`"
 
 
@@ -47,7 +48,7 @@ def test_stored_and_derived_kernels_give_the_same_answers():
              "print(json.dumps([cli.predict(phi, 8) for phi in ('relu', 'tanh')]))")
     answers = {}
     for how in ("stored", "derived"):
-        done = subprocess.run([sys.executable, "-c", probe, how], capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, "-c", probe, how], capture_output=True, text=True, timeout=HANG_SECONDS)
         assert done.returncode == 0, done.stderr
         answers[how] = json.loads(done.stdout)
     assert answers["stored"] == answers["derived"]

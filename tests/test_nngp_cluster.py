@@ -8,6 +8,7 @@ import signal
 import numpy as np
 import pytest
 import torch
+from conftest import HANG_SECONDS
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin
 from sklearn.base import clone
@@ -123,7 +124,7 @@ def test_a_killed_worker_is_replaced_and_the_result_is_the_same(digits, referenc
 def test_same_bits_with_one_worker(digits, reference, cluster):
     X, _, X_test = digits
     local, client = cluster
-    client.wait_for_workers(2, timeout=120)
+    client.wait_for_workers(2, timeout=HANG_SECONDS)
     client.retire_workers([sorted(local.scheduler.workers)[0]], close_workers=True)
     assert len(local.scheduler.workers) == 1
     _assert_same(bn_nngp_priors("relu", X, DEPTHS, B, X_test=X_test, test_covariance=True, chunk_batches=CHUNK,

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import HANG_SECONDS
 
 PROBE = """
 import json, sys
@@ -45,7 +46,8 @@ print(json.dumps(counts))
 
 def _first_answer(phi: str, cache_dir: os.PathLike) -> tuple[dict, dict]:
     env = {**os.environ, "BNSYM_CACHE_DIR": str(cache_dir), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", PROBE, phi], capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run([sys.executable, "-c", PROBE, phi], capture_output=True, text=True, timeout=HANG_SECONDS,
+                          env=env)
     assert done.returncode == 0, done.stderr
     answer, counts = done.stdout.splitlines()
     return json.loads(answer), json.loads(counts)
@@ -65,7 +67,7 @@ def test_first_relu_answer_imports_no_sympy(tmp_path):
              "assert main(['predict', '--phi', 'relu', '--batch-size', '32', '--json']) == 0\n"
              "print(json.dumps([name for name in ('sympy', 'torch', 'scipy.integrate') if name in sys.modules]))")
     env = {**os.environ, "BNSYM_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_SECONDS, env=env)
     assert done.returncode == 0, done.stderr
     answer, imported = map(json.loads, done.stdout.splitlines())
     assert imported == [] and answer["backward_eigenvalues"]["L"] > 1

@@ -1,9 +1,12 @@
-"""The sweep cache under attack, on a real LocalCluster of 2 worker processes (issue 33): corrupt, truncated,
-duplicated and symlinked records, two sweeps at once on one folder, a sweep killed while it saves, and Ctrl-C.
+"""The sweep cache under attack, on a real LocalCluster of 2 worker processes (issues 33 and 41): corrupt,
+truncated, duplicated and symlinked records, a record naming a module to import, two sweeps at once on one folder,
+a sweep killed while it saves, and Ctrl-C (to the process, and to its whole process group).
 
-Nothing is lost or overwritten, and every message names its file. The task is ``builtins:dict``, which echoes its
+Nothing is lost or overwritten, and every message names its file. The task is ``builtins:dict``, passed to
+``sweep.run`` by the caller (the only way a task outside bnsym's registry is imported), which echoes its
 configuration (microseconds), so the cells cost nothing and the test exercises the store alone; the subprocesses
-connect to this module's cluster instead of starting their own.
+connect to this module's cluster instead of starting their own. Nothing here waits for a guessed time: each test
+waits for the condition it needs, up to ``HANG_SECONDS``.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import HANG_SECONDS, wait_until
 
 from bnsym import sweep
-from bnsym.sweep.experiments import resolve, version
+from bnsym.cli import main
+from bnsym.sweep.experiments import registered_version
 from bnsym.sweep.store import Store
 
 TASK = "builtins:dict"
@@ -46,13 +50,17 @@ def _intact(out: Path, n: int) -> None:
     assert len(list(out.glob("[!.]*.json"))) == n and not list(out.glob(".*.tmp"))
 
 
-def _sweep_process(out: Path, n: int, address: str) -> subprocess.Popen:
+def _sweep_process(out: Path, n: int, address: str, stderr=subprocess.PIPE) -> subprocess.Popen:
     """A sweep of _configs(n) in a new process, on the cluster at ``address``."""
     code = ("import sys; from bnsym import sweep; "
             f"r = sweep.run({TASK!r}, [{{'x': i}} for i in range({n})], sys.argv[1], scheduler=sys.argv[2]); "
             "print(r.executed, r.cached, len(r.set_aside))")
     return subprocess.Popen([sys.executable, "-c", code, str(out), address], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=stderr, text=True)
+
+
+def _records(out: Path) -> list[Path]:
+    return list(out.glob("[!.]*.json"))
 
 
 def test_corrupt_truncated_duplicated_and_symlinked_records(client, tmp_path):
@@ -80,11 +88,11 @@ def test_corrupt_truncated_duplicated_and_symlinked_records(client, tmp_path):
 
 
 def test_two_sweeps_at_once_on_one_folder(client, tmp_path):
-    """Two processes sweep the same configurations into one folder at once: both finish, every record is whole
-    and its own, and a third sweep finds everything cached."""
+    """Two processes sweep the same configurations into one folder at once: both finish (one waits for the other's
+    lock), every record is whole and its own, and a third sweep finds everything cached."""
     n = 30
     runs = [_sweep_process(tmp_path, n, client.scheduler.address) for _ in range(2)]
-    outputs = [run.communicate(timeout=120) for run in runs]
+    outputs = [run.communicate(timeout=HANG_SECONDS) for run in runs]
     for run, (out, err) in zip(runs, outputs):
         assert run.returncode == 0, err
         executed, cached, set_aside = map(int, out.split())
@@ -98,11 +106,9 @@ def test_a_sweep_killed_while_it_saves_loses_nothing(client, tmp_path):
     rerun computes exactly the ones missing."""
     n = 300
     run = _sweep_process(tmp_path, n, client.scheduler.address)
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("[!.]*.json"))) < 5 and time.monotonic() < deadline and run.poll() is None:
-        time.sleep(0.005)
+    wait_until(lambda: len(_records(tmp_path)) >= 5 or run.poll() is not None, "the sweep's fifth record")
     run.send_signal(signal.SIGKILL)
-    run.communicate(timeout=30)
+    run.communicate(timeout=HANG_SECONDS)
     saved = {path.name for path in tmp_path.glob("[!.]*.json")}
     assert 0 < len(saved) < n, f"{len(saved)} of {n} records were saved before the kill: it came too late"
     store = Store(tmp_path)
@@ -115,21 +121,70 @@ def test_a_sweep_killed_while_it_saves_loses_nothing(client, tmp_path):
     _intact(tmp_path, n)
 
 
-def test_ctrl_c_during_a_sweep_prints_one_line(client, tmp_path):
-    """SIGINT while cells are computed: exit status 130 and one line, no traceback; the records saved remain."""
-    # 399 cells: on a quiet machine 24 finished between the first record and the interrupt (exit 0)
+@pytest.mark.parametrize("whom", ["process", "process group"])
+def test_ctrl_c_during_a_sweep_prints_one_line(client, tmp_path, whom):
+    """SIGINT while cells are computed: exit status 130 and one line, no traceback; the records saved remain.
+    "process group": a Ctrl-C in a terminal, sent to the sweep's own LocalCluster as well (its worker processes
+    each printed a traceback, about 70 lines in all); "process": to the sweep alone, its cluster elsewhere."""
+    # 399 cells: the sweep is still running when its first record appears (on a quiet machine 24 more finished
+    # between the first record and the interrupt), however loaded the machine, since both slow down alike
     command = [sys.executable, "-m", "bnsym.cli", "sweep", "trainability", "--depths", "2:400:1", "--batch-sizes",
-               "16", "--width", "8", "--epochs", "1", "--seeds", "1", "--out", str(tmp_path),
-               "--scheduler", client.scheduler.address]
+               "16", "--width", "8", "--epochs", "1", "--seeds", "1", "--out", str(tmp_path)]
+    if whom == "process":
+        command += ["--scheduler", client.scheduler.address]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 90
-    while not list(tmp_path.glob("[!.]*.json")) and time.monotonic() < deadline and run.poll() is None:
-        time.sleep(0.01)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                           start_new_session=True)
+    wait_until(lambda: _records(tmp_path) or run.poll() is not None, "the sweep's first record")
     assert run.poll() is None, "the sweep ended before it could be interrupted"
-    run.send_signal(signal.SIGINT)
-    _, err = run.communicate(timeout=240)  # closing the client took over 60 s once, under a load average of 7
+    if whom == "process":
+        run.send_signal(signal.SIGINT)
+    else:
+        os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=HANG_SECONDS)
     assert (run.returncode, err) == (130, "bnsym: interrupted\n")
     store = Store(tmp_path)
-    records = store.records(lambda task: version(resolve(task)))
-    assert store.set_aside == [] and len(records) == len(list(tmp_path.glob("[!.]*.json"))) > 0
+    records = store.records(registered_version)
+    assert store.set_aside == [] and len(records) == len(_records(tmp_path)) > 0
+
+
+def test_show_never_imports_a_module_a_record_names(tmp_path, monkeypatch, capsys):
+    """A results folder someone else wrote names a module as its task: `sweep show` made it import it. Now a record's
+    task is looked up in bnsym's registry only: the module is never imported, a record that cannot be checked
+    without it is skipped naming its file, and sweep.resolve refuses the name."""
+    site, trace = tmp_path / "site", tmp_path / "imported"
+    site.mkdir()
+    site.joinpath("planted_task.py").write_text(f"import pathlib\npathlib.Path({str(trace)!r}).write_text('x')\n"
+                                                "def f(config):\n    return config\nf.version = '9'\n")
+    monkeypatch.syspath_prepend(str(site))
+    out = tmp_path / "out"
+    store = Store(out)
+    paths = {}
+    for label, stamp in (("plain", ""), ("versioned", "9")):  # the second hashes only with the module's version
+        config = {"label": label}
+        key = sweep.config_key("planted_task:f", config, stamp)
+        store.save({"key": key, "task": "planted_task:f", "config": config, "result": {"y": 1}, "error": None})
+        paths[label] = store.path(key)
+    assert main(["sweep", "show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert f"skipped {paths['versioned']}: its task and config do not hash" in shown
+    assert "\ny\n" in shown  # the other record's table, read without importing anything
+    with pytest.raises(ValueError, match="not a registered experiment"):
+        sweep.resolve("planted_task:f")
+    assert not trace.exists() and "planted_task" not in sys.modules
+
+
+def test_a_second_sweep_on_a_folder_waits_for_the_first(client, tmp_path):
+    """The store's lock: while one sweep holds a folder, a second sweep on it says once that it waits, writes
+    nothing, and runs (finding what the first stored) when the first is done."""
+    log = tmp_path / "stderr.txt"
+    out = tmp_path / "out"
+    with Store(out).writing(), log.open("w") as stderr:
+        run = _sweep_process(out, 3, client.scheduler.address, stderr=stderr)
+        wait_until(lambda: "waiting" in log.read_text() or run.poll() is not None, "the second sweep's notice")
+        assert run.poll() is None and _records(out) == [], log.read_text()
+    stdout, _ = run.communicate(timeout=HANG_SECONDS)
+    assert run.returncode == 0 and stdout.split() == ["3", "0", "0"], log.read_text()
+    assert log.read_text().count("\n") == 1 and f"waiting for the sweep writing to {out} (pid {os.getpid()})" \
+        in log.read_text()
+    _intact(out, 3)

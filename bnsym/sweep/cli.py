@@ -57,14 +57,18 @@ def add_sweep_parser(commands: argparse._SubParsersAction, parser_class: type) -
 
 
 def run_sweep_command(args: argparse.Namespace) -> str:
-    """Run the parsed ``sweep`` command; the text to print. ValueError on bad input."""
-    from .experiments import resolve, shower, version
+    """Run the parsed ``sweep`` command; the text to print. ValueError on bad input, before any cluster starts."""
+    from .experiments import registered, registered_version, resolve, shower
     from .store import Store
 
     if args.sweep_command == "show":
         store = Store(args.directory)
-        records = store.records(lambda task: version(resolve(task)))
+        records = store.records(registered_version,  # a record's task is looked up, never imported
+                                lambda task: getattr(resolve(task), "check_result", None) if registered(task) else None)
         return "\n".join([*store.set_aside, _show(records, Path(args.png or Path(args.directory) / SHOW_PNG), shower)])
+    import numpy as np
+
+    from ..api import max_trainable_depth
     from ..train.trainability import grid
     from .runner import run
 
@@ -72,6 +76,8 @@ def run_sweep_command(args: argparse.Namespace) -> str:
                "epochs": args.epochs, "n_seeds": args.seeds}
     configs = grid(int_list(args.depths, "--depths"), int_list(args.batch_sizes, "--batch-sizes"),
                    **{key: value for key, value in options.items() if value is not None})
+    # the heat map's 16 xi line, drawn after the sweep: what it refuses (e.g. B < 4) is refused before any training
+    max_trainable_depth(args.phi, np.array(sorted({config["batch_size"] for config in configs})))
     result = run("trainability", configs, args.out, scheduler=args.scheduler)
     summary = f"{len(result.records)} cells: {result.executed} run, {result.cached} from the cache, " \
               f"{len(result.failures)} failed; results in {args.out}"

@@ -70,8 +70,19 @@ def validate(config: Mapping[str, Any]) -> dict:
     return c
 
 
+def check_result(result: Mapping[str, Any]) -> str | None:
+    """Why a stored result cannot be read as a cell (None if it can): its ``test_accuracy`` and ``chance`` must be
+    numbers in [0, 1]. The sweep store sets such a record aside, naming its file, and computes it again."""
+    for name in ("test_accuracy", "chance"):
+        value = result.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            return f"its result's {name} is {str(value)[:40]!r}, not a number in [0, 1]"
+    return None
+
+
 run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
 run_cell.validate = validate  # the sweep runner checks every configuration before submitting any
+run_cell.check_result = check_result  # a stored result it rejects is set aside and computed again
 
 
 def readout_matched_lr(phi: str, batch_size: int, eps: float = 1e-3, lr_per_example: float | None = None,
