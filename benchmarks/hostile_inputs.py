@@ -21,7 +21,7 @@ has no usable slope must be refused), the architecture calculus at rank-deficien
 from_torch, the kernel regressors and bn_ntk at absurd sizes (refused up front), and the command's sweep and plot
 arguments and planted result files (never imported; the message names the file).
 
-    python benchmarks/hostile_inputs.py            # every case (about 1,600; a few minutes on one thread)
+    python benchmarks/hostile_inputs.py            # every case (about 5,300; minutes on one thread)
     python benchmarks/hostile_inputs.py --smoke    # a handful of cases per module (seconds)
     python benchmarks/hostile_inputs.py --only wave3 --output /tmp/wave3.json   # the wave-3 cases only
 """
