@@ -49,8 +49,10 @@ def load(script: Path):
 
 
 def parse(doc: str, sizes: Mapping[str, Mapping[str, object]], argv: Sequence[str] | None,
-          default_threads: Sequence[int] = (1, 2), default_repeats: int = 5) -> argparse.Namespace:
-    """The common command line; ``sizes`` maps "default" and "smoke" to the script's size parameters.
+          default_threads: Sequence[int] = (1, 2), default_repeats: int = 5,
+          options: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The common command line; ``sizes`` maps "default" and "smoke" to the script's size parameters; ``options``
+    adds a script's own options to the parser.
 
     ``--smoke`` picks the smallest size and one repeat; ``--set key=value`` overrides one size parameter.
     The result is ``args.size`` (a dict), ``args.threads``, ``args.repeats``, ``args.device``, ``args.output``.
@@ -65,6 +67,8 @@ def parse(doc: str, sizes: Mapping[str, Mapping[str, object]], argv: Sequence[st
     parser.add_argument("--repeats", type=int, default=default_repeats, help="timed repeats per case")
     parser.add_argument("--device", default="cpu", help="torch device for simulations (cpu, cuda)")
     parser.add_argument("--output", type=Path, default=None, help="JSON file (default benchmarks/results/)")
+    if options is not None:
+        options(parser)
     args = parser.parse_args(argv)
     size = dict(sizes["smoke" if args.smoke else "default"])
     for item in args.set:

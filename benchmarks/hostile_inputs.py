@@ -15,10 +15,18 @@ tensor, an absurd size. The outcome is
 The record lists the counts per function and every defect with its reproducer (function, argument, value).
 It is not a test (``make test`` never runs it): it measures how much of the contract holds.
 
-    python benchmarks/hostile_inputs.py            # every case (about 1,500; a few minutes on one thread)
+The ``wave3.*`` functions hold the wave-3 audit's surface (issue 41): user activations of every kind (a kinked relu
+must give the closed form within 1e-6 relative with a stated error that covers the gap, what is not elementwise or
+has no usable slope must be refused), the architecture calculus at rank-deficient, deeply nested and absurd inputs,
+from_torch, the kernel regressors and bn_ntk at absurd sizes (refused up front), and the command's sweep and plot
+arguments and planted result files (never imported; the message names the file).
+
+    python benchmarks/hostile_inputs.py            # every case (about 5,300; minutes on one thread)
     python benchmarks/hostile_inputs.py --smoke    # a handful of cases per module (seconds)
+    python benchmarks/hostile_inputs.py --only wave3 --output /tmp/wave3.json   # the wave-3 cases only
 """
 
+import argparse
 import contextlib
 import dataclasses
 import io
@@ -27,6 +35,7 @@ import math
 import os
 import resource
 import signal
+import sys
 import tempfile
 import time
 from fractions import Fraction
@@ -51,11 +60,14 @@ class Timeout(BaseException):
 
 @dataclasses.dataclass(frozen=True)
 class Value:
-    """A hostile (or valid) replacement for one argument; ``valid``: it must be accepted (no ValueError)."""
+    """A hostile (or valid) replacement for one argument; ``valid``: it must be accepted (no ValueError);
+    ``check`` and ``reason``: what a clean answer or refusal must further satisfy (a value, a message)."""
 
     category: str
     value: Any
     valid: bool = False
+    check: Callable[[Any], str] | None = None  # what is wrong with a returned value ("" if nothing)
+    reason: Callable[[str], str] | None = None  # what is wrong with a ValueError's message ("" if nothing)
 
 
 @dataclasses.dataclass
@@ -183,7 +195,7 @@ def specs(scratch: Path) -> list[Spec]:
         return sweep.run(task, configs, out)
 
     grid_rows = [{"depth": 5, "batch_size": 8, "accuracy": [0.9, 0.8], "chance": 0.1, "classes": 10}]
-    return api_specs(H, factors) + [
+    return api_specs(H, factors) + wave3_specs(scratch) + [
         # bnsym.rank
         Spec("rank.rank_tau", rank.rank_tau, {"H": H, "tau": 0.5}, ("H", "tau"), scale_free=()),
         Spec("rank.rank_lower_bound", rank.rank_lower_bound, {"H": H}, ("H",), scale_free=("H",)),
@@ -431,6 +443,269 @@ def api_specs(H: np.ndarray, factors: np.ndarray) -> list[Spec]:
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A whole call as one hostile value (an absurd size in any argument), shown as its text."""
+
+    text: str
+    function: Callable[[], Any]
+
+    def __call__(self) -> Any:
+        return self.function()
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def refused(result: Any) -> str:
+    """The check of a value that must be refused: any answer is a defect."""
+    return f"answered {_shown(result)} where a ValueError with the reason is due"
+
+
+def _estimates(result: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(value, stated error) of each number a ``with_error=True`` result holds: an Estimate, or a dict of them."""
+    items = result.items() if isinstance(result, dict) else [("value", result)]
+    return {name: (np.asarray(item.value, dtype=float), np.asarray(item.error, dtype=float)) for name, item in items}
+
+
+def agrees_with(reference: Callable[[], Any], scale: float = 1.0, rtol: float = 1e-6) -> Callable[[Any], str]:
+    """The check that a ``with_error=True`` result is ``reference()`` (a closed form) times ``scale`` (for the
+    entries named q and value; c is scale free) within ``rtol`` relative, with a stated error that covers the gap."""
+    def check(result: Any) -> str:
+        expected = _estimates(reference())
+        for name, (value, error) in _estimates(result).items():
+            if name not in expected or name == "mu":
+                continue
+            target, target_error = expected[name]
+            factor = 1.0 if name == "c" else scale
+            gap = np.abs(value - factor * target)
+            size = np.abs(factor * target).max()
+            if gap.max() > rtol * size:
+                return f"{name} is {gap.max() / size:.1e} relative off the closed form (more than {rtol:g})"
+            if np.any(gap > error + factor * target_error + 4 * np.finfo(float).eps * size):
+                return f"{name}'s stated error {error.max():.1e} does not cover its gap {gap.max():.1e}"
+        return ""
+    return check
+
+
+def rate_above_one(result: Any) -> str:
+    """Thm 9: lambda_G > 1 at eps = 0 for any activation (gradients explode under batch norm)."""
+    value = float(_estimates(result)["value"][0])
+    return "" if value > 1 else f"lambda_G = {value:.3g}, not above 1 (Thm 9)"
+
+
+def user_activations(function: str) -> list[Value]:
+    """Every way a user brings an activation (issue 41, parts 3 and 5) for ``bnsym.<function>`` at B = 4 with
+    ``with_error=True``: a kinked relu or leaky relu must give the closed form (or be refused), what is not elementwise
+    or has no usable derivative must be refused (for the gradient), complex or undefined formulas refused."""
+    import sympy as sp
+    from torch import nn
+
+    x = sp.Symbol("x")
+
+    def call(phi):
+        return user_call(function, phi)
+
+    gradient = function == "gradient_rate"
+    relu_like = agrees_with(lambda: call("relu"))
+    # relu(x) + x/10 = 1.1 leaky_relu(1/11): q and the kernel scale by 1.1^2, lambda_G and c do not
+    leaky = agrees_with(lambda: call(f"leaky_relu({1 / 11!r})"), scale=1.0 if gradient else 1.1**2)
+    no_slope = refused if gradient else None  # phi' = 0 almost everywhere: no gradient, a forward kernel
+    return [
+        Value("sympy kink", sp.Max(0, x), check=relu_like),
+        Value("sympy kink", sp.Piecewise((x, x > 0), (0, True)), check=relu_like),
+        Value("sympy kink", (x + sp.Abs(x)) / 2, check=relu_like),
+        Value("sympy step", sp.Heaviside(x), check=no_slope),
+        Value("sympy step", sp.sign(x), check=no_slope),
+        Value("sympy staircase", sp.floor(x), check=no_slope),
+        Value("sympy complex", sp.I * x, check=refused),
+        Value("sympy undefined", sp.zoo * x, check=refused),
+        Value("sympy near step", sp.tanh(1e300 * x), check=rate_above_one if gradient else None),
+        Value("formula", "x", valid=True, check=agrees_with(lambda: call("leaky_relu(1)"))),
+        Value("formula with relu", "relu(x) + 0.1*x", check=leaky),
+        Value("numpy callable (lambda z: np.maximum(z, 0))", lambda z: np.maximum(z, 0), check=relu_like),
+        Value("torch function", torch.relu, check=relu_like),
+        Value("torch function", torch.sign, check=no_slope),
+        Value("torch function", torch.round, check=no_slope),
+        Value("nn.Module", nn.ReLU(), check=relu_like),
+        Value("not elementwise", nn.Softmax(dim=0), check=refused),
+        Value("not elementwise (lambda t: t - t.mean())", lambda t: t - t.mean(), check=refused),
+    ]
+
+
+def _not_unresolved(message: str) -> str:
+    """A refusal at a rank-deficient input must say why, not that the sampling did not resolve it."""
+    return "says 'not resolved' or 'raise points' where more points cannot help" \
+        if "not resolved" in message or "raise points" in message else ""
+
+
+def _inf_with_note(result: Any) -> str:
+    """signal_propagation: an infinite gradient statistic comes with a note saying where and why."""
+    gradient = result.gradient
+    if not np.all(np.isfinite(gradient.value)) and not gradient.note:
+        return "an infinite gradient statistic without a note"
+    return "a NaN gradient statistic" if np.isnan(gradient.value).any() else ""
+
+
+def _regressor_cases(estimator: type) -> tuple[Callable[..., Any], dict[str, Any], dict[str, list[Value]]]:
+    """A fit-and-predict call of a BN kernel regressor and its wave-3 hostile inputs (up front, quickly)."""
+    gen = np.random.default_rng(1)
+    X = gen.standard_normal((8, 3))
+    y = X[:, 0].copy()
+
+    def fit_predict(X, y, depth):
+        return estimator(batch_size=4, depth=depth).fit(X, y).predict(X[:4])
+
+    big = gen.standard_normal((20_000, 3))
+    values = {"X": [Value("subnormal", 1e-310 * X, valid=True),  # a BN network is blind to the input's scale
+                    Value("absurd size", big)],
+              "y": [Value("strings", np.array(list("abcdefgh")))],
+              "depth": [Value("absurd depth", 10_000)]}
+    return fit_predict, {"X": X, "y": y, "depth": 2}, values
+
+
+def wave3_specs(scratch: Path) -> list[Spec]:
+    """The wave-3 surface named in issue 41 (parts 3 and 5), each spec named ``wave3.*``: user activations of every
+    kind, the architecture calculus at rank-deficient, deeply nested and absurd inputs, from_torch, the kernel
+    regressors and bn_ntk at absurd sizes."""
+    from torch import nn
+
+    import bnsym
+    from bnsym import arch, ntk
+    from bnsym.nngp import BatchNormNNGPRegressor
+    from bnsym.ntk_estimators import BatchNormNTKRegressor
+    from bnsym.sim.arch import from_torch
+
+    gen = np.random.default_rng(2)
+    net = arch.parse_architecture("dense,bn,relu*3")
+    spread = [gen.standard_normal((8, rank)) for rank in (1, 2)]
+    sigma8 = 0.5 * np.eye(8) + 0.5
+
+    def linear(scale, device="cpu"):
+        layer = nn.Linear(4, 4, device=device)
+        if device != "meta":
+            with torch.no_grad():
+                layer.weight.mul_(scale)
+        return nn.Sequential(layer, nn.BatchNorm1d(4, device=device), nn.ReLU())
+
+    def possible(result: Any) -> str:
+        """A fixed point is a covariance: q >= 0 (0 only collapsed, as sin past eps*) and |c| <= 1."""
+        return "" if result.q >= 0 and -1 <= result.c <= 1 else f"q = {result.q:.3g}, c = {result.c:.3g}"
+
+    ntk_fit, ntk_arguments, ntk_values = _regressor_cases(BatchNormNTKRegressor)
+    nngp_fit, nngp_arguments, nngp_values = _regressor_cases(BatchNormNNGPRegressor)
+    return [
+        *(Spec(f"wave3.{function} (user activations)", lambda phi, f=function: user_call(f, phi),
+               {"phi": "relu"}, ("phi",), values={"phi": user_activations(function)})
+          for function in ("gradient_rate", "fixed_point", "bn_kernel")),
+        Spec("wave3.fixed_point (a covariance)", lambda eps: bnsym.fixed_point("sin", 8, eps=eps), {"eps": 0.5},
+             ("eps",),
+             values={"eps": [Value("collapse threshold", eps, valid=True, check=possible)
+                             for eps in (0.5, 1.0, 2.0)]}),
+        Spec("wave3.arch.signal_propagation (rank-deficient)",
+             lambda Sigma0: arch.signal_propagation(net, Sigma0, 256, 2), {"Sigma0": sigma8}, ("Sigma0",),
+             nonfinite_ok=True, values={"Sigma0": [Value(f"rank {a.shape[1]}", a @ a.T, check=_inf_with_note,
+                                                         reason=_not_unresolved) for a in spread]}),
+        Spec("wave3.arch.ntk (rank-deficient)", lambda Sigma0: arch.ntk(net, Sigma0, False, 256, 2),
+             {"Sigma0": sigma8}, ("Sigma0",),
+             values={"Sigma0": [Value(f"rank {a.shape[1]}", a @ a.T, reason=_not_unresolved) for a in spread]}),
+        Spec("wave3.arch.parse_architecture (nesting)", arch.parse_architecture, {"spec": "dense"}, ("spec",),
+             values={"spec": [Value("deep nesting", "(" * 3000 + "dense" + ")" * 3000),
+                              Value("deep nesting", "res(" * 500 + "dense" + ")" * 500),
+                              Value("deep nesting", "res(" * 500 + "dense,relu" + ")" * 500)]}),
+        Spec("wave3.arch.ntk_cross (sizes)", lambda sizes: arch.ntk_cross("dense,bn,relu*2", sigma8, sizes, False,
+                                                                          256, 2),
+             {"sizes": (4, 4)}, ("sizes",),
+             values={"sizes": [Value("nested", ((4, 4),), check=refused), Value("short", (4,), check=refused),
+                               Value("long", (4, 8), check=refused), Value("long", (8, 8), check=refused)]}),
+        Spec("wave3.arch (absurd sizes)", lambda case: case(), {"case": None}, ("case",),
+             values={"case": [
+                 Value("absurd batch", Call("kernel(net, eye(4096))", lambda: arch.kernel(
+                     net, np.eye(4096), points=256, replicates=2))),
+                 Value("absurd depth", Call("kernel('res(dense,relu)*2000', eye(4) + 0.3)", lambda: arch.kernel(
+                     "res(dense,relu)*2000", np.eye(4) + 0.3, points=256, replicates=2))),
+                 Value("absurd points", Call("kernel(net, Sigma0, points=2**40)", lambda: arch.kernel(
+                     net, sigma8, points=2**40, replicates=2))),
+                 Value("absurd points", Call("signal_propagation(net, Sigma0, points=2**40)",
+                                             lambda: arch.signal_propagation(net, sigma8, points=2**40, replicates=2))),
+                 Value("absurd replicates", Call("ntk(net, Sigma0, replicates=2**40)", lambda: arch.ntk(
+                     net, sigma8, points=256, replicates=2**40)))]}),
+        Spec("wave3.sim.from_torch", lambda module: from_torch(module()), {"module": None}, ("module",),
+             values={"module": [Value("huge weights", Call("Linear with weights 1e200", lambda: linear(1e200))),
+                                Value("tiny weights", Call("Linear with weights 1e-200", lambda: linear(1e-200))),
+                                Value("meta device", Call("Linear on the meta device",
+                                                          lambda: linear(1.0, "meta")))]}),
+        Spec("wave3.ntk.BatchNormNTKRegressor", ntk_fit, ntk_arguments, ("X", "y", "depth"), values=ntk_values),
+        Spec("wave3.nngp.BatchNormNNGPRegressor", nngp_fit, nngp_arguments, ("X", "y", "depth"), values=nngp_values),
+        Spec("wave3.ntk.bn_ntk (depth)", lambda depth: ntk.bn_ntk("relu", gen.standard_normal((4, 3)), depth, 4),
+             {"depth": 1}, ("depth",), values={"depth": [Value("absurd depth", 10**4), Value("absurd depth", 10**6)]}),
+    ]
+
+
+def user_call(function: str, phi: Any) -> Any:
+    """``bnsym.<function>(phi, ...)`` at B = 4 with its error, as :func:`user_activations` compares it."""
+    import bnsym
+
+    if function == "bn_kernel":
+        return bnsym.bn_kernel(phi, 0.5 * np.eye(4) + 0.5, with_error=True)
+    return getattr(bnsym, function)(phi, 4, with_error=True)
+
+
+def wave3_cli_cases(scratch: Path) -> Iterator[tuple[str, list[str], Callable[[int, str, str], str]]]:
+    """The command's wave-3 cases (issue 41, parts 2, 4 and 5): each a label, the arguments and what the outcome must
+    further satisfy (a function of the exit status, stdout and stderr giving what is wrong, "" if nothing)."""
+    from bnsym.sweep import config_key
+    from bnsym.sweep.experiments import resolve, version
+
+    plot = scratch / "w3 plot folder"
+    plot.mkdir(exist_ok=True)
+    yield ("bnsym arch dense,bn,relu -B 4 --plot <a directory>",
+           ["arch", "dense,bn,relu", "-B", "4", "--points", "256", "--plot", str(plot)],
+           lambda status, out, err: "" if status == 2 else f"exit {status} with no plot: a folder is not an image")
+    yield ("bnsym arch dense,relu,bn -B 4 (text)", ["arch", "dense,relu,bn", "-B", "4", "--points", "256"],
+           lambda status, out, err: "prints inf without a note" if "inf" in out and "infinite" not in out else "")
+    sweep = ["sweep", "trainability", "--depths", "2", "--batch-sizes", "8", "--width", "8", "--epochs", "1",
+             "--seeds", "1", "--scheduler", "tcp://127.0.0.1:1", "--out"]
+    out = scratch / "w3 sweep out"
+    yield (f"bnsym {' '.join(sweep[:5])} <'2'> ... (before any cluster)", sweep[:4] + ["2"] + sweep[5:] + [str(out)],
+           lambda status, stdout, err: ("leaves --out behind" if out.exists() else "") or
+           ("" if "batch" in err.lower() or "B =" in err else "the message is not about the batch size"))
+    kept = scratch / "w3 a file"
+    kept.write_text("kept")
+    for target in (kept, Path("/dev/null"), Path("/proc/w3/not creatable")):
+        yield (f"bnsym sweep trainability ... --out <{target}>", sweep + [str(target)],
+               lambda status, stdout, err, t=target: ("overwrote the file" if t == kept and kept.read_text() != "kept"
+                                                      else "") or
+               ("" if str(t) in err or "--out" in err else "the message names neither --out nor its path"))
+    planted = scratch / "w3 planted"
+    planted.mkdir(exist_ok=True)
+    (planted / "planted.json").write_text(json.dumps({"key": "0" * 24, "task": "w3_canary:run", "config": {},
+                                                      "result": {}, "error": None}))
+    (scratch / "w3_canary.py").write_text("run = None\n")
+    if str(scratch) not in sys.path:
+        sys.path.append(str(scratch))  # so that importing the record's task would succeed
+    yield ("bnsym sweep show <a folder with a record whose task names a module>", ["sweep", "show", str(planted)],
+           planted_check)
+    task = "trainability"
+    for name, result in (("no test_accuracy", {"train_accuracy": 0.5}), ("string test_accuracy",
+                                                                         {"test_accuracy": "high"})):
+        folder = scratch / f"w3 {name}"
+        folder.mkdir(exist_ok=True)
+        config = {"depth": 2, "batch_size": 8}
+        key = config_key(task, config, version(resolve(task)))
+        (folder / f"{key}.json").write_text(json.dumps({"key": key, "task": task, "config": config, "result": result,
+                                                        "error": None}))
+        yield (f"bnsym sweep show <a folder with a record of {name}>", ["sweep", "show", str(folder)],
+               lambda status, out, err, k=key: "" if k in out + err else "the message names no file")
+
+
+def planted_check(status: int, out: str, err: str) -> str:
+    """A record's task must never be imported (the planted module is importable from the working folder)."""
+    if "w3_canary" in sys.modules:
+        return "imported the module a result file named"
+    return "" if "planted.json" in out + err else "the message names no file"
+
+
 CONFIGS = [Value("wrong type", None), Value("wrong type", "abc"), Value("wrong type", [None]),
            Value("wrong type", [[1, 2]]), Value("nan", [{"depth": math.nan}]), Value("inf", [{"depth": math.inf}]),
            Value("wrong type", [{1: 2}]), Value("wrong type", [{"depth": object()}]),
@@ -512,18 +787,24 @@ def outcome(call: Callable[[], Any], value: Value, nonfinite_ok: bool, seconds: 
             return "defect", f"{type(error).__name__} without a message"
         if value.valid:
             return "defect", f"valid input refused: {str(error)[:200]}"
-        return ("clean", "ValueError") if str(error) else ("defect", "ValueError without a message")
+        if not str(error):
+            return "defect", "ValueError without a message"
+        problem = value.reason(str(error)) if value.reason else ""
+        return ("defect", f"{problem}: {str(error)[:200]}") if problem else ("clean", "ValueError")
     except Timeout as error:
         return "defect", f"hang: {error}"
     except Exception as error:  # noqa: BLE001 - every other exception type is what is counted
         return "defect", f"{type(error).__module__}.{type(error).__name__}: {str(error)[:200]}"
     if not (nonfinite_ok or finite(result)):
         return "defect", "non-finite value returned"
-    return "clean", "value"
+    problem = value.check(result) if value.check else ""
+    return ("defect", problem) if problem else ("clean", "value")
 
 
-def cli_outcome(argv: list[str], seconds: float) -> tuple[str, str]:
-    """A command is clean if it exits 0 with strict JSON (or text), or 2 with one ``bnsym: error:`` line."""
+def cli_outcome(argv: list[str], seconds: float,
+                check: Callable[[int, str, str], str] | None = None) -> tuple[str, str]:
+    """A command is clean if it exits 0 with strict JSON (or text), or 2 with one ``bnsym: error:`` line, and
+    ``check(status, stdout, stderr)`` (if given) finds nothing wrong."""
     from bnsym.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -537,6 +818,9 @@ def cli_outcome(argv: list[str], seconds: float) -> tuple[str, str]:
     except BaseException as error:  # noqa: BLE001 - a command must never raise (SystemExit included)
         return "defect", f"raised {type(error).__name__}: {str(error)[:200]}"
     lines = err.getvalue().splitlines()
+    problem = check(status, out.getvalue(), err.getvalue()) if check else ""
+    if problem:
+        return "defect", f"exit {status}, {problem}: {(err.getvalue() or out.getvalue())[-200:]!r}"
     if status == 0:
         if "--json" in argv:
             try:
@@ -550,7 +834,9 @@ def cli_outcome(argv: list[str], seconds: float) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = parse(__doc__, SIZES, argv, default_threads=(1,), default_repeats=1)
+    args = parse(__doc__, SIZES, argv, default_threads=(1,), default_repeats=1, options=_only_option)
+    if args.only and args.output is None:  # the record is written by a full run only
+        args.output = Path(tempfile.gettempdir()) / "hostile_inputs_only.json"
     seconds, stride = args.size["timeout_s"], args.size["stride"]
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     rows, defects, totals = [], [], {"cases": 0, "clean": 0, "defect": 0}
@@ -572,6 +858,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
                                      f"{name} = {value.category}: {_shown(value.value)}"))
             for label, argv_case in cli_cases(scratch):
                 work.append(("bnsym (command line)", lambda a=argv_case: cli_outcome(a, seconds), label))
+            for label, argv_case, check in wave3_cli_cases(scratch):
+                work.append(("wave3.bnsym (command line)", lambda a=argv_case, c=check: cli_outcome(a, seconds, c),
+                             label))
+            if args.only:
+                work = [case for case in work if case[0].startswith(tuple(args.only))]
             work = work[::stride]
             counts: dict[str, dict[str, Any]] = {}
             for function, run_case, label in work:
@@ -595,6 +886,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print(f"total: {totals['cases']} cases, {totals['clean']} clean, {totals['defect']} defects")
     question = "Does every public function of the new surface keep the input contract on hostile input?"
     return write("hostile_inputs", question, args, rows, totals=totals, defects=defects)
+
+
+def _only_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--only", type=lambda text: [p for p in text.split(",") if p], default=[],
+                        metavar="PREFIX[,PREFIX]", help="run only the functions whose name starts with a prefix, e.g. "
+                        "wave3 (the record then goes to a temporary file unless --output says where)")
 
 
 def _shown(value: Any) -> str:
