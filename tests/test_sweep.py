@@ -189,6 +189,19 @@ def test_a_record_whose_result_cannot_be_read_is_set_aside_naming_its_file(two_w
     assert [record["result"] for record in again.records] == [record["result"] for record in first.records]
 
 
+def test_show_of_a_folder_of_unreadable_records_names_each_file(two_worker_run, tmp_path, capsys):
+    """When every record is skipped, the error says so and names each skipped file (it said only "the directory
+    holds no sweep results")."""
+    source, _ = two_worker_run
+    bad = sorted(tmp_path / path.name for path in source.glob("*.json"))
+    for path in bad:
+        path.write_text(json.dumps({**json.loads((source / path.name).read_text()), "result": {"chance": 0.1}}))
+    assert main(["sweep", "show", str(tmp_path), "--png", str(tmp_path / "map.png")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no sweep results" in err
+    assert all(f"skipped {path}" in err for path in bad)
+
+
 def test_saves_are_atomic_and_never_follow_a_planted_symlink(tmp_path):
     """Two writers and a reader of one record: every read is a whole record; a symlink planted at the old
     predictable temporary name (or at the record itself) never has its target overwritten."""

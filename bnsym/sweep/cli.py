@@ -65,7 +65,11 @@ def run_sweep_command(args: argparse.Namespace) -> str:
         store = Store(args.directory)
         records = store.records(registered_version,  # a record's task is looked up, never imported
                                 lambda task: getattr(resolve(task), "check_result", None) if registered(task) else None)
-        return "\n".join([*store.set_aside, _show(records, Path(args.png or Path(args.directory) / SHOW_PNG), shower)])
+        try:
+            shown = _show(records, Path(args.png or Path(args.directory) / SHOW_PNG), shower)
+        except ValueError as error:  # the files skipped are the reason there is nothing to show: name them
+            raise ValueError("; ".join([str(error), *store.set_aside])) from None
+        return "\n".join([*store.set_aside, shown])
     import numpy as np
 
     from ..api import max_trainable_depth
