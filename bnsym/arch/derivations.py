@@ -256,7 +256,7 @@ def derive_bsb1_backward() -> Derivation:
     image of an invariant Pi is invariant with zero row sums, hence c G with c = tr E[J^T Pi J] / (B - 1), and
     P = G - v v^T is a projector, so tr(P M P) = tr(P M). Named results "fused" (c), "alone" (c for BN alone,
     phi = identity), "between" (tr E[D Pi D], the gradient's squared norm between BN and phi; see
-    :func:`_between`) and "minus_thm7".
+    ``_between``) and "minus_thm7".
     """
     d = Derivation("The gradient through BN -> phi at a BSB1 input, for Pi = a I + b 11^T")
     d.step("$D \\Pi D = a D^2 + b\\,dd^T$ with $d = \\phi'(x)$, and $\\mathrm{tr}(P M P) = \\mathrm{tr}(GM) - "

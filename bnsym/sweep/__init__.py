@@ -15,7 +15,7 @@ Write a task once, as an importable function of one JSON-ready dict, and run any
   for several sweeps (``with sweep.connect(n_workers=2) as client: ...``).
 * **Cache and resume.** Each result is ``<out>/<key>.json`` with key = sha256 of (task, its ``version``
   attribute, config); a rerun computes only what is missing or failed, so an interrupted sweep resumes. A second
-  sweep on the same ``out`` waits for the first (a lock file, see :mod:`.store`).
+  sweep on the same ``out`` waits for the first (a lock file, see ``bnsym.sweep.store``).
 * **Safety.** Reading results never imports code: a record's ``task`` is looked up in ``EXPERIMENTS`` only; a
   ``"module:function"`` path is imported only when the caller passes it to ``run``.
 * **Ctrl-C.** Stops the sweep between records with one line (``bnsym: interrupted``), also when the terminal

@@ -9,7 +9,7 @@ computed again); its experiment may name a ``show`` function ``show(records, png
 
 **Nothing read from a file chooses code.** A record's ``task`` field is looked up in :data:`EXPERIMENTS` only
 (:func:`resolve`); a ``"package.module:function"`` path is imported only when a caller passes it to
-:func:`bnsym.sweep.run` (:func:`task_function`), never when records are read.
+:func:`bnsym.sweep.run` (``task_function``), never when records are read.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def task_function(task: str | Callable[..., Any]) -> tuple[str, Callable[..., An
 
 
 def task_name(task: str | Callable[..., Any]) -> str:
-    """The name a sweep stores for ``task`` (see :func:`task_function`)."""
+    """The name a sweep stores for ``task`` (see ``task_function``)."""
     return task_function(task)[0]
 
 

@@ -1,4 +1,4 @@
-"""Map a list of configurations onto a ``distributed.Client``, caching each result on disk (see :mod:`.store`)."""
+"""Map a list of configurations onto a ``distributed.Client``, caching each result on disk (``bnsym.sweep.store``)."""
 
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
     """A client of the cluster at ``scheduler`` (or ``$BNSYM_DASK_SCHEDULER``), else of a new LocalCluster.
 
     The LocalCluster has ``n_workers`` (default: one per core) single-threaded worker processes, which ignore
-    SIGINT (a Ctrl-C reaches this process alone; a worker restarted later by :mod:`.worker_setup`) and log errors
-    only (a task's failure is in its record; their warnings were noise, e.g. one per cell cancelled by a Ctrl-C);
+    SIGINT (a Ctrl-C reaches this process alone; a worker restarted later by ``bnsym.sweep.worker_setup``) and log
+    errors only (a task's failure is in its record; their warnings were noise, e.g. one per cell cancelled by a Ctrl-C);
     it is closed on exit. An existing cluster is left running.
     """
     if scheduler is not None and not isinstance(scheduler, str):
@@ -181,7 +181,7 @@ def run(task: str | Callable[..., Any], configs: Sequence[Mapping[str, Any]], ou
     worker lost more often than Dask allows) is recorded with its error and the sweep goes on. ``task``: a registered
     experiment, a ``"module:function"`` path, or a module-level function (stored under its path). Every argument
     and ``out`` are checked before a cluster starts; ``out`` is locked while the sweep runs (a second sweep on it
-    waits, see :mod:`.store`), and a sweep that fails before saving a record leaves no folder behind.
+    waits, see ``bnsym.sweep.store``), and a sweep that fails before saving a record leaves no folder behind.
     """
     name, function = task_function(task)
     store = Store(out)

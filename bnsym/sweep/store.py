@@ -4,7 +4,7 @@ A record is ``{"key", "task", "config", "result", "error", "seconds", "cpu_secon
 returned (JSON-ready), ``error`` is None or the failure's text. A rerun skips every configuration that has a record
 without an error, so an interrupted sweep resumes where it stopped; failed ones are tried again.
 
-A record is trusted only if it is checked against the key it is stored under (:func:`check_record`): a file that is
+A record is trusted only if it is checked against the key it is stored under (``check_record``): a file that is
 not JSON, lacks a field, or holds another configuration's record is *corrupt*; a sweep reports it by its path, moves
 it aside (``<key>.json.corrupt-<random>``) and computes its configuration again. Records are written to a temporary
 file of an unpredictable name, created exclusively (never through a planted symlink), and renamed over the record:
@@ -215,7 +215,7 @@ class Store:
                 check_of: Callable[[str], Callable[[dict], str | None] | None] = lambda task: None) -> list[dict]:
         """Every intact record of the directory (results and failures), in key order. ``version_of(task)`` gives the
         version each record's key was made with (None: the record's own ``version`` field, else ""), ``check_of
-        (task)`` its result check (see :func:`check_record`). Other files (corrupt records, other JSON, temporary
+        (task)`` its result check (see ``check_record``). Other files (corrupt records, other JSON, temporary
         files) are skipped and noted in ``set_aside``, not moved: reading changes nothing."""
         if not self.directory.is_dir():
             raise ValueError(f"no sweep results at {self.directory}: not a directory")
