@@ -64,6 +64,7 @@ from .nngp_tasks import allocate, check_chunk_batches, on_gpu, run_blocks
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
+MAX_LAYER_MAPS = 10**7  # depth x blocks: 0.4-2.5 ms of one CPU core each (check_layer_maps), hours in all
 MAX_NODES = 1024  # Gauss-Jacobi nodes per axis: nodes^2 points per entry of every block
 ARGMAX_NODES = 64  # Gauss-Hermite nodes of the class probabilities
 MAX_MEMORY = 2**31  # bytes of prior matrices held in memory; more go to memory-mapped files
@@ -97,6 +98,23 @@ def _check_depths(depths: object) -> list[int]:
     if not checked:
         raise ValueError("depths must name at least one depth")
     return checked
+
+
+def check_layer_maps(depth: int, blocks: int, batch_size: int) -> None:
+    """Refuse, before any work, a prior of hours: ``depth`` x ``blocks`` (each batch and each pair of batches)
+    cross-batch layer maps above ``MAX_LAYER_MAPS``. Measured on standardised digits (CPU time, torch on one thread,
+    default nodes, 500-6000 maps): 0.4-0.6 ms per map at B = 4, 1.0-1.5 ms at B = 8, 1.5-2.5 ms at B = 32 (more
+    where a task holds few blocks: 1.9 ms at B = 4 with 3 blocks), so the limit is 1 to 7 hours of one core; all
+    1797 digits at B = 32 and depth 50 are 8.3e4 maps. The maps do not reach a float64 fixed point (relu, B = 4, 8,
+    32: entries still change by 1e-16 after 400 layers), so no depth can be skipped exactly."""
+    if depth * blocks > MAX_LAYER_MAPS:
+        each = {4: "0.4-0.6 ms", 8: "1.0-1.5 ms", 32: "1.5-2.5 ms"}.get(batch_size, "0.4-2.5 ms (B = 4 to 32)")
+        most = MAX_LAYER_MAPS // blocks
+        raise ValueError(f"the BN-NNGP prior of {blocks} blocks (each batch and each pair of batches, B = "
+                         f"{batch_size}) at depth {depth} is {depth * blocks:.3g} cross-batch layer maps, each about "
+                         f"{each} of one CPU core, above {MAX_LAYER_MAPS:.3g}: "
+                         + (f"use depth <= {most} for these points, or" if most else "use")
+                         + " fewer points or a larger batch size (fewer blocks)")
 
 
 def _check_nodes(nodes: object) -> int | None:
@@ -205,6 +223,8 @@ def _check_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray,
     if tangent and phi.degree not in (1, 2, 3):
         raise ValueError(f"the Laplace tangent map needs phi of degree 1, 2 or 3 (its slope's arc-cosine kernel in "
                          f"closed form), got {phi} of degree {phi.degree}")
+    if not tangent:  # the NTK's cost is checked by bnsym.ntk.check_cost, with its own limits
+        check_layer_maps(max(depths), len(batches) + len(pairs), batch)
     later = tangent_nodes(batch) if tangent else default_nodes(batch)
     first = nodes or max(first_layer_nodes(batch, batches.shape[-1]), 2 * later if tangent else later)
     # each batch is normalised on its own, so each may be rescaled on its own: a power of 2 brings its max |x| near
@@ -257,9 +277,10 @@ class BatchLayout:
 
 
 def batch_layout(X: np.ndarray, batch_size: int, X_test: np.ndarray | None = None,
-                 test_covariance: bool = False) -> BatchLayout:
+                 test_covariance: bool = False, depth: int | None = None) -> BatchLayout:
     """The batches and blocks of ``X`` (and ``X_test``) at ``batch_size``, validated (:class:`BatchLayout`); with
-    ``test_covariance``, every pair of test batches too (after the (test, training) pairs)."""
+    ``test_covariance``, every pair of test batches too (after the (test, training) pairs). With ``depth``, the
+    BN-NNGP prior's layer maps are checked first (:func:`check_layer_maps`), before the pairs are listed."""
     batch = check_batch_size(batch_size)
     X = _check_inputs(X, "X")
     X_test = None if X_test is None else _check_inputs(X_test, "X_test", X.shape[1])
@@ -270,10 +291,13 @@ def batch_layout(X: np.ndarray, batch_size: int, X_test: np.ndarray | None = Non
     exponent = math.frexp(max(np.abs(X).max(), 0.0 if X_test is None else np.abs(X_test).max()))[1]
     X, X_test = np.ldexp(X, -exponent), None if X_test is None else np.ldexp(X_test, -exponent)
     rows = fill_batches(len(X), batch)
+    kt = 0 if X_test is None else -(-len(X_test) // batch)
+    if depth is not None:
+        n_pairs = k * (k - 1) // 2 if X_test is None else kt * k + (kt * (kt - 1) // 2 if test_covariance else 0)
+        check_layer_maps(depth, k + kt + n_pairs, batch)
     if X_test is None:
         pairs = np.array([(i, j) for i in range(k) for j in range(i + 1, k)], dtype=int).reshape(-1, 2)
         return BatchLayout(X[rows], rows, pairs, None)
-    kt = -(-len(X_test) // batch)
     filler = np.arange(kt * batch - len(X_test)) % len(X)
     test_batches = np.concatenate([X_test, X[filler]]).reshape(kt, batch, -1)
     pairs = [(k + a, i) for a in range(kt) for i in range(k)]
@@ -295,7 +319,8 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
     pairs of test batches. The pairs are computed in tasks (:mod:`bnsym.nngp_tasks`) here or on ``client`` (None:
     here; a ``distributed.Client``; a scheduler address; True: a LocalCluster, as ``bnsym.sweep.runner.connect``),
     with the same result bit for bit. Matrices larger in all than ``max_memory`` bytes, or any with ``out`` (a
-    folder), are memory-mapped files (``out/<kind>-depth<l>.npy``, or unnamed temporary files).
+    folder), are memory-mapped files (``out/<kind>-depth<l>.npy``, or unnamed temporary files). Work of hours, more
+    than ``MAX_LAYER_MAPS`` layer maps at the deepest depth, is refused before any is done (:func:`check_layer_maps`).
     """
     return batched_kernels(phi, X, depths, batch_size, X_test, nodes, device, test_covariance=test_covariance,
                            client=client, out=out, max_memory=max_memory, chunk_batches=chunk_batches, tangent=False)
@@ -306,9 +331,9 @@ def batched_kernels(phi: str | Activation, X: np.ndarray, depths: Sequence[int],
                     test_covariance: bool, client: object, out: str | os.PathLike | None, max_memory: int,
                     chunk_batches: int | None, tangent: bool) -> dict[int, BatchedPrior]:
     """:func:`bn_nngp_priors` of the prior K^l, or with ``tangent`` of the NTK Theta^l (:func:`bnsym.ntk.bn_ntk`)."""
-    layout = batch_layout(X, batch_size, X_test, test_covariance)
-    max_memory = check_whole_number(max_memory, "max_memory", 0, 2**62, "bytes of kernel matrices held in memory")
     depths = _check_depths(depths)
+    layout = batch_layout(X, batch_size, X_test, test_covariance, None if tangent else max(depths))
+    max_memory = check_whole_number(max_memory, "max_memory", 0, 2**62, "bytes of kernel matrices held in memory")
     rows, pairs = layout.rows, layout.pairs
     k, batch = rows.shape
     chunk = check_chunk_batches(chunk_batches, batch, len(layout.batches), on_gpu(device, client))

@@ -14,11 +14,14 @@ import bnsym
 import bnsym.core.digits
 from bnsym.meanfield.kernels import gauss_hermite_kernel
 from bnsym.nngp import (
+    MAX_DEPTH,
+    MAX_LAYER_MAPS,
     BatchNormNNGPClassifier,
     BatchNormNNGPRegressor,
     KernelConditioningWarning,
     arccos_nngp_kernel,
     argmax_probabilities,
+    block_prior,
     bn_nngp_prior,
     bn_nngp_priors,
     fill_batches,
@@ -153,6 +156,30 @@ def test_bad_parameters(data, params, match):
     X, y = data
     with pytest.raises(ValueError, match=match):
         BatchNormNNGPRegressor(**{"batch_size": 4, **params}).fit(X, y)
+
+
+def test_hours_of_layer_maps_are_refused_before_any_work(data, tmp_path):
+    """depth x blocks above MAX_LAYER_MAPS is refused up front, naming the deepest depth allowed for the data;
+    the old code ran the maps for hours (184 points, B = 4: 46 batches and 1035 pairs, 1.08e7 maps at depth 10^4).
+    Nothing is written first (``out``)."""
+    X = np.random.default_rng(5).standard_normal((184, 3))
+    blocks = 46 + 46 * 45 // 2
+    assert blocks * MAX_DEPTH > MAX_LAYER_MAPS  # the case is over the limit ...
+    most = f"use depth <= {MAX_LAYER_MAPS // blocks} for these points"
+    with pytest.raises(ValueError, match=f"{blocks} blocks .* at depth {MAX_DEPTH} .* layer maps.*{most}"):
+        BatchNormNNGPRegressor(depth=MAX_DEPTH, batch_size=4).fit(X, X[:, 0])
+    with pytest.raises(ValueError, match=most):
+        bn_nngp_priors("relu", X, [1, MAX_DEPTH], 4, out=tmp_path / "prior")
+    assert not (tmp_path / "prior").exists()
+    batches = X.reshape(46, 4, 3)
+    pairs = np.array([(i, j) for i in range(46) for j in range(i + 1, 46)])
+    with pytest.raises(ValueError, match=most):
+        block_prior("relu", batches, pairs, [MAX_DEPTH])
+    with pytest.raises(ValueError, match="use fewer points"):  # more blocks than the limit: no depth is allowed
+        bn_nngp_prior("relu", np.random.default_rng(6).standard_normal((4 * 4473, 3)), 1, 4)
+    depth = MAX_LAYER_MAPS // blocks  # ... and the deepest depth allowed passes the check (its maps are not run)
+    assert bnsym.nngp.check_layer_maps(depth, blocks, 4) is None
+    assert bnsym.nngp.check_layer_maps(50, 57 + 57 * 56 // 2, 32) is None  # all 1797 digits, B = 32, depth 50
 
 
 def test_numpy_parameters_are_accepted_and_strings_refused(data):
