@@ -151,7 +151,8 @@ def _all_in_flat(phi: Phi, sigma: np.ndarray) -> float | None:
 
 def _has_flat_point(sigma: np.ndarray, phi: Phi) -> bool:
     """Whether h ~ N(0, sigma) lies on phi's flat side in every coordinate with positive probability: some vector
-    of the range of sigma has every coordinate strictly inside it (a linear program)."""
+    of the range of sigma has every coordinate strictly inside it (always, for sigma of full rank B; else a linear
+    program)."""
     flat = _flat_side(phi)
     if flat is None:
         return False
@@ -162,6 +163,8 @@ def _has_flat_point(sigma: np.ndarray, phi: Phi) -> bool:
     basis = vecs[:, lam > 1e-12 * max(lam.max(), 1e-300)]
     if basis.shape[1] == 0:
         return False
+    if basis.shape[1] == len(basis):  # the range is all of R^B: c = side * basis^T 1 solves the program below
+        return True
     # find c with side * (basis c) >= 1 in every coordinate: a multiple of basis c then lies past the kink
     result = linprog(np.zeros(basis.shape[1]), A_ub=-side * basis, b_ub=-np.ones(len(basis)),
                      bounds=[(None, None)] * basis.shape[1], method="highs")
@@ -236,7 +239,8 @@ class Node:
     link: tuple = ()
     sources: frozenset = frozenset()  # the independent Gaussian sources this node is a function of
     zero_mean: bool = False
-    flat: np.ndarray | None = None  # the constant value (R, B) the node takes with positive probability, if any
+    _flat: np.ndarray | None = None
+    _flat_known: bool = False
     children: list[Node] = field(default_factory=list)
     _kernel: Moment | None = None
     _mean: Moment | None = None
@@ -245,6 +249,14 @@ class Node:
 
     def __hash__(self) -> int:
         return self.index
+
+    @property
+    def flat(self) -> np.ndarray | None:
+        """The constant value (R, B) the node takes with positive probability, if any (decided when first asked:
+        only a train-mode BN needs it, and deciding it may take a linear program)."""
+        if not self._flat_known:
+            self.graph.decide_flat(self)
+        return self._flat
 
     def kernel(self) -> Moment:
         if self._kernel is None:
@@ -298,13 +310,6 @@ class Graph:
     def apply(self, x: Node, op: Elementwise | TrainBN) -> Node:
         node = self._node("map", (x,), op=op, sources=x.sources)
         node.zero_mean = isinstance(op, TrainBN) and x.kind == "gaussian"
-        if isinstance(op, TrainBN):
-            node.flat = None if x.flat is None else np.zeros_like(x.flat)
-        elif x.flat is not None:
-            node.flat = op.phi.numpy(x.flat)
-        elif x.kind == "gaussian" and _has_flat_point(x.kernel().value[0], op.phi):
-            kink, side = _flat_side(op.phi)
-            node.flat = np.full((1, self.batch), float(op.phi.numpy(np.array(kink + side))))
         return node
 
     def affine(self, x: Node, shift: np.ndarray, scale: np.ndarray, centred: bool) -> Node:
@@ -315,12 +320,7 @@ class Graph:
             value = kernel.value / (scale[:, :, None] * scale[:, None, :])
             node._kernel = Moment(value, kernel.relative * np.abs(value).max(0))
             return node
-        node = self._node("map", (x,), op=Affine(shift, scale, centred), sources=x.sources, zero_mean=centred)
-        if x.flat is not None:
-            value = (x.flat - shift) / scale
-            if np.all(np.abs(value - value[:, :1]) <= EXACT_RTOL * np.maximum(np.abs(value).max(), 1.0)):
-                node.flat = value
-        return node
+        return self._node("map", (x,), op=Affine(shift, scale, centred), sources=x.sources, zero_mean=centred)
 
     def add(self, x: Node, y: Node, alpha: float) -> Node:
         """x + alpha y. Independent Gaussians sum to a Gaussian; dependent parts are sampled jointly."""
@@ -333,11 +333,50 @@ class Graph:
             return node
         node = self._node("sum", (x, y), alpha=alpha, sources=x.sources | y.sources,
                           zero_mean=x.zero_mean and y.zero_mean)
-        if independent and x.flat is not None and y.flat is not None:
-            node.flat = x.flat + alpha * y.flat
         if not independent:
             self._invalidate(node)
         return node
+
+    # ------------------------------------------------------------------------------------------ flat values
+
+    def decide_flat(self, node: Node) -> None:
+        """Decide ``flat`` for ``node`` and its undecided ancestors, parents first (a loop, not a recursion: a deep
+        non-Gaussian stream must not reach Python's recursion limit)."""
+        pending, stack = set(), [node]
+        while stack:
+            current = stack.pop()
+            if not (current._flat_known or current in pending):
+                pending.add(current)
+                stack.extend(current.parents)
+        for member in sorted(pending, key=lambda n: n.index):
+            member._flat, member._flat_known = self._flat_of(member), True
+
+    def _flat_of(self, node: Node) -> np.ndarray | None:
+        """The constant value a node takes with positive probability, from its parents' (decided): a Gaussian has
+        none; phi of a Gaussian has phi's flat value where the Gaussian can lie on phi's flat side in every
+        coordinate; a map or a sum of independent parts carries its parents' constant values through."""
+        if node.kind == "gaussian":
+            return None
+        if node.kind == "sum":
+            x, y = node.parents
+            if x.sources & y.sources or x.flat is None or y.flat is None:
+                return None
+            return x.flat + node.alpha * y.flat
+        x, op = node.parents[0], node.op
+        if isinstance(op, TrainBN):
+            return None if x.flat is None else np.zeros_like(x.flat)
+        if isinstance(op, Affine):
+            if x.flat is None:
+                return None
+            value = (x.flat - op.shift) / op.scale
+            constant = np.all(np.abs(value - value[:, :1]) <= EXACT_RTOL * np.maximum(np.abs(value).max(), 1.0))
+            return value if constant else None
+        if x.flat is not None:
+            return op.phi.numpy(x.flat)
+        if x.kind == "gaussian" and _has_flat_point(x.kernel().value[0], op.phi):
+            kink, side = _flat_side(op.phi)
+            return np.full((1, self.batch), float(op.phi.numpy(np.array(kink + side))))
+        return None
 
     # ----------------------------------------------------------------------------------- kernel and mean
 
