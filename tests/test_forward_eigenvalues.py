@@ -149,3 +149,47 @@ def test_class_reduction_is_exact_for_symmetrised_sphere_points(batch):
         a, b_, c_, d_ = name[0], name[1], name[3], name[4]
         direct = average(a + b_ + c_ + d_)
         assert float(reduction[name].subs(B, batch).subs(moments)) == pytest.approx(direct, rel=1e-9, abs=1e-12), name
+
+
+def _gaussian_moment_ratio(phi) -> float:
+    """(E phi'(z))^2 / Var phi(z), z ~ N(0, 1), by adaptive quadrature on each half line (phi kinks at 0)."""
+    from scipy.integrate import quad
+
+    def expect(f) -> float:
+        density = lambda z: f(z) * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)  # noqa: E731
+        return quad(density, -np.inf, 0)[0] + quad(density, 0, np.inf)[0]
+
+    slope, mean, second = (expect(f) for f in (phi.numpy_derivative, phi.numpy, lambda z: phi.numpy(z) ** 2))
+    return slope**2 / (second - mean**2)
+
+
+LARGE_BATCH = ["relu", "identity", "relu^1.5", "leaky_relu(0.2)", "relu^2", "relu^0.75"]
+
+
+@pytest.mark.parametrize("spec", LARGE_BATCH)
+def test_large_batch_limits_are_those_of_prop_f34(spec):
+    """lambda_L -> alpha and lambda_M -> (E phi')^2 / Var phi, the latter by quadrature of phi itself."""
+    phi = bnsym.parse_activation(spec)
+    limits = fl.large_batch_eigenvalues(phi)
+    assert limits["L"] == pytest.approx(phi.degree, rel=1e-12)
+    assert limits["M"] == pytest.approx(_gaussian_moment_ratio(phi), rel=1e-8)
+
+
+@pytest.mark.parametrize("spec", LARGE_BATCH)
+def test_large_batch_gap_shrinks_like_the_derived_next_order_term(spec):
+    """At B = 2^10 .. 2^14 the closed form is lambda^oo + s/B + O(B^-2), so e_B = B (lambda(B) - lambda^oo) - s is
+    O(1/B) and halves as B doubles. A wrong limit makes e_B grow like B (ratio 2), a wrong s leaves it constant
+    (ratio 1); the O(B^-3) terms move the ratio from 1/2 by O(1/B), so (0.4, 0.6) separates the three."""
+    limits = fl.large_batch_eigenvalues(bnsym.parse_activation(spec))
+    batch = 2.0 ** np.arange(10, 15)
+    lam = bnsym.forward_eigenvalues(spec, batch, method="closed_form")
+    for key in ("L", "M"):
+        excess = batch * (lam[key] - limits[key]) - limits[f"{key}_slope"]
+        assert np.all(np.abs(excess) > 1e-8), (key, excess)  # far above the rounding of B lambda (~1e-11)
+        ratios = excess[1:] / excess[:-1]
+        assert np.all((ratios > 0.4) & (ratios < 0.6)), (key, ratios)
+
+
+def test_large_batch_limits_need_the_closed_form():
+    with pytest.raises(ValueError, match="positive-homogeneous"):
+        fl.large_batch_eigenvalues(bnsym.parse_activation("tanh"))

@@ -162,6 +162,39 @@ KERNELS = {
          '    return (x5*(-dummy_1*x2 + dummy_1*x3 - dummy_1*x4 + dummy_0*x2 - dummy_0*x3 + dummy_0*x4 + x1)/x0, '
          'x1*x5)\n'),
     ),
+    'bnsym.meanfield.forward_linear._large_batch_kernel': (
+        {'gamma': ('math', 'gamma'), 'pi': ('numpy', 'pi'), 'sqrt': ('numpy', 'sqrt')},
+        ('def _lambdifygenerated(alpha, a, b):\n'
+         '    x0 = 1/sqrt(pi)\n'
+         '    x1 = gamma(alpha + 1/2)\n'
+         '    x2 = x1**(-1.0)\n'
+         '    x3 = a - b\n'
+         '    x4 = x3**2\n'
+         '    x5 = (1/2)*alpha\n'
+         '    x6 = gamma(x5 + 1/2)\n'
+         '    x7 = x6**2\n'
+         '    x8 = a**2 + b**2\n'
+         '    x9 = (1/2)*x0*x2*x4*x7 - x8\n'
+         '    x10 = x9**(-1.0)\n'
+         '    x11 = alpha*x8\n'
+         '    x12 = alpha**2\n'
+         '    x13 = x12*x8\n'
+         '    x14 = x0*x2\n'
+         '    x15 = a + b\n'
+         '    x16 = x15**2\n'
+         '    x17 = gamma(x5 + 1)\n'
+         '    x18 = x17**2\n'
+         '    x19 = x16*x18\n'
+         '    x20 = x14*x19\n'
+         '    x21 = x4*x7\n'
+         '    x22 = x14*x21\n'
+         '    x23 = pi**(-1.0)\n'
+         '    x24 = x1**(-2.0)\n'
+         '    x25 = x23*x24\n'
+         '    return (alpha, -x10*(-x11 + x12*x22 - 2*x13 + x20 + x22*x5), -x10*x20, (alpha*x16*x18*x23*x24*x4*x7 + '
+         'x0*x16*x18*x2*x8 - 2*x11*x20 + (1/4)*x12*x23*x24*x3**4*x6**4 - 1/2*x13*x22 - x15**4*x17**4*x25 - '
+         '1/2*x19*x21*x25)/x9**2,)\n'),
+    ),
     'bnsym.meanfield.kernels._integer_kernels:0': (
         {'arccos': ('numpy', 'arccos'), 'pi': ('numpy', 'pi')},
         'def _lambdifygenerated(c):\n    return (pi - arccos(c))/pi\n',

@@ -31,6 +31,10 @@ v_star = sp.Symbol("v^*", positive=True)  # the coefficient that Thm 6 divides b
 
 # J_phi(1), J_phi(rho) and J_phi'(rho), with J_phi(c) the normalised kernel of phi (Prop E.10)
 J1, Jrho, dJrho = sp.symbols("J_phi(1) J_phi(rho) J_phi'(rho)", real=True)
+# J_phi and its first two derivatives at c = 0 (the B -> oo limits, Prop F.34)
+J0, dJ0, d2J0 = sp.symbols("J_phi(0) J_phi'(0) J_phi''(0)", real=True)
+# phi = a rho_alpha(z) - b rho_alpha(-z), the general positive-homogeneous phi (Prop E.17)
+phi_a, phi_b = sp.symbols("a b", real=True)
 
 # moments of two BN coordinates that fix the forward Jacobian at the BSB1 point (R7)
 S0, S2, P00, P20, P11 = sp.symbols("E[phi_1^2] E[phi_1^2*x_1^2] E[phi_1*phi_2] E[phi_1*phi_2*x_1^2] "

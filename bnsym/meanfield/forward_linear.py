@@ -199,24 +199,133 @@ def _closed_form_kernel():
     return (B, alpha, J1, Jrho, dJrho), (lam["L"], lam["M"])
 
 
-def homogeneous_eigenvalues(phi: Activation, batch_size: int | np.ndarray) -> dict[str, Estimate]:
-    """{"G", "L", "M"} by Thm F.33, vectorised over B; phi positive-homogeneous of degree alpha > 1/2.
-
-    lambda_G = 0 exactly (scale invariance, the last step of :func:`derive_homogeneous_eigenvalues`). The
-    formulas are derived exactly, so the errors are 0: only float64 rounding remains.
-    """
+def _check_closed_form(phi: Activation) -> None:
+    """ValueError unless Thm F.33's closed form applies: phi positive-homogeneous of degree alpha > 1/2."""
     if not phi.is_homogeneous:
         raise ValueError(f"the closed form (Thm F.33) needs a positive-homogeneous phi; "
                          f"{phi} is not: use method='spherical'")
     if not phi.degree > 0.5:
         raise ValueError(f"the closed form needs degree alpha > 1/2 (J_alpha' is singular otherwise), "
                          f"got {phi.degree}: use method='spherical'")
+
+
+def homogeneous_eigenvalues(phi: Activation, batch_size: int | np.ndarray) -> dict[str, Estimate]:
+    """{"G", "L", "M"} by Thm F.33, vectorised over B; phi positive-homogeneous of degree alpha > 1/2.
+
+    lambda_G = 0 exactly (scale invariance, the last step of :func:`derive_homogeneous_eigenvalues`). The
+    formulas are derived exactly, so the errors are 0: only float64 rounding remains.
+    """
+    _check_closed_form(phi)
     batch = np.asarray(batch_size, dtype=float)
     rho = -1.0 / (batch - 1)
     lam_l, lam_m = _closed_form_kernel()(batch, phi.degree, phi_kernel(phi, 1.0), phi_kernel(phi, rho),
                                          phi_kernel_derivative(phi, rho))
     values = {"G": np.zeros_like(batch), "L": lam_l, "M": lam_m}
     return {key: Estimate(value, 0.0, "closed_form") for key, value in values.items()}
+
+
+def _large_batch_taylor(d: Derivation) -> dict[str, sp.Expr]:
+    """The B -> oo limits of Thm F.33 and their 1/B terms, in alpha and J_phi, J_phi', J_phi'' at 0 (steps of d)."""
+    from ..core.symbols import J0, B, Jrho, d2J0, dJ0, dJrho
+
+    lam = derive_homogeneous_eigenvalues()
+    rho_b = -1 / (B - 1)
+    taylor = {Jrho: J0 + dJ0 * rho_b + d2J0 * rho_b**2 / 2, dJrho: dJ0 + d2J0 * rho_b}
+    d.step("Thm F.33 depends on $B$ directly and through $\\rho = -1/(B-1) \\to 0$; Taylor about 0 (remainders "
+           "$O(B^{-3})$, $O(B^{-2})$, below the $1/B$ terms):",
+           sp.Tuple(*(sp.Eq(key, value) for key, value in taylor.items())))
+    expanded = {key: lam[key].subs(taylor) for key in ("L", "M")}
+    limits = {key: sp.factor(sp.limit(value, B, sp.oo)) for key, value in expanded.items()}
+    d.step("As $B \\to \\infty$:", sp.Tuple(*(sp.Eq(sp.Limit(sp.Symbol(f"lambda_{key}"), B, sp.oo), value)
+                                                 for key, value in limits.items())), name=("L_limit", "M_limit"))
+    slopes = {key: sp.factor(sp.limit(B * (expanded[key] - limits[key]), B, sp.oo)) for key in limits}
+    d.step("and the next order, $\\lambda_X = \\lambda_X^\\infty + s_X/B + O(B^{-2})$:",
+           sp.Tuple(*(sp.Eq(sp.Symbol(f"s_{key}"), value) for key, value in slopes.items())),
+           name=("L_slope", "M_slope"))
+    return {"L_limit": limits["L"], "M_limit": limits["M"], "L_slope": slopes["L"], "M_slope": slopes["M"]}
+
+
+def _kernel_at_zero(d: Derivation) -> dict[sp.Symbol, sp.Expr]:
+    """J_phi(1) and J_phi, J_phi', J_phi'' at 0 for phi = a rho_alpha(z) - b rho_alpha(-z) (Cor E.19); a step of d."""
+    from ..core.symbols import J0, J1, alpha, c, d2J0, dJ0, phi_a, phi_b
+
+    j_alpha = arccos_kernel_symbolic(alpha)
+    j_phi = (phi_a**2 + phi_b**2) * j_alpha - 2 * phi_a * phi_b * j_alpha.subs(c, -c)
+    values = {J1: phi_a**2 + phi_b**2, J0: j_phi.subs(c, 0), dJ0: sp.diff(j_phi, c).subs(c, 0),
+              d2J0: sp.diff(j_phi, c, 2).subs(c, 0)}
+    values = {key: sp.factor(sp.gammasimp(sp.simplify(value))) for key, value in values.items()}
+    d.step("For $\\phi = a\\rho_\\alpha(z) - b\\rho_\\alpha(-z)$, "
+           "$\\mathcal J_\\phi(c) = (a^2+b^2)\\mathcal J_\\alpha(c) - 2ab\\mathcal J_\\alpha(-c)$ (Cor E.19) "
+           "with $\\mathcal J_\\alpha$'s hypergeometric form gives",
+           sp.Tuple(*(sp.Eq(key, value) for key, value in values.items())),
+           name=("J1_ab", "J0_ab", "dJ0_ab", "d2J0_ab"))
+    return values
+
+
+def _gaussian_moment_ratio() -> sp.Expr:
+    """(E phi'(z))^2 / Var phi(z), z ~ N(0, 1), for phi = a rho_alpha(z) - b rho_alpha(-z), by direct integration."""
+    from ..core.symbols import alpha, phi_a, phi_b
+
+    z_pos = sp.Symbol("z", positive=True)
+
+    def half_moment(power: sp.Expr) -> sp.Expr:  # E[rho_power(z)] = int_0^oo z^power N(z) dz
+        return sp.integrate(z_pos**power * sp.exp(-z_pos**2 / 2) / sp.sqrt(2 * sp.pi), (z_pos, 0, sp.oo))
+
+    mean_slope = alpha * (phi_a + phi_b) * half_moment(alpha - 1)
+    variance = (phi_a**2 + phi_b**2) * half_moment(2 * alpha) - ((phi_a - phi_b) * half_moment(alpha)) ** 2
+    return mean_slope**2 / variance
+
+
+@cache
+def derive_large_batch_limits() -> Derivation:
+    """Prop F.34: the B -> oo limits of Thm F.33's lambda_L, lambda_M, with their 1/B terms.
+
+    lambda_L -> alpha and lambda_M -> J_phi'(0) / (J_phi(1) - J_phi(0)) = (E phi')^2 / Var phi (the paper states
+    the limits in words; this is their form); lambda_X = lambda_X^oo + s_X / B + O(B^-2). Named results
+    "L_limit", "M_limit", "L_slope", "M_slope" (in alpha, J_phi(1) and J_phi, J_phi', J_phi'' at 0); "J1_ab",
+    "J0_ab", "dJ0_ab", "d2J0_ab" (those values for phi = a rho_alpha(z) - b rho_alpha(-z)); "L_limit_ab",
+    "M_limit_ab"; ReLU's "relu_L_limit", "relu_M_limit" (pi / (2 (pi - 1))), "relu_L_slope", "relu_M_slope".
+    """
+    from ..core.symbols import alpha, phi_a, phi_b
+
+    d = Derivation("Forward eigenvalues as B -> infinity (Prop F.34)")
+    general = _large_batch_taylor(d)
+    values = _kernel_at_zero(d)
+    in_ab = {key: sp.factor(sp.gammasimp(general[key].subs(values))) for key in ("L_limit", "M_limit")}
+    d.step("so, in $\\alpha$, $a$, $b$:", sp.Tuple(*(sp.Eq(sp.Symbol(key), value) for key, value in in_ab.items())),
+           name=tuple(f"{key}_ab" for key in in_ab))
+    ratio = _gaussian_moment_ratio()
+    difference = sp.simplify(sp.gammasimp(ratio - in_ab["M_limit"]))
+    if difference != 0:
+        raise RuntimeError(f"lambda_M's limit is not (E phi')^2 / Var phi: they differ by {difference}")
+    d.step("Integrating against $\\mathcal N(0, 1)$ directly, $(\\mathbb E\\phi')^2/\\mathrm{Var}\\,\\phi$ is "
+           "the same (Prop F.34's form; the difference simplifies to 0):",
+           sp.Eq(sp.Symbol("(E phi')^2/Var phi"), sp.factor(sp.gammasimp(ratio))))
+    relu = {f"relu_{key}": sp.factor(sp.simplify(value.subs(values).subs({alpha: 1, phi_a: 1, phi_b: 0})))
+            for key, value in general.items()}
+    d.step("ReLU ($\\alpha = 1$, $a = 1$, $b = 0$):",
+           sp.Tuple(*(sp.Eq(sp.Symbol(key), value) for key, value in relu.items())), name=tuple(relu))
+    return d
+
+
+@lambdified()
+def _large_batch_kernel():
+    """(alpha, a, b) -> (lambda_L^oo, s_L, lambda_M^oo, s_M), lambdified from :func:`derive_large_batch_limits`."""
+    from ..core.symbols import J0, J1, alpha, d2J0, dJ0, phi_a, phi_b
+
+    d = derive_large_batch_limits()
+    values = {symbol: d[f"{name}_ab"] for symbol, name in ((J1, "J1"), (J0, "J0"), (dJ0, "dJ0"), (d2J0, "d2J0"))}
+    return (alpha, phi_a, phi_b), tuple(d[key].subs(values) for key in ("L_limit", "L_slope", "M_limit", "M_slope"))
+
+
+def large_batch_eigenvalues(phi: Activation) -> dict[str, float]:
+    """Prop F.34 for phi positive-homogeneous of degree alpha > 1/2: {"L", "M"} the B -> oo limits of Thm F.33's
+    eigenvalues (alpha and (E phi')^2 / Var phi) and {"L_slope", "M_slope"} their 1/B terms s_X,
+    lambda_X(B) = lambda_X^oo + s_X / B + O(B^-2) (:func:`derive_large_batch_limits`)."""
+    _check_closed_form(phi)
+    a, b = phi.ab
+    values = _large_batch_kernel()(float(phi.degree), a, b)
+    return {key: float(value) for key, value in zip(("L", "L_slope", "M", "M_slope"), values)}
 
 
 def relu_power_eigenvalues(alpha_values: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
