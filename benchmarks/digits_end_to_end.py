@@ -5,7 +5,7 @@ BN-NNGP chapter's digits table also uses at depth 2) conditions on all 1437 trai
 (``bnsym.core.digits``: scikit-learn's digits, stratified ``train_test_split`` with test_size 0.2 and
 random_state 0, pixels standardised) and predicts the 360 test images. Fit: 45 batches, 990 cross blocks and 45
 within-batch blocks per layer; predict: 12 test batches against the 45 training batches. The target (issue 34) is
-under 6 s on a quiet 2-core machine at the accuracy it had before (0.975). ``bnsym.ntk_estimators.
+under 6 s on a quiet 2-core machine at the accuracy it had before (0.975). ``bnsym.nngp.estimators.
 BatchNormNTKClassifier`` (the infinitely wide network trained to convergence, same relu, B and depth) is timed in
 the same rounds, at its default rule (about 1e-8) and at the BN-NNGP's (``nodes`` = 6, about 1e-5 on digits, the
 BN-NNGP's own accuracy); its target is at most twice the BN-NNGP classifier's median time.
@@ -23,7 +23,7 @@ from harness import parse, row, synchronizer, threads, time_interleaved, write
 
 from bnsym.core.digits import digits
 from bnsym.nngp import BatchNormNNGPClassifier, default_nodes
-from bnsym.ntk_estimators import BatchNormNTKClassifier
+from bnsym.nngp.estimators import BatchNormNTKClassifier
 
 SIZES = {"default": {"n_train": 1437, "n_test": 360, "depth": 2, "batch": 32},
          "smoke": {"n_train": 64, "n_test": 32, "depth": 1, "batch": 16}}

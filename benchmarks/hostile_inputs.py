@@ -1,8 +1,8 @@
 """Hostile inputs to the surface added since the first audit: does every public function keep the input contract?
 
 Each case calls one public function of ``bnsym.api`` (with the wave-3 audit's reproducers), ``bnsym.rank``,
-``bnsym.products``, ``bnsym.nngp``, ``bnsym.ntk``, ``bnsym.train``, ``bnsym.sweep``, ``bnsym.arch`` or
-``bnsym.shallow`` (or the ``bnsym`` command) with one argument of a valid call replaced by a hostile value of a
+``bnsym.products``, ``bnsym.nngp``, ``bnsym.nngp.ntk``, ``bnsym.train``, ``bnsym.sweep``, ``bnsym.arch`` or
+``bnsym.dilution.shallow`` (or the ``bnsym`` command) with one argument of a valid call replaced by a hostile value of a
 category: NaN, inf, huge, tiny, negative, empty, wrong type or dtype, complex, a numpy integer, a half-precision
 tensor, an absurd size. The outcome is
 
@@ -164,8 +164,9 @@ def replacements(value: Any, scale_free: bool) -> list[Value]:
 
 def specs(scratch: Path) -> list[Spec]:
     """Every public function of the new surface with a small valid call."""
-    from bnsym import arch, nngp, ntk, products, rank, shallow, sweep, train
-    from bnsym.nngp import BatchNormNNGPClassifier, BatchNormNNGPRegressor
+    from bnsym import arch, nngp, products, rank, sweep, train
+    from bnsym.dilution import shallow
+    from bnsym.nngp import BatchNormNNGPClassifier, BatchNormNNGPRegressor, ntk
     from bnsym.train.dynamics import first_steps
 
     gen = np.random.default_rng(0)
@@ -271,7 +272,7 @@ def specs(scratch: Path) -> list[Spec]:
              ("width", "s2", "gamma", "dtype")),
         Spec("products.residual_growth", products.residual_growth, {"blocks": 3, "batch_norm": False, "q0": 1.0},
              ("blocks", "batch_norm", "q0")),
-        # bnsym.nngp and bnsym.ntk
+        # bnsym.nngp and bnsym.nngp.ntk
         Spec("nngp.fill_batches", nngp.fill_batches, {"n": 10, "batch_size": 4}, ("n", "batch_size")),
         Spec("nngp.input_covariance", nngp.input_covariance, {"left": X, "right": X[:3]}, ("left", "right")),
         Spec("nngp.default_nodes", nngp.default_nodes, {"batch_size": 8}, ("batch_size",)),
@@ -309,7 +310,7 @@ def specs(scratch: Path) -> list[Spec]:
              {"Sigma0": wide @ wide.T / 16, "sizes": [8, 8]}, ("Sigma0", "sizes")),
         Spec("arch.parse_architecture", arch.parse_architecture, {"spec": "Dense,BatchNorm,relu"}, ("spec",)),
         Spec("arch.repeat", lambda count: arch.repeat(arch.Dense(), count), {"count": 3}, ("count",)),
-        # bnsym.shallow
+        # bnsym.dilution.shallow
         Spec("shallow.residual_orders", shallow.residual_orders, {"p": np.array([0.5, 0.2])}, ("p",)),
         Spec("shallow.infinite_depth_orders", shallow.infinite_depth_orders, {"x": 0.5, "r": 1.5, "n_orders": 5},
              ("x", "r", "n_orders")),
@@ -571,9 +572,9 @@ def wave3_specs(scratch: Path) -> list[Spec]:
     from torch import nn
 
     import bnsym
-    from bnsym import arch, ntk
-    from bnsym.nngp import BatchNormNNGPRegressor
-    from bnsym.ntk_estimators import BatchNormNTKRegressor
+    from bnsym import arch
+    from bnsym.nngp import BatchNormNNGPRegressor, ntk
+    from bnsym.nngp.estimators import BatchNormNTKRegressor
     from bnsym.sim.arch import from_torch
 
     gen = np.random.default_rng(2)

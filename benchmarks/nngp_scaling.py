@@ -4,7 +4,7 @@ Times ``bnsym.nngp.bn_nngp_priors(..., client=...)`` on n generated standard nor
 depend on their values), batches of B, depth L: k = n / B batches make k (k - 1) / 2 pairs of batches, each iterated
 through L cross-batch layer maps, so the time should grow as n^2 once the pairs dominate. Each worker count has its
 own LocalCluster of single-threaded worker processes (glibc's adaptive malloc kept:
-``bnsym.sweep.runner.untrimmed_workers``), started (and warmed up) before timing. Reported: the time at
+``bnsym.core.cluster.untrimmed_workers``), started (and warmed up) before timing. Reported: the time at
 each n, the exponent p of a least-squares fit time = c n^p over the sizes run, and the parallel efficiency
 t(1 worker) / (2 t(2 workers)); and the CPU seconds of the workers (summed), whose exponent is steadier than the wall
 clock's on a busy machine (the CPU-time ratio, 1 worker's over 2 workers', is the work that distributing adds).
@@ -24,8 +24,8 @@ import numpy as np
 from distributed import Client, LocalCluster
 from harness import fitted_exponent, parse, row, time_interleaved, write
 
+from bnsym.core.cluster import untrimmed_workers
 from bnsym.nngp import bn_nngp_priors
-from bnsym.sweep.runner import untrimmed_workers
 
 SIZES = {"default": {"n": "256,512,1024,2048,4096", "batch": 32, "depth": 10, "budget": 600.0},
          "smoke": {"n": "32,64", "batch": 16, "depth": 2, "budget": 60.0}}

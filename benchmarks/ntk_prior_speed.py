@@ -1,7 +1,7 @@
 """The NTK of 1000 digits against the BN-NNGP prior of the same data: batches of 32, depth 10, relu.
 
-* ours, :func:`bnsym.ntk.ntk_blocks_laplace`: every within-batch block and every pair of batches' cross block of the
-  NTK, one pass through the cross-batch Laplace integral and its derivative per layer (the kernel and the tangent
+* ours, :func:`bnsym.nngp.ntk.ntk_blocks_laplace`: every within-batch block and every pair of batches' cross block of
+  the NTK, one pass through the cross-batch Laplace integral and its derivative per layer (the kernel and the tangent
   kernel together), at its default rule (``tangent_nodes``) and at the prior's (``nodes``);
 * the reference, :func:`bnsym.nngp.block_prior`: the same blocks of the BN-NNGP prior K^L, its default rule.
 
@@ -23,7 +23,7 @@ from sklearn.datasets import load_digits
 
 from bnsym.meanfield.ntk_laplace import tangent_nodes
 from bnsym.nngp import block_prior, default_nodes, fill_batches
-from bnsym.ntk import ntk_blocks_laplace
+from bnsym.nngp.ntk import ntk_blocks_laplace
 
 SIZES = {"default": {"n": 1000, "batch": 32, "depth": 10},
          "smoke": {"n": 64, "batch": 16, "depth": 2}}

@@ -8,12 +8,12 @@ Public API: :func:`fixed_point`, :func:`bn_kernel`, :func:`forward_eigenvalues`,
 error, returned by ``with_error=True``).
 
 The rooms: :mod:`bnsym.core` (premises shared by theory and simulator: activations, symbols, geometry, estimate,
-derivation, validation, quadrature, progress, device, statistics, digits); the theory of each paper,
-:mod:`bnsym.meanfield` (Yang et al.), :mod:`bnsym.dilution` (Philipp et al.), :mod:`bnsym.products` (Bjorck et
-al.), :mod:`bnsym.rank` (Daneshmand et al.), :mod:`bnsym.nngp` (the BN-NNGP) and :mod:`bnsym.ntk` with
-:mod:`bnsym.ntk_estimators` (the BN-NTK); :mod:`bnsym.sim` (the torch
-Monte Carlo, every network that is built); :mod:`bnsym.train` (the training harness) and :mod:`bnsym.sweep`
-(grids on Dask); :mod:`bnsym.arch` (any architecture at infinite width, imported on its own);
+derivation, validation, quadrature, progress, device, statistics, digits, the run store, the Dask cluster
+connection); the theory of each paper, :mod:`bnsym.meanfield` (Yang et al.), :mod:`bnsym.dilution` (Philipp et
+al.), :mod:`bnsym.products` (Bjorck et al.), :mod:`bnsym.rank` (Daneshmand et al.), :mod:`bnsym.nngp` (the
+BN-NNGP and the BN-NTK: prior, tasks, ntk, estimators); :mod:`bnsym.sim` (the torch Monte Carlo, every network
+that is built); :mod:`bnsym.train` (the training harness) and :mod:`bnsym.sweep` (grids on Dask); :mod:`bnsym.cli`
+(the ``bnsym`` command); :mod:`bnsym.arch` (any architecture at infinite width, imported on its own);
 :mod:`bnsym.report` and :mod:`bnsym.scale` for the book. Names and submodules are imported on first use
 (:mod:`bnsym.core.lazy`), so ``import bnsym`` is quick.
 """

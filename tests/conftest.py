@@ -200,7 +200,7 @@ def generic_sigma() -> np.ndarray:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_answer_cache(tmp_path_factory):
-    """The command line's cached answers (bnsym.cache) go to a folder of this session, not the user's."""
+    """The command line's cached answers (bnsym.cli.cache) go to a folder of this session, not the user's."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BNSYM_CACHE_DIR", str(tmp_path_factory.mktemp("answer-cache")))
         yield

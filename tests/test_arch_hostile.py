@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-import bnsym.cli
+import bnsym.cli.command
 from bnsym import arch
 from bnsym.arch import parse_architecture
 
@@ -86,7 +86,7 @@ def test_cli_plot_path_is_checked_before_computing(capsys, monkeypatch, plot, ma
     def not_run(*args, **kwargs):
         raise AssertionError("the prediction ran before --plot was checked")
 
-    monkeypatch.setattr(bnsym.cli, "arch_prediction", not_run)
+    monkeypatch.setattr(bnsym.cli.command, "arch_prediction", not_run)
     status, out, err = run_cli(capsys, ["arch", "dense,bn,relu", "-B", "4", "--plot", plot])
     assert status == 2 and out == "" and len(err.splitlines()) == 1 and match in err, err
 

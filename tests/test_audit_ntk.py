@@ -13,8 +13,8 @@ from bnsym.api import gradient_rate
 from bnsym.arch import Activation, BatchNorm, Dense, repeat
 from bnsym.core.activations import parse_activation
 from bnsym.core.statistics import mc_tolerance
-from bnsym.ntk import bn_ntk, check_cost
-from bnsym.ntk_estimators import BatchNormNTKRegressor
+from bnsym.nngp.estimators import BatchNormNTKRegressor
+from bnsym.nngp.ntk import bn_ntk, check_cost
 from bnsym.sim.arch import from_torch
 
 torch.set_num_threads(1)

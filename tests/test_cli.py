@@ -15,7 +15,7 @@ from conftest import HANG_SECONDS
 from conftest import run_cli as _run
 
 import bnsym
-from bnsym import cache
+from bnsym.cli import cache
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_ARGUMENTS = {
@@ -237,7 +237,7 @@ def _children_cpu_seconds() -> float:
 
 
 def test_predict_again_is_fast_identical_and_imports_no_theory(tmp_path):
-    """The second `bnsym predict` reads the answer the first computed (bnsym.cache): the same bytes, without torch,
+    """The second `bnsym predict` reads the answer the first computed (bnsym.cli.cache): the same bytes, without torch,
     SymPy or SciPy (about 0.2 s of CPU; importing torch alone costs over 1 s). Its CPU time is measured, not its
     wall time, so that a loaded machine cannot fail it."""
     env = {**os.environ, "BNSYM_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}

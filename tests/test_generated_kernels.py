@@ -14,9 +14,10 @@ import scipy.special
 import sympy as sp
 from conftest import HANG_SECONDS
 
+from bnsym import generate
 from bnsym.core import generated_kernels, kernels
 
-REGENERATE = "python -m bnsym.core.kernels"
+REGENERATE = "python -m bnsym.generate"
 
 
 @pytest.mark.skipif(sp.__version__ != generated_kernels.SYMPY_VERSION,
@@ -28,14 +29,14 @@ def test_stored_code_equals_the_derivations():
     the generator runs: the names of cse's Dummy symbols, and so the order of printed terms, depend on the Dummies a
     process has created before (in a test worker, other tests' derivations)."""
     stored = Path(generated_kernels.__file__).read_text()
-    derived = subprocess.run([sys.executable, "-c", "from bnsym.core import kernels; "
-                              "print(kernels.generated_source(), end='')"], capture_output=True, text=True,
+    derived = subprocess.run([sys.executable, "-c", "from bnsym import generate; "
+                              "print(generate.generated_source(), end='')"], capture_output=True, text=True,
                              timeout=HANG_SECONDS, check=True).stdout
     assert derived == stored, f"bnsym/core/generated_kernels.py is out of date: run `{REGENERATE}`"
 
 
 def test_every_stored_kernel_is_declared():
-    declared = kernels.declared()
+    declared = generate.declared()
     owners = {key.partition(":")[0] for key in generated_kernels.KERNELS}
     assert owners == set(declared), f"run `{REGENERATE}`"
 

@@ -247,7 +247,7 @@ def test_prior_in_tasks_is_the_same_in_memory_on_disk_and_in_any_chunks(data, tm
 def test_default_chunks_on_a_gpu_are_the_largest_tiles_that_fit(batches, batch, expected):
     """On a GPU a task is a few large tensor operations: the default chunk is the largest whose tile of pairs fits
     MAX_TILE_ENTRIES (capped at the k batches); on the CPU it stays k // 4, at most CHUNK_BATCHES."""
-    from bnsym.nngp_tasks import CHUNK_BATCHES, MAX_TILE_ENTRIES, check_chunk_batches, on_gpu
+    from bnsym.nngp.tasks import CHUNK_BATCHES, MAX_TILE_ENTRIES, check_chunk_batches, on_gpu
 
     chunk = check_chunk_batches(None, batch, batches, on_gpu=True)
     assert chunk == expected and chunk * chunk * (2 * batch) ** 2 <= MAX_TILE_ENTRIES

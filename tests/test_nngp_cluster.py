@@ -1,6 +1,6 @@
 """bnsym.nngp on a real 2-worker Dask LocalCluster: the same prior bit for bit with no cluster, 2 workers, after a
 worker is killed while tasks are pending, and with 1 worker (the last test retires the other: tests run in order);
-the BN-NTK (bnsym.ntk), which runs on the same tasks, with 2 workers."""
+the BN-NTK (bnsym.nngp.ntk), which runs on the same tasks, with 2 workers."""
 
 import os
 import signal
@@ -14,10 +14,10 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from sklearn.base import clone
 from sklearn.datasets import load_digits
 
+from bnsym.core.cluster import untrimmed_workers
 from bnsym.nngp import BatchNormNNGPClassifier, bn_nngp_priors
-from bnsym.ntk import bn_ntk
-from bnsym.ntk_estimators import BatchNormNTKRegressor
-from bnsym.sweep.runner import untrimmed_workers
+from bnsym.nngp.estimators import BatchNormNTKRegressor
+from bnsym.nngp.ntk import bn_ntk
 
 DEPTHS, B, CHUNK = [1, 2], 8, 2  # 96 digits: 12 batches, 6 chunks, 21 tiles of pairs
 

@@ -9,7 +9,7 @@ from bnsym import arch
 from bnsym.arch import Activation, BatchNorm, Dense, Residual, repeat, serial
 from bnsym.arch.ntk import ntk_per_entry
 from bnsym.core.statistics import mc_tolerance
-from bnsym.ntk import arccos_ntk, bn_ntk
+from bnsym.nngp.ntk import arccos_ntk, bn_ntk
 from bnsym.sim.ntk import empirical_ntk
 
 torch.set_num_threads(1)

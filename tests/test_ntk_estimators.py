@@ -13,8 +13,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bnsym.arch import Activation, BatchNorm, Dense, repeat
 from bnsym.nngp import batch_layout
-from bnsym.ntk import bn_ntk
-from bnsym.ntk_estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow_weights
+from bnsym.nngp.estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow_weights
+from bnsym.nngp.ntk import bn_ntk
 from bnsym.sim import mc_tolerance
 from bnsym.sim.ntk import train_on_batches
 
@@ -111,14 +111,14 @@ BATCH_ORDER = ("a train-mode BN network's output for x depends on which points s
 
 
 # scikit-learn's checks that fit 2-feature data (make_blobs): each batch's centred inputs span 2 dimensions, where the
-# eps = 0 BN-NTK is infinite (bnsym.ntk.check_spans; on the checks' 300 blobs at B = 16 the Laplace route's kernel
+# eps = 0 BN-NTK is infinite (bnsym.nngp.ntk.check_spans; on the checks' 300 blobs at B = 16 the Laplace route's kernel
 # changes by 14% from 12 nodes to the default and has an eigenvalue -0.5% of its largest, and the classifier
 # scored 0.30, where the BN-NNGP scores 0.92); the estimators refuse such data, and these checks must fail so
 FEW_FEATURES = {"check_estimators_overwrite_params", "check_estimators_fit_returns_self", "check_readonly_memmap_input",
                 "check_fit_idempotent", "check_fit_check_is_fitted", "check_n_features_in",
                 "check_classifier_data_not_an_array", "check_classifiers_classes", "check_classifiers_train"}
 FEW_FEATURES_REASON = ("fits 2-feature data, whose batches span 2 dimensions: the eps = 0 BN-NTK is infinite there "
-                       "(bnsym.ntk.check_spans), and the estimators raise a ValueError saying so")
+                       "(bnsym.nngp.ntk.check_spans), and the estimators raise a ValueError saying so")
 
 
 @parametrize_with_checks(

@@ -13,7 +13,7 @@ from bnsym.core.statistics import mc_tolerance
 from bnsym.meanfield import ntk_laplace
 from bnsym.meanfield.crossbatch import _mean_rho, _rate
 from bnsym.meanfield.ntk_laplace import ntk_blocks, ntk_per_entry, tangent_cross_block
-from bnsym.ntk import bn_ntk, ntk_blocks_laplace
+from bnsym.nngp.ntk import bn_ntk, ntk_blocks_laplace
 
 torch.set_num_threads(1)
 

@@ -29,11 +29,12 @@ import bnsym
 from bnsym import arch, dilution, nngp, products, rank, sweep
 from bnsym.arch import Activation, BatchNorm, Dense, LayerNorm, Residual, serial
 from bnsym.cli import main
+from bnsym.core.cluster import connect
 from bnsym.core.validation import MAX_BATCH_SIZE
 from bnsym.nngp import BatchNormNNGPRegressor, arccos_nngp_kernel, bn_nngp_prior, gp_posterior
 from bnsym.sim import daneshmand, mc_tolerance
 from bnsym.sweep.cli import int_list
-from bnsym.sweep.runner import connect, keyed
+from bnsym.sweep.runner import keyed
 from bnsym.train import best_factor, grid, line_agreement, run_cell, train, trains
 from bnsym.train import bjorck as bjorck_cells
 from bnsym.train.dynamics import first_steps

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 import bnsym
-from bnsym import arch, dilution, nngp, products, rank, shallow, sweep
+from bnsym import arch, dilution, nngp, products, rank, sweep
 from bnsym.cli import main
 from bnsym.core.activations import MAX_GAMMA
 from bnsym.core.validation import MAX_BATCH_SIZE, MIN_RELATIVE_VARIANCE
+from bnsym.dilution import shallow
 
 
 def _message(call) -> str:
@@ -157,12 +158,12 @@ def test_cli_json_is_strict_for_a_large_power(capsys):
 
 def test_cli_an_interrupt_is_one_line(capsys, monkeypatch):
     """Ctrl-C during a sweep printed a 22-line traceback; now one line and exit status 130 (128 + SIGINT)."""
-    import bnsym.cli
+    import bnsym.cli.command
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bnsym.cli, "run_sweep_command", interrupted)
+    monkeypatch.setattr(bnsym.cli.command, "run_sweep_command", interrupted)
     status = main(["sweep", "show", "anywhere"])
     assert (status, capsys.readouterr().err) == (130, "bnsym: interrupted\n")
 

@@ -1,4 +1,5 @@
-"""bnsym.shallow (Philipp et al.: gradients explode, deep networks are shallow) against independent references."""
+"""bnsym.dilution.shallow (Philipp et al.: gradients explode, deep networks are shallow) against independent
+references."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 from scipy import integrate, stats
 
-from bnsym import dilution, shallow
+from bnsym import dilution
+from bnsym.dilution import shallow
 from bnsym.sim import philipp as sim
 
 

@@ -20,8 +20,8 @@ from conftest import HANG_SECONDS, run_cli, wait_until
 
 from bnsym import sweep
 from bnsym.cli import main
-from bnsym.sweep.runner import CONNECT_TIMEOUT
-from bnsym.sweep.store import Store
+from bnsym.core.cluster import CONNECT_TIMEOUT
+from bnsym.core.store import Store
 from bnsym.train.trainability import grid
 
 TINY = {"width": 8, "epochs": 1, "n_seeds": 1}

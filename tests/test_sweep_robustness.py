@@ -22,8 +22,8 @@ from conftest import HANG_SECONDS, wait_until
 
 from bnsym import sweep
 from bnsym.cli import main
+from bnsym.core.store import Store
 from bnsym.sweep.experiments import registered_version
-from bnsym.sweep.store import Store
 
 TASK = "builtins:dict"
 

@@ -15,7 +15,7 @@ Write a task once, as an importable function of one JSON-ready dict, and run any
   for several sweeps (``with sweep.connect(n_workers=2) as client: ...``).
 * **Cache and resume.** Each result is ``<out>/<key>.json`` with key = sha256 of (task, its ``version``
   attribute, config); a rerun computes only what is missing or failed, so an interrupted sweep resumes. A second
-  sweep on the same ``out`` waits for the first (a lock file, see ``bnsym.sweep.store``).
+  sweep on the same ``out`` waits for the first (a lock file, see ``bnsym.core.store``).
 * **Safety.** Reading results never imports code: a record's ``task`` is looked up in ``EXPERIMENTS`` only; a
   ``"module:function"`` path is imported only when the caller passes it to ``run``.
 * **Ctrl-C.** Stops the sweep between records with one line (``bnsym: interrupted``), also when the terminal
@@ -36,9 +36,9 @@ from ..core.lazy import lazy_attributes
 
 __getattr__, __dir__ = lazy_attributes(__name__, {
     "EXPERIMENTS": "experiments", "Experiment": "experiments", "resolve": "experiments",
-    "task_name": "experiments", "SCHEDULER_ENV": "runner",
-    "SweepResult": "runner", "connect": "runner", "execute": "runner", "run": "runner", "Store": "store",
-    "config_key": "store", "seed_of": "store",
+    "task_name": "experiments", "SCHEDULER_ENV": ".core.cluster",
+    "SweepResult": "runner", "connect": ".core.cluster", "execute": "runner", "run": "runner", "Store": ".core.store",
+    "config_key": ".core.store", "seed_of": ".core.store",
 })
 __all__ = ["EXPERIMENTS", "SCHEDULER_ENV", "Experiment", "Store", "SweepResult", "config_key", "connect", "execute",
            "resolve", "run", "seed_of", "task_name"]

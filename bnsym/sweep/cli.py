@@ -58,8 +58,8 @@ def add_sweep_parser(commands: argparse._SubParsersAction, parser_class: type) -
 
 def run_sweep_command(args: argparse.Namespace) -> str:
     """Run the parsed ``sweep`` command; the text to print. ValueError on bad input, before any cluster starts."""
+    from ..core.store import Store
     from .experiments import registered, registered_version, resolve, shower
-    from .store import Store
 
     if args.sweep_command == "show":
         store = Store(args.directory)

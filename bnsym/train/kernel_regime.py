@@ -18,8 +18,8 @@ import torch
 
 from ..arch import Activation, BatchNorm, Dense, repeat
 from ..nngp import BatchNormNNGPClassifier, BatchNormNNGPRegressor, batch_layout
-from ..ntk import arccos_ntk
-from ..ntk_estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow_weights
+from ..nngp.estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow_weights
+from ..nngp.ntk import arccos_ntk
 from ..sim.ntk import train_on_batches
 
 BOOTSTRAP = 1000  # resamples of the seeds for the slope's standard error
@@ -105,7 +105,7 @@ def accuracy_rows(task: str, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y
                   depths: Sequence[int], batch_size: int, width: int, n_networks: int, steps: int,
                   device: torch.device | str = "cpu") -> list[dict]:
     """One row per depth: the test score of the BN-NTK estimator (t = infinity), the BN-NNGP posterior mean (noise
-    0.01), the NTK of the network without batch norm (kernel regression, :func:`bnsym.ntk.arccos_ntk`) and the mean
+    0.01), the NTK of the network without batch norm (kernel regression, :func:`bnsym.nngp.ntk.arccos_ntk`) and the mean
     over ``n_networks`` seeds of the same BN network at ``width`` trained by SGD over the fixed batches (one batch a
     step, ``steps`` steps, squared loss, learning rate ``SGD_RATE`` / lambda_max, the largest eigenvalue of the BN-NTK
     within one batch: a step on one batch is stable below 2 / lambda_max); also the score of the networks' mean

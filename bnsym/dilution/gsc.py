@@ -38,13 +38,13 @@ from functools import cache
 import numpy as np
 from scipy.special import gammaln
 
-from .core.activations import Activation, parse_activation
-from .core.derivation import Derivation
-from .core.estimate import ROUNDING
-from .core.kernels import lambdified
-from .core.lazy import lazy_module
-from .core.validation import check_activation, check_number, check_real_array, check_whole_number, shown
-from .meanfield.kernels import c_alpha, hermite_nodes
+from ..core.activations import Activation, parse_activation
+from ..core.derivation import Derivation
+from ..core.estimate import ROUNDING
+from ..core.kernels import lambdified
+from ..core.lazy import lazy_module
+from ..core.validation import check_activation, check_number, check_real_array, check_whole_number, shown
+from ..meanfield.kernels import c_alpha, hermite_nodes
 
 sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations, on first use
 
@@ -200,7 +200,7 @@ def effective_depth(depth: int, p: float, threshold: float) -> int:
 @cache
 def derive_diluted_rate() -> Derivation:
     """Theorem 3 (F.3) from its premises: the GSC growth of f(u) = S u + rho(u), rho k-diluted by S."""
-    from .core.symbols import k, r, r_d
+    from ..core.symbols import k, r, r_d
 
     d = Derivation("Theorem 3: GSC growth rate of a k-diluted block")
     q_u, q_g, q_rho, q_s, q_grho, q_gs = sp.symbols(
@@ -228,7 +228,7 @@ def derive_diluted_rate() -> Derivation:
 @cache
 def derive_first_order_diluted_rate() -> Derivation:
     """Theorem 3's main-text form: the expansion of the exact rate around r = 1."""
-    from .core.symbols import r, r_d
+    from ..core.symbols import r, r_d
 
     d = Derivation("Theorem 3, first order in r - 1")
     eps = sp.Symbol("epsilon", real=True)
@@ -252,7 +252,7 @@ def derive_first_order_diluted_rate() -> Derivation:
 @cache
 def _rate_kernels():
     """Lambdified exact rate, first-order rate and exact inverse (numpy, cse=True)."""
-    from .core.symbols import k, r, r_d
+    from ..core.symbols import k, r, r_d
 
     exact = sp.lambdify((r, k), derive_diluted_rate().result, modules="numpy", cse=True)
     first = sp.lambdify((r, k), derive_first_order_diluted_rate().result, modules="numpy", cse=True)
@@ -323,7 +323,7 @@ def two_block_dilution(k_outer: sp.Expr, k_inner: sp.Expr) -> sp.Expr:
 @cache
 def derive_composed_dilution() -> Derivation:
     """Proposition 7 (E.7) by induction on the number of blocks."""
-    from .core.symbols import P_n
+    from ..core.symbols import P_n
 
     d = Derivation("Proposition 7: dilution of a composition of diluted blocks")
     k1, k2, k3, kn = sp.symbols("k_1 k_2 k_3 k_{n+1}", positive=True)
@@ -349,7 +349,7 @@ def derive_composed_dilution() -> Derivation:
 @cache
 def _composition_kernel():
     """The composed dilution as a function of P_n - 1, lambdified from :func:`derive_composed_dilution`."""
-    from .core.symbols import P_n
+    from ..core.symbols import P_n
 
     excess = sp.Symbol("P_n - 1", positive=True)
     return sp.lambdify(excess, derive_composed_dilution().result.subs(P_n, excess + 1), modules="numpy", cse=True)
@@ -383,7 +383,7 @@ def derive_normalised_gsc_rate() -> Derivation:
     layer norm by the per-vector std, sigma^2 = s^2 E phi^2 (a random W leaves no common mean).
     Backward, with g independent of z: ||g_x||^2 = s^2 ||g_h||^2 = s^2 ||g||^2 E[phi'^2] / sigma^2.
     """
-    from .core.symbols import E_dphi2, E_phi, E_phi2, r, z
+    from ..core.symbols import E_dphi2, E_phi, E_phi2, r, z
 
     d = Derivation("Mean-field GSC rate of [linear, normalisation, phi]")
     n, s, g2 = sp.symbols("N s g^2", positive=True)
@@ -467,7 +467,7 @@ def homogeneous_moments(phi: Activation) -> tuple[float, float, float]:
 @lambdified()
 def _normalised_rate_kernels():
     """The rate of each normalisation as a function of (E phi, E phi^2, E phi'^2), from the derivation."""
-    from .core.symbols import E_dphi2, E_phi, E_phi2
+    from ..core.symbols import E_dphi2, E_phi, E_phi2
 
     derivation = derive_normalised_gsc_rate()
     return {name: ((E_phi, E_phi2, E_dphi2), derivation[name]) for name in ("batch", "layer")}

@@ -24,7 +24,7 @@ the data only through cross-batch blocks, which tend to c*_cross 11^T with depth
 The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (``return_std`` or ``return_cov``),
 ``sample_y``, ``predict_proba`` (classifier), ``score``, ``log_marginal_likelihood()``, ``get_params``/``set_params``;
 the posterior goes through a Cholesky factor (SciPy). The prior's pairs of batches are computed as tasks
-(:mod:`bnsym.nngp_tasks`), here or on a Dask cluster (``client=``), on the CPU or a GPU (``device=``).
+(:mod:`bnsym.nngp.tasks`), here or on a Dask cluster (``client=``), on the CPU or a GPU (``device=``).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from sklearn.utils import Tags, check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .core.activations import Activation, parse_activation
-from .core.validation import (
+from ..core.activations import Activation, parse_activation
+from ..core.validation import (
     ValueTypeError,
     check_activation,
     check_batch_size,
@@ -58,9 +58,9 @@ from .core.validation import (
     check_real_array,
     check_whole_number,
 )
-from .meanfield.kernels import gaussian_kernel
-from .meanfield.ntk_laplace import tangent_nodes
-from .nngp_tasks import allocate, check_chunk_batches, on_gpu, run_blocks
+from ..meanfield.kernels import gaussian_kernel
+from ..meanfield.ntk_laplace import tangent_nodes
+from .tasks import allocate, check_chunk_batches, on_gpu, run_blocks
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 MAX_DEPTH = 10**4  # one cross-batch layer map per layer
@@ -175,8 +175,8 @@ def block_prior(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
     ``pairs`` (P, 2) holds batch indices (i, j), i != j. Each layer maps the joint 2B x 2B covariance of every
     pair with the cross-batch map (Laplace route, ``nodes`` per axis; None: :func:`first_layer_nodes`, then
     :func:`default_nodes`); the within-batch blocks are the cross blocks of each batch with an identical copy of
-    itself. The work is cut into tasks of ``chunk_batches`` batches (None: :func:`bnsym.nngp_tasks.check_chunk_batches`)
-    and run here or on ``client`` (:mod:`bnsym.nngp_tasks`: the same bits either way).
+    itself. The work is cut into tasks of ``chunk_batches`` batches (None: :func:`bnsym.nngp.tasks.check_chunk_batches`)
+    and run here or on ``client`` (:mod:`bnsym.nngp.tasks`: the same bits either way).
     """
     return task_blocks(phi, batches, pairs, depths, nodes, device, client, chunk_batches, tangent=False)
 
@@ -185,7 +185,7 @@ def task_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, d
                 nodes: int | None, device: torch.device | str | None, client: object, chunk_batches: int | None,
                 tangent: bool) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """:func:`block_prior`'s blocks of the prior K^l, or with ``tangent`` of the NTK Theta^l
-    (:func:`bnsym.ntk.bn_ntk`)."""
+    (:func:`bnsym.nngp.ntk.bn_ntk`)."""
     batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes, tangent)
     chunk = check_chunk_batches(chunk_batches, batches.shape[1], len(batches), on_gpu(device, client))
     within = np.zeros((len(depths), *batches.shape[:2], batches.shape[1]))
@@ -223,7 +223,7 @@ def _check_blocks(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray,
     if tangent and phi.degree not in (1, 2, 3):
         raise ValueError(f"the Laplace tangent map needs phi of degree 1, 2 or 3 (its slope's arc-cosine kernel in "
                          f"closed form), got {phi} of degree {phi.degree}")
-    if not tangent:  # the NTK's cost is checked by bnsym.ntk.check_cost, with its own limits
+    if not tangent:  # the NTK's cost is checked by bnsym.nngp.ntk.check_cost, with its own limits
         check_layer_maps(max(depths), len(batches) + len(pairs), batch)
     later = tangent_nodes(batch) if tangent else default_nodes(batch)
     first = nodes or max(first_layer_nodes(batch, batches.shape[-1]), 2 * later if tangent else later)
@@ -251,7 +251,7 @@ class BatchedPrior:
 
 @dataclass(frozen=True)
 class BatchLayout:
-    """How :func:`bn_nngp_priors` and :func:`bnsym.ntk.bn_ntk` batch a data set (the module docstring): ``batches``
+    """How :func:`bn_nngp_priors` and :func:`bnsym.nngp.ntk.bn_ntk` batch a data set (the module docstring): ``batches``
     (k + kt, B, d) the k training batches (rows ``rows`` (k, B) of X) then the kt test batches, inputs scaled by a
     power of 2 (blind to it with eps = 0); ``pairs`` (P, 2) the blocks to compute, every pair of training batches
     without test points, every (test batch, training batch) pair with them; ``n_test`` the test points."""
@@ -316,8 +316,8 @@ def bn_nngp_priors(phi: str | Activation, X: np.ndarray, depths: Sequence[int], 
 
     Batching as the module docstring says. Without test points: all pairs of training batches. With them: all
     (test batch, training batch) pairs (the training block is not recomputed), and with ``test_covariance`` all
-    pairs of test batches. The pairs are computed in tasks (:mod:`bnsym.nngp_tasks`) here or on ``client`` (None:
-    here; a ``distributed.Client``; a scheduler address; True: a LocalCluster, as ``bnsym.sweep.runner.connect``),
+    pairs of test batches. The pairs are computed in tasks (:mod:`bnsym.nngp.tasks`) here or on ``client`` (None:
+    here; a ``distributed.Client``; a scheduler address; True: a LocalCluster, as ``bnsym.core.cluster.connect``),
     with the same result bit for bit. Matrices larger in all than ``max_memory`` bytes, or any with ``out`` (a
     folder), are memory-mapped files (``out/<kind>-depth<l>.npy``, or unnamed temporary files). Work of hours, more
     than ``MAX_LAYER_MAPS`` layer maps at the deepest depth, is refused before any is done (:func:`check_layer_maps`).
@@ -330,7 +330,8 @@ def batched_kernels(phi: str | Activation, X: np.ndarray, depths: Sequence[int],
                     X_test: np.ndarray | None, nodes: int | None, device: torch.device | str | None, *,
                     test_covariance: bool, client: object, out: str | os.PathLike | None, max_memory: int,
                     chunk_batches: int | None, tangent: bool) -> dict[int, BatchedPrior]:
-    """:func:`bn_nngp_priors` of the prior K^l, or with ``tangent`` of the NTK Theta^l (:func:`bnsym.ntk.bn_ntk`)."""
+    """:func:`bn_nngp_priors` of the prior K^l, or with ``tangent`` of the NTK Theta^l
+    (:func:`bnsym.nngp.ntk.bn_ntk`)."""
     depths = _check_depths(depths)
     layout = batch_layout(X, batch_size, X_test, test_covariance, None if tangent else max(depths))
     max_memory = check_whole_number(max_memory, "max_memory", 0, 2**62, "bytes of kernel matrices held in memory")
@@ -385,7 +386,7 @@ def batched_kernels(phi: str | Activation, X: np.ndarray, depths: Sequence[int],
 
 def _run(phi: str | Activation, batches: np.ndarray, pairs: np.ndarray, depths: list[int], nodes: int | None,
          device: torch.device | str | None, client: object, chunk: int, on_within, on_cross, tangent: bool) -> None:
-    """:func:`bnsym.nngp_tasks.run_blocks` on checked arguments (as :func:`block_prior` checks them)."""
+    """:func:`bnsym.nngp.tasks.run_blocks` on checked arguments (as :func:`block_prior` checks them)."""
     batches, pairs, depths, phi, first, nodes = _check_blocks(phi, batches, pairs, depths, nodes, tangent)
     run_blocks(phi, batches, pairs, depths, first, nodes, device, client, chunk, on_within, on_cross,
                desc=_description(tangent, batches, pairs), tangent=tangent)

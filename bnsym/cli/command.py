@@ -16,9 +16,9 @@ from importlib import metadata
 
 import numpy as np
 
+from ..core.grammar import SPEC_GRAMMAR
+from ..sweep.cli import add_sweep_parser, run_sweep_command
 from .cache import cached
-from .core.grammar import SPEC_GRAMMAR
-from .sweep.cli import add_sweep_parser, run_sweep_command
 
 # The theory (torch, SymPy, SciPy: about 3 s of CPU) is imported by the commands that use it, not by --help.
 
@@ -77,10 +77,10 @@ def _number(text: object, name: str, kind: type = float) -> object:
 def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None = None,
             sigma_w2: object = 1.0) -> dict:
     """All predictions for (phi, B, eps, sigma_w^2) as a JSON-ready dict."""
-    from . import api
-    from .core.activations import parse_activation
-    from .dilution import normalised_gsc_rate
-    from .meanfield.small_batch import small_batch_size
+    from .. import api
+    from ..core.activations import parse_activation
+    from ..dilution import normalised_gsc_rate
+    from ..meanfield.small_batch import small_batch_size
 
     batch_size, eps = _number(batch_size, "batch size B", int), _number(eps, "eps")
     sigma_w2 = _number(sigma_w2, "sigma_w2")
@@ -112,8 +112,8 @@ def predict(phi: str, batch_size: object, eps: object = 0.0, method: str | None 
 def _small_batch_prediction(phi: str, point) -> dict:
     """B = 2 or 3 at eps = 0 (App. J): the fixed point and lambda_G (0, or infinite: null with ``note``); the
     eigenvalues and cross-batch quantities need B >= 4 and are left out."""
-    from . import api
-    from .core.activations import parse_activation
+    from .. import api
+    from ..core.activations import parse_activation
 
     rate = api.gradient_rate(phi, point.batch_size)
     return {
@@ -132,7 +132,7 @@ def _small_batch_prediction(phi: str, point) -> dict:
 def _cross_batch_predictions(phi: str, batch_size: int, eps: float) -> dict | None:
     """Two batches through one network (App. H): c*_cross, lambda_x^2 and the gradient-correlation factor
     (None for eps > 0, where no route exists)."""
-    from . import api
+    from .. import api
 
     if eps != 0:
         return None
@@ -149,7 +149,7 @@ def _finite_or_none(value: float) -> float | None:
 
 def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float) -> dict:
     """lambda_G, the backward eigenvalues, xi and the predicted maximum trainable depth 16 xi (R19)."""
-    from . import api
+    from .. import api
 
     rate = api.gradient_rate(phi, batch_size, eps, sigma_w2)
     backward, why = {"G": rate}, None
@@ -172,8 +172,8 @@ def _gradient_predictions(phi: str, batch_size: int, eps: float, sigma_w2: float
 
 def arch_prediction(spec: str, batch_size: object, correlation: object = 0.0, points: object = 2**12) -> dict:
     """Signal propagation of the network ``spec`` on B inputs with Gram (1 - c) I + c 11^T, as a JSON-ready dict."""
-    from . import arch  # imported here: `bnsym predict` does not pay for it
-    from .core.validation import check_number, check_whole_number
+    from .. import arch  # imported here: `bnsym predict` does not pay for it
+    from ..core.validation import check_number, check_whole_number
 
     batch_size, correlation = _number(batch_size, "batch size B", int), _number(correlation, "correlation")
     points = _number(points, "points", int)
@@ -309,8 +309,8 @@ def products_prediction(factors: object = None, moments: object = 4, x: str | No
     """The answer of ``bnsym products`` as a JSON-ready dict: with ``factors`` M, the soft and hard edges and the
     moments 0..``moments`` of Theorem 1's density (and the density at the comma-separated ``x``); with
     ``condition`` (a file of factors), log kappa of their product; with ``max_lr`` (files Abar, x), the stable step."""
-    from . import api
-    from .core.validation import check_whole_number
+    from .. import api
+    from ..core.validation import check_whole_number
 
     result: dict = {}
     if factors is not None:
@@ -390,7 +390,3 @@ def _command(argv: list[str] | None) -> int:
     else:
         print(_as_text(result))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,11 +4,11 @@
 0, no bias, f = v . x^L / sqrt(N), every W^l and v trained in the NTK parametrisation; the training set is cut into
 fixed BN batches of B consecutive rows (the last wrapping around to the first rows: m = k B training copies), test
 points are batched among themselves; each batch's centred inputs must span at least 3 dimensions (at eps = 0 the NTK
-is infinite below that: ``bnsym.ntk.check_spans``, a ValueError at ``fit`` or ``predict``); at most ``MAX_COPIES``
-training copies (the flow eigendecomposes their NTK) and the depths and sizes ``bnsym.ntk.check_cost`` allows.
+is infinite below that: ``bnsym.nngp.ntk.check_spans``, a ValueError at ``fit`` or ``predict``); at most ``MAX_COPIES``
+training copies (the flow eigendecomposes their NTK) and the depths and sizes ``bnsym.nngp.ntk.check_cost`` allows.
 Training is full-batch gradient flow on the squared loss L = sum over the m copies of (f(x_i) - y_i)^2 / 2,
 d theta / ds = -eta grad L. As the width grows the network moves as its linearisation with the deterministic NTK
-Theta (:func:`bnsym.ntk.bn_ntk`), and the mean over initialisations (E f_0 = 0) of the prediction at time s is
+Theta (:func:`bnsym.nngp.ntk.bn_ntk`), and the mean over initialisations (E f_0 = 0) of the prediction at time s is
 (Jacot et al. 2018, Thm 2; Lee et al. 2019, Eq. 16)
 
     mean_t(x*) = Theta(x*, X) Theta^-1 (I - exp(-t Theta)) y,        t = eta s
@@ -28,9 +28,9 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .arch.network import check_sampling
-from .core.activations import Activation, parse_activation
-from .core.validation import (
+from ..arch.network import check_sampling
+from ..core.activations import Activation, parse_activation
+from ..core.validation import (
     check_activation,
     check_batch_size,
     check_finite_result,
@@ -38,7 +38,8 @@ from .core.validation import (
     check_range,
     check_whole_number,
 )
-from .nngp import (
+from .ntk import MAX_DEPTH, bn_ntk
+from .prior import (
     BatchedEstimator,
     _validate_data,
     check_distinct,
@@ -46,7 +47,6 @@ from .nngp import (
     regression_targets,
     target_units,
 )
-from .ntk import MAX_DEPTH, bn_ntk
 
 RCOND = 1e-12  # eigenvalues of Theta below this times the largest are rounding: unlearnt at t = inf
 MAX_COPIES = 2**14  # training copies m: the flow eigendecomposes the m x m NTK, O(m^3), three m x m float64 arrays
@@ -123,7 +123,7 @@ class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
         t: the training time times the learning rate (inf: the end of training, kernel regression).
         normalise_y: centre and scale the targets.
         points, replicates, seed: the quasi-Monte Carlo sampling of each NTK block, where phi is not
-        positive-homogeneous of degree 1-3 (those take the Laplace route: :func:`bnsym.ntk.bn_ntk`).
+        positive-homogeneous of degree 1-3 (those take the Laplace route: :func:`bnsym.nngp.ntk.bn_ntk`).
         nodes: Gauss-Jacobi nodes per axis of the Laplace route, every layer (None: its default rules, ~1e-8; the
         BN-NNGP's rule, 6 at B >= 16, gives ~1e-5 on digits at a quarter to a third of the time).
         device: the torch device of the Laplace route's tasks (None: CUDA where there is one, else the CPU).

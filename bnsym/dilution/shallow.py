@@ -36,9 +36,9 @@ import numpy as np
 import sympy as sp
 from scipy.special import gammaln
 
-from .core.activations import Activation, parse_activation
-from .core.derivation import Derivation
-from .core.validation import check_activation, check_finite_result, check_range, check_real_array, check_whole_number
+from ..core.activations import Activation, parse_activation
+from ..core.derivation import Derivation
+from ..core.validation import check_activation, check_finite_result, check_range, check_real_array, check_whole_number
 
 MAX_ORDERS = 10_000  # coefficient lists cost O(N^2); the networks here have at most a few hundred layers
 _HERMITE = np.polynomial.hermite_e.hermegauss(160)

@@ -29,11 +29,11 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .core.activations import Activation
-from .core.progress import progress_bar
-from .core.validation import check_device, check_whole_number, shown
-from .meanfield.crossbatch import cross_batch_kernel_laplace, phi_kernel_and_slope_torch, phi_kernel_torch
-from .meanfield.ntk_laplace import cross_step, within_step
+from ..core.activations import Activation
+from ..core.progress import progress_bar
+from ..core.validation import check_device, check_whole_number, shown
+from ..meanfield.crossbatch import cross_batch_kernel_laplace, phi_kernel_and_slope_torch, phi_kernel_torch
+from ..meanfield.ntk_laplace import cross_step, within_step
 
 CHUNK_BATCHES = 4  # most batches per chunk by default: tiles of up to 16 pairs (tasks of seconds at B = 32)
 MAX_CHUNK_BATCHES = 4096
@@ -144,12 +144,12 @@ def on_one_thread(task: Callable[..., Any], *args: Any) -> Any:
 @contextmanager
 def resolve_client(client: object) -> Iterator[Any]:
     """None: no cluster; a ``distributed.Client``: that one; a scheduler address (str) or True (a LocalCluster, or
-    ``$BNSYM_DASK_SCHEDULER``): a client from ``bnsym.sweep.runner.connect``, closed on exit."""
+    ``$BNSYM_DASK_SCHEDULER``): a client from ``bnsym.core.cluster.connect``, closed on exit."""
     if client is None:
         yield None
         return
     if client is True or isinstance(client, str):
-        from .sweep.runner import connect
+        from ..core.cluster import connect
 
         with connect(None if client is True else client) as opened:
             yield opened

@@ -5,7 +5,7 @@ The network is the BN-NNGP's, [Dense, BN, phi] * depth with f = v . x^L / sqrt(N
 eps = 0), every W^l and v trained in the NTK parametrisation; the training points, and test points among
 themselves, are batched as :func:`bnsym.nngp.batch_layout` does. For phi positive-homogeneous of degree 1, 2 or 3
 the blocks come from the Laplace tangent route (:func:`ntk_blocks_laplace`), as tasks here or on a Dask cluster
-(:mod:`bnsym.nngp_tasks`, as the prior's); otherwise from ``_blocks``: within a batch :func:`bnsym.arch.ntk`,
+(:mod:`bnsym.nngp.tasks`, as the prior's); otherwise from ``_blocks``: within a batch :func:`bnsym.arch.ntk`,
 between two batches :func:`bnsym.arch.ntk_cross` on their joint input Gram.
 """
 
@@ -17,21 +17,21 @@ import os
 import numpy as np
 import torch
 
-from .arch.graph import Sampling
-from .arch.network import check_sampling
-from .arch.ntk import ntk_route
-from .core.activations import Activation, parse_activation
-from .core.layers import Activation as Layer
-from .core.layers import BatchNorm, Dense, repeat
-from .core.progress import progress_bar
-from .core.validation import (
+from ..arch.graph import Sampling
+from ..arch.network import check_sampling
+from ..arch.ntk import ntk_route
+from ..core.activations import Activation, parse_activation
+from ..core.layers import Activation as Layer
+from ..core.layers import BatchNorm, Dense, repeat
+from ..core.progress import progress_bar
+from ..core.validation import (
     check_activation,
     check_batch_size,
     check_covariance,
     check_whole_number,
 )
-from .meanfield.backward import rate_closed_form, rate_spherical
-from .nngp import (
+from ..meanfield.backward import rate_closed_form, rate_spherical
+from .prior import (
     MAX_MEMORY,
     BatchedPrior,
     _check_depth,
@@ -126,7 +126,7 @@ def ntk_blocks_laplace(phi: str | Activation, batches: np.ndarray, pairs: np.nda
     raw-input Gram has spread eigenvalues, twice that and at least :func:`~bnsym.nngp.first_layer_nodes`: 1000
     digits at B = 32, depth 10, 6e-9 of the NTK's largest entry against 24 nodes everywhere, where 8 in the first
     layer leave 4e-7). The blocks are computed as tasks, here or on ``client``, with the same bits either way
-    (:mod:`bnsym.nngp_tasks`, ``chunk_batches`` as there).
+    (:mod:`bnsym.nngp.tasks`, ``chunk_batches`` as there).
     phi positive-homogeneous of degree 1, 2 or 3 (relu, leaky relu, relu^2, ...).
     """
     depth = _check_depth(depth)

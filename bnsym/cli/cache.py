@@ -7,7 +7,7 @@ answers the same question again without importing torch, SymPy or SciPy (about 3
   source and the versions of Python, numpy, SciPy, SymPy and torch. A changed formula, or a new SymPy that derives
   it differently, never serves an old number; the stored answer is the JSON the computation returned, so every
   number reads back bit for bit.
-* **Safety.** Records are sweep records (:mod:`bnsym.sweep.store`): written to a temporary file and renamed over
+* **Safety.** Records are sweep records (:mod:`bnsym.core.store`): written to a temporary file and renamed over
   the record (concurrent writers leave one whole record), checked against their key when read, and a corrupt one
   is moved aside and computed again. A cache that cannot be read or written is passed by: the answer is computed.
 """
@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .sweep.store import Store, config_key
+from ..core.store import Store, config_key
 
 DEPENDENCIES = ("numpy", "scipy", "sympy", "torch")
 
