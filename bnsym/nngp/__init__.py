@@ -4,10 +4,12 @@ on a Dask cluster (:mod:`.tasks`), the tangent kernel (:mod:`.ntk`) and the kern
 
 from ..core.lazy import lazy_attributes
 
-__all__ = ["MAX_JITTER", "MAX_DEPTH", "MAX_LAYER_MAPS", "MAX_NODES", "ARGMAX_NODES", "MAX_MEMORY", "MAX_ROWS",
-           "KernelConditioningWarning", "check_layer_maps", "fill_batches", "input_covariance", "default_nodes",
-           "first_layer_nodes", "block_prior", "task_blocks", "BatchedPrior", "BatchLayout", "batch_layout",
-           "bn_nngp_priors", "batched_kernels", "bn_nngp_prior", "arccos_nngp_kernel", "Posterior", "gp_posterior",
-           "regression_targets", "target_units", "classification_targets", "check_distinct", "BatchOrderTags",
-           "BatchedEstimator", "BatchNormNNGPRegressor", "BatchNormNNGPClassifier", "argmax_probabilities"]
-__getattr__, __dir__ = lazy_attributes(__name__, dict.fromkeys(__all__, "prior"))
+_PRIOR = ["MAX_DEPTH", "MAX_LAYER_MAPS", "MAX_NODES", "MAX_MEMORY", "MAX_ROWS", "check_layer_maps", "fill_batches",
+          "input_covariance", "default_nodes", "first_layer_nodes", "block_prior", "task_blocks", "BatchedPrior",
+          "BatchLayout", "batch_layout", "bn_nngp_priors", "batched_kernels", "bn_nngp_prior", "arccos_nngp_kernel"]
+_ESTIMATORS = ["MAX_JITTER", "ARGMAX_NODES", "KernelConditioningWarning", "Posterior", "gp_posterior",
+               "regression_targets", "target_units", "classification_targets", "check_distinct", "BatchOrderTags",
+               "BatchedEstimator", "BatchNormNNGPRegressor", "BatchNormNNGPClassifier", "argmax_probabilities"]
+__all__ = _PRIOR + _ESTIMATORS
+__getattr__, __dir__ = lazy_attributes(__name__, {**dict.fromkeys(_PRIOR, "prior"),
+                                                   **dict.fromkeys(_ESTIMATORS, "estimators")})
