@@ -1,5 +1,5 @@
-"""The ``bnsym`` command (:mod:`.command`, whose names are imported here on first use) and the answers of
-``bnsym predict`` cached on disk (:mod:`.cache`)."""
+"""The ``bnsym`` command (``command``, whose names are imported here on first use) and the answers of
+``bnsym predict`` cached on disk (``cache``)."""
 
 from ..core.lazy import lazy_attributes
 

@@ -1,5 +1,5 @@
-"""Philipp et al.: gradient scale coefficients, dilution and residual networks (:mod:`.gsc`, whose names are
-imported here on first use), and gradients that explode in deep networks that are shallow (:mod:`.shallow`)."""
+"""Philipp et al.: gradient scale coefficients, dilution and residual networks (``gsc``, whose names are
+imported here on first use), and gradients that explode in deep networks that are shallow (``shallow``)."""
 
 from ..core.lazy import lazy_attributes
 

@@ -1,6 +1,6 @@
-"""The BN-NNGP and the BN-NTK of a batch-normalised network: the prior (:mod:`.prior`), its blocks as tasks here or
-on a Dask cluster (:mod:`.tasks`), the tangent kernel (:mod:`.ntk`) and the kernel-regime estimators
-(:mod:`.estimators`). The names of the prior and of the BN-NNGP's estimators are imported here on first use."""
+"""The BN-NNGP and the BN-NTK of a batch-normalised network: the prior (``prior``), its blocks as tasks here or
+on a Dask cluster (``tasks``), the tangent kernel (``ntk``) and the kernel-regime estimators
+(``estimators``). The names of the prior and of the BN-NNGP's estimators are imported here on first use."""
 
 from ..core.lazy import lazy_attributes
 
