@@ -10,7 +10,6 @@ over the batch axis -2 of the rows (..., B, n).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -18,6 +17,7 @@ import torch
 from ..core import batchnorm
 from ..core.device import configure_torch, default_device, generator
 from ..core.digits import Digits
+from ..train.loop import Optimizer
 
 DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
 
@@ -123,17 +123,6 @@ def resnet_logits(params: list[torch.Tensor], x: torch.Tensor, batch_norm: torch
     return h @ w_out.mT + b_out[:, None, :], moments
 
 
-def momentum_step(params: Sequence[torch.Tensor], velocity: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
-                  alive: torch.Tensor, rate: torch.Tensor, momentum: float, weight_decay: float) -> None:
-    """One SGD step with momentum and weight decay of a stack of networks (leading axis), in place: v <- m v + g +
-    wd p, p <- p - rate v; a network no longer ``alive`` (diverged) is parked at 0 and stays there."""
-    with torch.no_grad():
-        for p, v, g in zip(params, velocity, grads):
-            shape = (-1,) + (1,) * (p.ndim - 1)
-            v.mul_(momentum).add_(torch.nan_to_num(g) + weight_decay * p)
-            p.sub_(torch.where(alive.view(shape), rate.view(shape) * v, 0.0))
-            p.copy_(torch.where(alive.view(shape), p, 0.0))
-
 def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy per network, (C,)."""
     return torch.nn.functional.cross_entropy(logits.transpose(1, 2), y.expand(logits.shape[0], -1),
@@ -155,7 +144,8 @@ class TrainingGrid:
 
 def train_grid(data: Digits, blocks: int, width: int, lrs: np.ndarray, n_networks: int, steps: int,
                batch: int = 128, momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> TrainingGrid:
-    """SGD (the paper's momentum and weight decay) on ``n_networks`` networks per (lr, BN or not), all at once as one
+    """SGD (the paper's momentum and weight decay, :class:`bnsym.train.loop.Optimizer`; a diverged network is parked)
+    on ``n_networks`` networks per (lr, BN or not), all at once as one
     batched net."""
     x_train, y_train, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
     device = x_train.device
@@ -163,15 +153,12 @@ def train_grid(data: Digits, blocks: int, width: int, lrs: np.ndarray, n_network
     lr_t = torch.as_tensor(grid[:, 0].astype(float), dtype=torch.float32, device=device)
     bn_t = torch.as_tensor(grid[:, 1].astype(bool), device=device)
     params = [p.requires_grad_() for p in init_resnets(len(grid), blocks, width, seed, device)]
-    velocity = [torch.zeros_like(p) for p in params]
-    alive = torch.ones(len(grid), dtype=torch.bool, device=device)
+    opt = Optimizer(params, "momentum", lr_t, momentum=momentum, weight_decay=weight_decay, limit=DIVERGED_LOSS)
     gen = generator(seed + 1, device)
     for _ in range(steps):
         index = torch.randint(len(y_train), (batch,), generator=gen, device=device)
-        loss = _loss(resnet_logits(params, x_train[index], bn_t)[0], y_train[index])
-        alive &= torch.isfinite(loss) & (loss <= DIVERGED_LOSS)
-        grads = torch.autograd.grad(torch.where(alive, loss, 0.0).sum(), params)
-        momentum_step(params, velocity, grads, alive, lr_t, momentum, weight_decay)
+        opt.step(_loss(resnet_logits(params, x_train[index], bn_t)[0], y_train[index]))
+    alive = opt.alive
     with torch.no_grad():
         accuracy = [(resnet_logits(params, xs, bn_t)[0].argmax(-1) == ys).float().mean(1) for xs, ys in
                     ((x_train, y_train), (x_test, y_test))]
@@ -220,7 +207,7 @@ def loss_along_gradient(data: Digits, blocks: int, width: int, lr: dict[bool, fl
     bn_t = torch.tensor(flags, device=device)
     lr_t = torch.tensor([lr[f] for f in flags], dtype=torch.float32, device=device)
     params = [p.requires_grad_() for p in init_resnets(len(flags), blocks, width, seed, device)]
-    velocity = [torch.zeros_like(p) for p in params]
+    opt = Optimizer(params, "momentum", lr_t, momentum=momentum, weight_decay=weight_decay)
     s = torch.as_tensor(np.asarray(distances, dtype=np.float32), device=device)
     gen = generator(seed + 1, device)
     found = {}
@@ -238,8 +225,5 @@ def loss_along_gradient(data: Digits, blocks: int, width: int, lr: dict[bool, fl
                                y_train[index]).view(len(flags), len(s)).cpu().numpy()
                 for bn in (False, True):
                     found[bn, step] = losses[bn * n_networks:(bn + 1) * n_networks]
-            for p, v, g in zip(params, velocity, grads):
-                shape = (-1,) + (1,) * (p.ndim - 1)
-                v.mul_(momentum).add_(g + weight_decay * p)
-                p.sub_(lr_t.view(shape) * v)
+        opt.apply(grads)
     return found

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from ..core.batchnorm import batch_norm_forward
 from ..core.device import configure_torch, generator
 from ..core.digits import N_CLASSES, Digits
-from .bjorck import DIVERGED_LOSS, momentum_step
+from ..train.loop import Optimizer
+from .bjorck import DIVERGED_LOSS
 
 EPS = 1e-5  # batch norm's epsilon (PyTorch's default, the paper's framework)
 MOMENTUM, WEIGHT_DECAY, BATCH = 0.9, 5e-4, 128  # the paper's SGD (App. B)
@@ -150,29 +151,24 @@ def train_networks(data: Digits, blocks: int, width: int, norm: Norm, lrs: Seque
     gen = generator(seed, device)
     lr = torch.as_tensor(np.asarray(lrs, dtype=np.float32), device=device)
     params = [p.requires_grad_() for p in init_params(len(lr), blocks, width, gen, device)]
-    velocity = [torch.zeros_like(p) for p in params]
-    alive = torch.ones(len(lr), dtype=torch.bool, device=device)
+    opt = Optimizer(params, "momentum", lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, limit=DIVERGED_LOSS)
     per_epoch = len(data.y_train) // BATCH
     warm, total = warm_epochs * per_epoch, (warm_epochs + epochs) * per_epoch
     evals = {warm + round((i + 1) * epochs / n_evals) * per_epoch: i for i in range(n_evals)}
     curves = torch.full((2, len(lr), n_evals), float("nan"), device=device)
     stale = None
     for step in range(total):
-        rate = torch.full_like(lr, warm_lr) if step < warm else lr * decay((step - warm) / (total - warm))
+        opt.rate = torch.full_like(lr, warm_lr) if step < warm else lr * decay((step - warm) / (total - warm))
         index = torch.randperm(len(data.y_train), generator=gen, device=device)[:BATCH]
         recompute = not norm.alternate or stale is None or step % 2 == 0
         logits, taken = forward(params, data.x_train[index], norm, None if recompute else stale)
         if recompute:
             stale = [h.detach() for h in taken]
-        loss = F.cross_entropy(logits.transpose(1, 2), data.y_train[index].expand(len(lr), -1),
-                               reduction="none").mean(1)
-        alive &= torch.isfinite(loss) & (loss <= DIVERGED_LOSS)
-        grads = torch.autograd.grad(torch.where(alive, loss, 0.0).sum(), params, allow_unused=True,
-                                    materialize_grads=True)  # a dropped gamma or beta gets no gradient
-        momentum_step(params, velocity, grads, alive, rate, MOMENTUM, WEIGHT_DECAY)
+        opt.step(F.cross_entropy(logits.transpose(1, 2), data.y_train[index].expand(len(lr), -1),
+                                 reduction="none").mean(1))  # a dropped gamma or beta gets a zero gradient
         if step + 1 in evals:
             for row, accuracy in enumerate(accuracies(params, data, norm)):
-                curves[row, :, evals[step + 1]] = torch.where(alive, accuracy, float("nan"))
+                curves[row, :, evals[step + 1]] = torch.where(opt.alive, accuracy, float("nan"))
     done_epochs = np.array([round((i + 1) * epochs / n_evals) for i in range(n_evals)])
     train_acc, test_acc = curves.cpu().numpy()
-    return Training(np.asarray(lrs, dtype=float), ~alive.cpu().numpy(), done_epochs, train_acc, test_acc)
+    return Training(np.asarray(lrs, dtype=float), ~opt.alive.cpu().numpy(), done_epochs, train_acc, test_acc)

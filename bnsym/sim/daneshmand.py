@@ -41,6 +41,7 @@ from ..core.validation import (
     check_whole_number,
     check_width,
 )
+from ..train.loop import Optimizer
 
 INITS = ("torch", "asymmetric", "he", "gaussian")
 INIT_VARIANCES = {"torch": (1 / 3, 1 / 3), "he": (2.0, 0.0), "gaussian": (1.0, 0.0)}  # (s_w^2, s_b^2 fan_in)
@@ -270,14 +271,12 @@ def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bo
         w, b = _layer(gen, n, fan_in, fan_out, init if fan_out != 10 else "torch", torch.float32)
         params.append((w.requires_grad_(), (b if b is not None else torch.zeros(n, fan_out, 1)).requires_grad_()))
     flat = [p for pair in params for p in pair]
-    if pretrain_steps:
-        adam = torch.optim.Adam(flat, lr=pretrain_lr)
-        for _ in range(pretrain_steps):
-            idx = torch.randperm(x.shape[1], generator=gen)[:PRETRAIN_BATCH]
-            adam.zero_grad()
-            hidden = _forward(params, x[:, idx], bn, centre)[1]
-            (-sum(rank_bound(h).sum() for h in (hidden if layerwise else hidden[-1:]))).backward()
-            adam.step()
+    adam = Optimizer(flat, "adam", pretrain_lr)
+    for _ in range(pretrain_steps):
+        idx = torch.randperm(x.shape[1], generator=gen)[:PRETRAIN_BATCH]
+        hidden = _forward(params, x[:, idx], bn, centre)[1]
+        objective = -sum(rank_bound(h).sum() for h in (hidden if layerwise else hidden[-1:]))
+        adam.apply(torch.autograd.grad(objective, flat, allow_unused=True, materialize_grads=True))  # read-out: 0
     x_test, y_test = data.x_test.T.contiguous(), data.y_test
     probe = min(PROBE, x.shape[1])
     if alignment is not None and probe < 2:
@@ -304,16 +303,12 @@ def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bo
             return (logits.argmax(1) == y).float().mean(-1)
 
     accuracy = record()
+    sgd = Optimizer(flat, "sgd", rates)  # not parked: a diverged network's loss is recorded as inf
     for _ in range(epochs):
         order = torch.randperm(x.shape[1], generator=gen)
         for start in range(0, x.shape[1] - batch + 1, batch):
             idx = order[start:start + batch]
-            logits, _ = _forward(params, x[:, idx], bn, centre)
-            loss = cross_entropy(logits, y[idx])
-            grads = torch.autograd.grad(loss.sum(), flat)
-            with torch.no_grad():
-                for p, g in zip(flat, grads):
-                    p -= rates.view(-1, *[1] * (p.ndim - 1)) * g  # a diverged network only spoils itself
+            sgd.step(cross_entropy(_forward(params, x[:, idx], bn, centre)[0], y[idx]))
         accuracy = record()
     def stacked(values: list[torch.Tensor]) -> np.ndarray:
         return torch.stack(values, 1).numpy()

@@ -9,6 +9,7 @@ import torch
 
 from ..core.device import generator
 from ..core.validation import check_whole_number
+from ..train.loop import Optimizer
 from .arch import torch_network
 
 READOUT_STREAM = 2**61  # the readout's random stream: seed + this, apart from the twin's weights (seed)
@@ -79,13 +80,11 @@ def train_on_batches(net: object, train_batches: np.ndarray, targets: np.ndarray
     with torch.no_grad():
         start_train = outputs(train) if centred else torch.zeros(())
         start_test = outputs(test) if centred else torch.zeros(())
+    sgd = Optimizer(params, "sgd", torch.full((n_networks,), float(learning_rate), dtype=torch.float64, device=device))
     for step in range(steps):
         chosen = [step % len(train)] if stochastic else slice(None)
         residual = outputs(train[chosen]) - start_train[:, chosen] if centred else outputs(train[chosen])
         loss = ((residual - y[chosen]) ** 2).sum() / 2  # the networks' losses add: each its own gradient
-        grads = torch.autograd.grad(loss, params)
-        with torch.no_grad():
-            for param, grad in zip(params, grads):
-                param -= learning_rate * grad
+        sgd.apply(torch.autograd.grad(loss, params))
     with torch.no_grad():
         return (outputs(test) - start_test).cpu().numpy()
