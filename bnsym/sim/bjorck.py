@@ -18,8 +18,7 @@ from ..core import batchnorm
 from ..core.device import configure_torch, default_device, generator
 from ..core.digits import Digits
 from ..train.loop import Optimizer
-
-DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
+from .bjorck_training import DIVERGED_LOSS, init_params
 
 
 def gaussian_factors(n_networks: int, m: int, n: int, seed: int, device=None) -> torch.Tensor:
@@ -95,16 +94,10 @@ def simulate_residual(width: int, batch: int, blocks: int, n_networks: int, batc
 
 
 def init_resnets(configs: int, blocks: int, width: int, seed: int, device=None) -> list[torch.Tensor]:
-    """Xavier-normal parameters of ``configs`` digit ResNets: W_in (64 -> n), blocks (n -> n), W_out, b_out."""
-    gen = generator(seed, device or default_device())
+    """Xavier-normal parameters of ``configs`` digit ResNets: W_in (64 -> n), blocks (n -> n), W_out, b_out; the
+    first four of :func:`bnsym.sim.bjorck_training.init_params` (the one initialisation of the digit ResNet)."""
     device = device or default_device()
-
-    def xavier(*shape):
-        return torch.randn(configs, *shape, generator=gen, device=device) * (2 / (shape[-1] + shape[-2])) ** 0.5
-
-    return [xavier(width, 64), xavier(blocks, 2, width, width) if blocks else torch.zeros(configs, 0, 2, width, width,
-                                                                                        device=device),
-            xavier(10, width), torch.zeros(configs, 10, device=device)]
+    return init_params(configs, blocks, width, generator(seed, device), device)[:4]
 
 
 def resnet_logits(params: list[torch.Tensor], x: torch.Tensor, batch_norm: torch.Tensor,

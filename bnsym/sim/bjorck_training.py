@@ -1,6 +1,7 @@
 """Training digit ResNets with parts of batch norm switched off (Bjorck et al. 2018, Sec. 3, Table 2, App. G, J).
 
-The network is the fully connected ResNet-v1 of :mod:`bnsym.sim.bjorck`: W_in (64 -> n), L blocks
+The network is the fully connected ResNet-v1 of :mod:`bnsym.sim.bjorck` (whose digit ResNets are initialised by
+:func:`init_params` here): W_in (64 -> n), L blocks
 x' = ReLU(x + N(W_2 ReLU(N(W_1 x)))), a linear read-out with bias. N is batch norm as eq. (1) has it,
 
     N(h) = gamma (h - mu) / sqrt(sigma^2 + eps) + beta,   mu, sigma^2 the batch mean and (biased) variance per unit,
@@ -31,8 +32,8 @@ from ..core.batchnorm import batch_norm_forward
 from ..core.device import configure_torch, generator
 from ..core.digits import N_CLASSES, Digits
 from ..train.loop import Optimizer
-from .bjorck import DIVERGED_LOSS
 
+DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
 EPS = 1e-5  # batch norm's epsilon (PyTorch's default, the paper's framework)
 MOMENTUM, WEIGHT_DECAY, BATCH = 0.9, 5e-4, 128  # the paper's SGD (App. B)
 PARTS = ("gamma", "beta", "mu", "sigma")

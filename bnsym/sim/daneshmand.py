@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..core.batchnorm import batch_norm
+from ..core.batchnorm import batch_norm, batch_norm_forward
 from ..core.device import generator
 from ..core.digits import digits
 from ..core.validation import (
@@ -81,13 +81,12 @@ def batch_norm_rows(h: torch.Tensor, centre: bool = True, eps: float = 0.0) -> t
     largest = h.abs().amax(-1, keepdim=True)
     exponent = torch.frexp(torch.where(largest > 0, largest, 1))[1]
     unit = torch.ldexp(h, -exponent)  # each row by a power of 2 (exact): its mean and square never overflow
-    if centre:
-        unit = unit - unit.mean(-1, keepdim=True)
-    rms = unit.square().mean(-1, keepdim=True).sqrt()
+    normalised, rms = batch_norm_forward(unit, torch.ldexp(torch.full_like(largest, eps), -2 * exponent),
+                                         centre=centre)  # eps scaled as the row: the same map
     if eps == 0 and (rms == 0).any():
         raise ValueError("h has a feature (row) that is " + ("constant over the samples" if centre else "0")
                          + ": batch norm divides by its root mean square, 0 (eps > 0 keeps it from 0)")
-    return unit / torch.hypot(rms, torch.ldexp(torch.full_like(rms, math.sqrt(eps)), -exponent))
+    return normalised
 
 
 def representations(x: torch.Tensor, depths: list[int], width: int, n_networks: int, init: str = "torch",
