@@ -33,9 +33,9 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("sim/bjorck.py", "minibatch_noise"): "draws minibatch indices, no weights",
     ("sim/bjorck.py", "simulate_residual"): "ResNet-v1 blocks x' = ReLU(x + ...): a Residual whose output passes a "
                                             "ReLU is not a description yet",
-    ("sim/bjorck_training.py", "init_params"): "the one Xavier init of the digit ResNet; Xavier gain and BN with "
+    ("sim/digit_resnet.py", "init_params"): "the one Xavier init of the digit ResNet; Xavier gain and BN with "
                                                "parts switched off are not description fields yet",
-    ("sim/bjorck_training.py", "xavier"): "inside init_params",
+    ("sim/digit_resnet.py", "xavier"): "inside init_params",
     ("sim/daneshmand.py", "_layer"): "nn.Linear's uniform init and the asymmetric U(0, 2/sqrt(n)) init: no Dense "
                                      "init field draws uniform weights",
     ("sim/daneshmand.py", "gaussian_relu_cosines"): "a Gram fast path (rows drawn from their N x N covariance)",
