@@ -36,7 +36,7 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("sim/digit_resnet.py", "init_params"): "the one Xavier init of the digit ResNet; Xavier gain and BN with "
                                                "parts switched off are not description fields yet",
     ("sim/digit_resnet.py", "xavier"): "inside init_params",
-    ("sim/daneshmand.py", "_layer"): "nn.Linear's uniform init and the asymmetric U(0, 2/sqrt(n)) init: no Dense "
+    ("sim/daneshmand_mlp.py", "init_layer"): "nn.Linear's uniform init and the asymmetric U(0, 2/sqrt(n)) init: no Dense "
                                      "init field draws uniform weights",
     ("sim/daneshmand.py", "gaussian_relu_cosines"): "a Gram fast path (rows drawn from their N x N covariance)",
     ("sim/daneshmand.py", "representations"): "h / rms(h) over all entries is a rank-neutral rescaling of networks "
