@@ -36,13 +36,13 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("sim/digit_resnet.py", "init_params"): "the one Xavier init of the digit ResNet; Xavier gain and BN with "
                                                "parts switched off are not description fields yet",
     ("sim/digit_resnet.py", "xavier"): "inside init_params",
-    ("sim/daneshmand_mlp.py", "init_layer"): "nn.Linear's uniform init and the asymmetric U(0, 2/sqrt(n)) init: no Dense "
-                                     "init field draws uniform weights",
+    ("sim/daneshmand_mlp.py", "init_layer"): "nn.Linear's uniform init and the asymmetric U(0, 2/sqrt(n)) "
+                                              "init: no Dense init field draws uniform weights",
     ("sim/daneshmand.py", "gaussian_relu_cosines"): "a Gram fast path (rows drawn from their N x N covariance)",
     ("sim/daneshmand.py", "representations"): "h / rms(h) over all entries is a rank-neutral rescaling of networks "
                                               "without batch norm, not a batch norm",
     ("sim/ntk.py", "empirical_ntk"): "draws the read-out vector v; the body is the twin",
-    ("sim/ntk.py", "train_on_batches"): "draws the read-out matrix V; the body is the twin",
+    ("train/tangent.py", "train_on_batches"): "draws the read-out matrix V; the body is the twin",
     ("sim/philipp.py", "weight"): "Philipp's I.1 inits (He gain, orthogonal, looks-linear) of non-square layers",
     ("sim/philipp.py", "gaussian_noise"): "draws inputs, no weights",
     ("sim/philipp.py", "unit_sphere"): "draws inputs, no weights",

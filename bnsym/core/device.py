@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+READOUT_STREAM = 2**61  # the random stream of a twin's read-out: seed + this, apart from the twin's weights (seed)
+
 
 def default_device() -> torch.device:
     """The CUDA device when one is available, else the CPU."""
