@@ -112,6 +112,11 @@ def test_without_a_limit_nothing_is_parked():
 @pytest.mark.parametrize("call, message", [
     (lambda p: Optimizer(p, "lbfgs"), "rule"),
     (lambda p: Optimizer(p, "sgd", groups=[0]), "groups"),
+    (lambda p: Optimizer(p, "sgd", torch.ones(2)), r"per network \(3,\).*got shape \(2,\)"),
+    (lambda p: Optimizer(p, "sgd", torch.ones(3, 1)), r"per network and group \(3, 2\)"),
+    (lambda p: Optimizer(p, "sgd", -0.1), "rate"),
+    (lambda p: Optimizer(p, "sgd", float("nan")), "rate"),
+    (lambda p: Optimizer([p[0], p[1][:2]], "sgd"), "the same M"),
 ])
 def test_bad_settings_are_refused(call, message):
     with pytest.raises(ValueError, match=message):

@@ -76,12 +76,24 @@ class Optimizer:
         self.groups = list(range(len(self.params))) if groups is None else list(groups)
         if len(self.groups) != len(self.params):
             raise ValueError(f"groups names {len(self.groups)} groups for {len(self.params)} parameters: one each")
-        self.rate, self.momentum, self.weight_decay = rate, momentum, weight_decay
+        if not self.params or any(p.ndim == 0 or len(p) != len(self.params[0]) for p in self.params):
+            raise ValueError("every parameter must hold the M networks along its first axis (M, ...), the same M")
+        self.rate, self.momentum, self.weight_decay = self._checked_rate(rate), momentum, weight_decay
         self.alpha, self.betas, self.eps, self.limit = alpha, betas, eps, limit
         n_states = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adam": 2}[self.rule]
         self.state = [[torch.zeros_like(p) for _ in range(n_states)] for p in self.params]
         self.steps = 0
         self.alive = torch.ones(len(self.params[0]), dtype=torch.bool, device=self.params[0].device)
+
+    def _checked_rate(self, rate: float | torch.Tensor) -> float | torch.Tensor:
+        """``rate`` if it is a float, a tensor (M,) or (M, G) with G > every group; ValueError naming the shape."""
+        if not torch.is_tensor(rate):
+            return check_range(rate, "rate (the step size)", 0.0, open_low=False)
+        networks, groups = len(self.params[0]), max(self.groups, default=-1) + 1
+        if rate.ndim > 2 or (rate.ndim and len(rate) != networks) or (rate.ndim == 2 and rate.shape[1] < groups):
+            raise ValueError(f"rate must be a float, one step size per network ({networks},) or per network and "
+                             f"group ({networks}, {groups}), got shape {tuple(rate.shape)}")
+        return rate
 
     def step(self, losses: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """One step on the networks' losses (M,): park the diverged ones (with a ``limit``), take the gradients of
