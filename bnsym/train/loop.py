@@ -60,10 +60,12 @@ class Optimizer:
     * ``"adam"``: m <- beta1 m + (1 - beta1) g, s <- beta2 s + (1 - beta2) g^2 (step t),
       p <- p - c / (1 - beta1^t) m / (sqrt(s) / sqrt(1 - beta2^t) + eps).
 
-    The step size c is a float (the step of ``torch.optim``'s SGD, RMSprop or Adam, to the last bit), a tensor (M,)
-    of one step size per network, or (M, G) of one per network and parameter group (layer-wise steps; ``groups``
-    gives each parameter's group, default its index). Divergence parking: with a ``limit``, a network whose loss is
-    not finite or exceeds it stops updating from that step on (:attr:`alive` is False; its gradient is not taken),
+    The step size c is a float (the step of ``torch.optim``'s SGD, RMSprop or Adam on the CPU, to the last bit; the
+    momentum rule forms g + weight_decay x p as Bjorck et al.'s runs do, which may differ from torch's fused weight
+    decay in the last bit), a tensor (M,) of one step size per network, or (M, G) of one per network and parameter
+    group (layer-wise steps; ``groups`` gives each parameter's group, default its index). Divergence parking: with
+    a ``limit``, a network whose loss is not finite or exceeds it stops updating from that step on (:attr:`alive`
+    is False; its gradient is not taken),
     so it never feeds a NaN into a later step and is reported by its caller as diverged.
     """
 
