@@ -65,8 +65,8 @@ class Optimizer:
     decay in the last bit), a tensor (M,) of one step size per network, or (M, G) of one per network and parameter
     group (layer-wise steps; ``groups`` gives each parameter's group, default its index). Divergence parking: with
     a ``limit``, a network whose loss is not finite or exceeds it stops updating from that step on (:attr:`alive`
-    is False; its gradient is not taken),
-    so it never feeds a NaN into a later step and is reported by its caller as diverged.
+    is False; its gradient is not taken), so it never feeds a NaN into a later step and is reported by its caller
+    as diverged.
     """
 
     def __init__(self, params: Sequence[torch.Tensor], rule: str = "sgd", rate: float | torch.Tensor = 0.1, *,
