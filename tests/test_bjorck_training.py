@@ -57,14 +57,27 @@ def test_each_part_of_batch_norm_against_torch(parts):
     assert torch.allclose(normalise(h, Norm.keeping(parts), gamma, beta, None), expected, rtol=0, atol=1e-12)
 
 
-def test_full_and_no_batch_norm_equal_the_products_chapter_network():
-    """With every part (gamma = 1, beta = 0) or none, the forward is sim.bjorck's digit ResNet, BN on or off."""
+def _by_blocks(params: list[torch.Tensor], x: torch.Tensor, bn: torch.Tensor) -> torch.Tensor:
+    """The digit ResNet composed by hand from sim.bjorck's residual_block (BN per network where ``bn``)."""
+    w_in, w_blocks, w_out, b_out = params[:4]
+    h = x @ w_in.mT
+    for block in range(w_blocks.shape[1]):
+        h = bjorck.residual_block(h, w_blocks[:, block, 0], w_blocks[:, block, 1], bn[:, None, None], EPS)
+    return h @ w_out.mT + b_out[:, None, :]
+
+
+def test_full_and_no_batch_norm_equal_the_network_composed_by_hand():
+    """With every part (gamma = 1, beta = 0) or none, the forward is the ResNet-v1 composed from residual blocks,
+    BN on or off; resnet_logits (chapter 12) picks BN per network."""
     params = _params()
     x = digits().x_train[:32]
     for norm, flag in ((Norm(), True), (Norm.keeping(()), False)):
         logits, _ = forward(params, x, norm)
-        reference, _ = bjorck.resnet_logits(params[:4], x, torch.full((3,), flag))
-        assert torch.allclose(logits, reference, rtol=0, atol=ROUNDING)
+        assert torch.allclose(logits, _by_blocks(params, x, torch.full((3,), flag)), rtol=0, atol=ROUNDING)
+    mixed = torch.tensor([True, False, True])
+    logits, moments = bjorck.resnet_logits(params[:4], x, mixed, record=True)
+    assert torch.allclose(logits, _by_blocks(params, x, mixed), rtol=0, atol=ROUNDING)
+    assert len(moments) == params[1].shape[1] and moments[0].shape == (3,)
 
 
 def test_placement_of_batch_norm():

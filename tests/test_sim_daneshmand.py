@@ -15,7 +15,7 @@ from bnsym.sim import daneshmand, mc_tolerance, mean_and_se
 def test_init_variances_are_the_sampled_laws(init):
     """Weights of variance s_w^2 / fan_in and biases of variance s_b^2, estimated from drawn layers."""
     fan_in, fan_out, n = 50, 40, 200
-    w, b = daneshmand._layer(torch.Generator().manual_seed(0), n, fan_in, fan_out, init, torch.float64)
+    w, b = daneshmand.init_layer(torch.Generator().manual_seed(0), n, fan_in, fan_out, init, torch.float64)
     s_w2, s_b2 = daneshmand.init_variances(init, fan_in)
     k = mc_tolerance(n, 2)
     weight = mean_and_se((fan_in * w.square()).mean((-2, -1)).numpy())

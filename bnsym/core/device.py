@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+READOUT_STREAM = 2**61  # the random stream of a twin's read-out: seed + this, apart from the twin's weights (seed)
+
 
 def default_device() -> torch.device:
     """The CUDA device when one is available, else the CPU."""
@@ -61,3 +63,19 @@ class Normals:
         for block in (out,) if out.is_contiguous() else out.unbind(0):  # numpy fills C-contiguous arrays only
             self._rng.standard_normal(out=block.numpy(), dtype=block.numpy().dtype)
         return out
+
+
+def signed_qr(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q, diag R) of the reduced QR decomposition a = Q R (batched over leading axes) with the signs fixed so that
+    diag R > 0: the decomposition is then unique, and Q of a Gaussian a is Haar distributed (Mezzadri 2007)."""
+    q, r = torch.linalg.qr(a)
+    diagonal = r.diagonal(0, -2, -1)
+    return q * diagonal.sign().unsqueeze(-2), diagonal
+
+
+def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64, batch: tuple[int, ...] = (),
+                    columns: int | None = None) -> torch.Tensor:
+    """Uniformly random (Haar) n x n orthogonal matrices (batch shape ``batch``), or their first ``columns``
+    columns (a Haar frame of orthonormal columns): Q of :func:`signed_qr` of Gaussian matrices."""
+    shape = (*batch, n, n if columns is None else columns)
+    return signed_qr(torch.randn(*shape, generator=gen, device=device, dtype=dtype))[0]

@@ -27,7 +27,7 @@ import torch
 from scipy.special import roots_genlaguerre, roots_hermitenorm
 
 from ..core.derivation import Derivation
-from ..core.device import generator
+from ..core.device import generator, signed_qr
 from ..core.estimate import Estimate
 from ..core.statistics import mean_and_se
 from ..core.symbols import N_width, n_dof
@@ -157,9 +157,8 @@ def ginibre_sampler(width: int, s2: float = 1.0, gamma: float = math.inf, dtype=
 
 def qr_step(frame: torch.Tensor, factor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of the QR method: (Q', ln abs(diag R)) with factor @ frame = Q' R, signs fixed so diag R > 0."""
-    q, r = torch.linalg.qr(factor @ frame)
-    diagonal = r.diagonal(0, -2, -1)
-    return q * diagonal.sign().unsqueeze(-2), diagonal.abs().log()
+    q, diagonal = signed_qr(factor @ frame)
+    return q, diagonal.abs().log()
 
 
 def lyapunov_samples(sample: Sampler, width: int, depth: int, n_products: int = 8, seed: int = 0,

@@ -4,7 +4,8 @@ that is built, one module per paper.
 * Yang et al.: :mod:`.networks` (forward passes, the Gram sampler), :mod:`.gradients` (back-propagation),
   :mod:`.probes` (decays and Rayleigh quotients), :mod:`.batches` (networks on several batches);
 * :mod:`.philipp` (Philipp et al.), :mod:`.bjorck` (Bjorck et al.), :mod:`.daneshmand` (Daneshmand et al.).
-* :mod:`.bjorck_training`: Bjorck et al.'s training variants on digits (parts of batch norm, its placement).
+* :mod:`.digit_resnet`: Bjorck et al.'s digit ResNet (parts of batch norm, its placement), trained by
+  :mod:`bnsym.train.bjorck`; :mod:`.bjorck_training` keeps the names chapter 12c imports.
 
 The simulators import only :mod:`bnsym.core`: they get every theoretical quantity (a fixed point, a direction, a
 rank statistic) from the caller, and never import a theory (:mod:`bnsym.meanfield`, :mod:`bnsym.dilution`,

@@ -23,7 +23,7 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from ..core.batchnorm import batch_norm
-from ..core.device import Normals, configure_torch, default_device, generator
+from ..core.device import Normals, configure_torch, default_device, generator, haar_orthogonal
 from ..core.progress import progress_bar
 
 SAMPLERS = ("weights", "gram")
@@ -159,11 +159,7 @@ def inputs_with_gram(
         raise ValueError(f"Sigma is not positive semidefinite: smallest eigenvalue {smallest:.3g}")
     device = device or default_device()
     c = _psd_factor((sigma + sigma.T) / 2).to(device)
-    gaussian = torch.randn(
-        n_networks, width, b, generator=generator(seed, device), device=device, dtype=torch.float64
-    )
-    q, r = torch.linalg.qr(gaussian)
-    q = q * r.diagonal(0, -2, -1).sign().unsqueeze(-2)  # signs making Q Haar-distributed
+    q = haar_orthogonal(width, generator(seed, device), device, batch=(n_networks,), columns=b)
     return (math.sqrt(width) * q @ c.mT).to(dtype)
 
 

@@ -24,7 +24,7 @@ import torch
 
 from ..core.activations import parse_activation
 from ..core.batchnorm import batch_norm
-from ..core.device import configure_torch, default_device, generator
+from ..core.device import configure_torch, default_device, generator, haar_orthogonal
 
 NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")
@@ -95,14 +95,6 @@ def normalize(x: torch.Tensor, norm: str) -> torch.Tensor:
     if norm not in NORMS:
         raise ValueError(f"unknown normalization {norm!r}; choose from {NORMS}")
     return batch_norm(x, dim=-2 if norm == "batch" else -1, centre=norm != "lolayer")
-
-
-def haar_orthogonal(n: int, gen: torch.Generator, device, dtype=torch.float64,
-                    batch: tuple[int, ...] = ()) -> torch.Tensor:
-    """Uniformly random (Haar) n x n orthogonal matrices (batch shape ``batch``): QR of Gaussian matrices with the
-    sign fix."""
-    q, r = torch.linalg.qr(torch.randn(*batch, n, n, generator=gen, device=device, dtype=dtype))
-    return q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
 
 
 def looks_linear(m: int, n: int, position: str, gen: torch.Generator, device) -> torch.Tensor:

@@ -21,10 +21,9 @@ import torch
 
 from ..core.activations import Activation, parse_activation
 from ..core.batchnorm import batch_norm_forward
-from ..core.device import Normals, configure_torch, default_device, generator
+from ..core.device import Normals, configure_torch, default_device, generator, haar_orthogonal
 from ..core.geometry import eigen_directions
 from .networks import centred_factor, inputs_with_gram, simulate_forward
-from .philipp import haar_orthogonal
 
 
 def simulated_decay(phi: str | Activation, sigma: np.ndarray, direction: np.ndarray, delta: float, width: int,
@@ -103,8 +102,7 @@ def backward_rayleigh_autograd(phi: str | Activation, sigma: np.ndarray, width: 
     h = Normals(seed + 1, "cpu")(n_networks, width, width) / math.sqrt(width) @ x
 
     def layer(row: torch.Tensor) -> torch.Tensor:
-        centred = row - row.mean()
-        return activation.torch(centred / torch.sqrt(centred.square().mean() + eps))
+        return activation.torch(batch_norm_forward(row, eps)[0])
 
     jac = torch.func.vmap(torch.func.jacrev(layer))(h.reshape(-1, h.shape[-1])).reshape(*h.shape, h.shape[-1])
     out = {}
@@ -189,7 +187,6 @@ def network_gradient_norms(phi: str | Activation, sigma: np.ndarray, width: int,
         h = (normals(n_networks, width, width) / math.sqrt(width)) @ x
         h.requires_grad_(True)
         pre.append(h)
-        centred = h - h.mean(-1, keepdim=True)
-        x = activation.torch(centred / centred.square().mean(-1, keepdim=True).sqrt())
+        x = activation.torch(batch_norm_forward(h, 0.0)[0])
     grads = torch.autograd.grad((normals(*x.shape) * x).sum(), pre)
     return torch.stack([g.square().sum((-1, -2)) for g in grads], dim=1).numpy()

@@ -1,6 +1,15 @@
-"""Bjorck et al.'s training experiments on digits as a sweep task (Table 2, Figs 1, 15-17, App. J), and their reading.
+"""Bjorck et al.'s training experiments on digits (chapters 12 and 12c): the digit ResNet of
+:mod:`bnsym.sim.digit_resnet` trained on the one loop (:class:`bnsym.train.loop.Optimizer`), the sweep task of
+Table 2, Figs 1, 15-17 and App. J, and its reading.
 
-One cell is one way of normalising (:class:`bnsym.sim.bjorck_training.Norm`: the parts of batch norm kept, BN on
+:func:`train_networks` trains many networks at once, one learning rate each, by SGD with the paper's momentum
+0.9, weight decay 5e-4 and batch 128, the rate divided by 10 at 50 % and 75 % of training (App. B); a run that
+reaches a minibatch loss above 10^3 (or a non-finite one) has diverged and is parked (Sec. 3.4). ``warm_epochs``
+at ``warm_lr`` come first (the warm start of App. J). Test predictions use the statistics of the whole training
+set (population statistics) in place of the running averages. :func:`train_grid` (Fig. 1), :func:`loss_along_step`
+and :func:`loss_along_gradient` (Fig. 24) train or probe the plain-BN networks of chapter 12.
+
+One cell is one way of normalising (:class:`bnsym.sim.digit_resnet.Norm`: the parts of batch norm kept, BN on
 the top blocks or the head only, alternating statistics, a warm start) trained at every rate of ``lrs`` with
 ``n_seeds`` networks per rate, all in one batched run: ``run_cell({"keep": ["mu", "sigma"], "lrs": [0.1, 0.01]})``.
 Cells with the same ``seed`` start from the same weights and see the same minibatches, so their differences are
@@ -11,12 +20,15 @@ over seeds).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from ..core.digits import digits
+from ..core.device import configure_torch, generator
+from ..core.digits import Digits, digits
 from ..core.statistics import mean_and_se
 from ..core.validation import (
     check_choice,
@@ -27,11 +39,14 @@ from ..core.validation import (
     check_settings,
     check_whole_number,
 )
-from ..sim.bjorck_training import PARTS, Norm, train_networks
+from ..sim.digit_resnet import PARTS, Norm, forward, init_params, init_resnets, resnet_logits
+from .loop import Optimizer
 
 DEFAULTS: dict[str, Any] = {"keep": list(PARTS), "top": None, "head": False, "alternate": False, "warm_epochs": 0,
                             "warm_lr": 1e-4, "lrs": [0.1, 0.01, 0.001], "n_seeds": 2, "blocks": 8, "width": 32,
                             "epochs": 10, "n_evals": 1, "seed": 0}
+DIVERGED_LOSS = 1e3  # the paper's divergence criterion: a minibatch loss above 10^3
+MOMENTUM, WEIGHT_DECAY, BATCH = 0.9, 5e-4, 128  # the paper's SGD (App. B)
 MAX_BLOCKS, MAX_WIDTH, MAX_EPOCHS, MAX_NETWORKS = 1000, 4096, 10**4, 10**4
 STABLE_TRAIN_ACCURACY = 0.2  # a run ending below 20 % training accuracy (chance 10 %) has not learned
 
@@ -118,3 +133,170 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     z = estimate.value / estimate.error if estimate.error > 0 else (np.inf * np.sign(estimate.value) if estimate.value
                                                                   else 0.0)
     return float(estimate.value), float(estimate.error), float(z)
+
+# --- training the digit ResNet of bnsym.sim.digit_resnet on the one loop --------------------------------------------
+
+
+@torch.no_grad()
+def accuracies(params: Sequence[torch.Tensor], data: Digits, norm: Norm) -> tuple[torch.Tensor, torch.Tensor]:
+    """Train and test accuracy (C,) each, every site normalised with the training set's statistics."""
+    logits_train, references = forward(params, data.x_train, norm)
+    logits_test, _ = forward(params, data.x_test, norm, references)
+    return tuple((logits.nan_to_num().argmax(-1) == y).float().mean(-1)
+                 for logits, y in ((logits_train, data.y_train), (logits_test, data.y_test)))
+
+
+def decay(done: float) -> float:
+    """The factor of the learning rate after the fraction ``done`` of training: 1, then 0.1 from 50 % and 0.01 from
+    75 % (App. B)."""
+    return 1.0 if done < 0.5 else 0.1 if done < 0.75 else 0.01
+
+
+@dataclass(frozen=True)
+class Training:
+    """Per network (axis 0): its learning rate, whether it diverged, and train and test accuracy at each
+    evaluation (axis 1, after ``epochs[i]`` epochs; NaN once diverged)."""
+
+    lr: np.ndarray
+    diverged: np.ndarray
+    epochs: np.ndarray
+    train_accuracy: np.ndarray
+    test_accuracy: np.ndarray
+
+
+def train_networks(data: Digits, blocks: int, width: int, norm: Norm, lrs: Sequence[float], epochs: int,
+                   seed: int, n_evals: int = 1, warm_epochs: int = 0, warm_lr: float = 1e-4) -> Training:
+    """Train one network per entry of ``lrs`` (fresh Xavier weights each) for ``epochs`` epochs after
+    ``warm_epochs`` at ``warm_lr``; evaluate ``n_evals`` times, evenly spaced, the last at the end."""
+    configure_torch()
+    device = data.x_train.device
+    gen = generator(seed, device)
+    lr = torch.as_tensor(np.asarray(lrs, dtype=np.float32), device=device)
+    params = [p.requires_grad_() for p in init_params(len(lr), blocks, width, gen, device)]
+    opt = Optimizer(params, "momentum", lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, limit=DIVERGED_LOSS)
+    per_epoch = len(data.y_train) // BATCH
+    warm, total = warm_epochs * per_epoch, (warm_epochs + epochs) * per_epoch
+    evals = {warm + round((i + 1) * epochs / n_evals) * per_epoch: i for i in range(n_evals)}
+    curves = torch.full((2, len(lr), n_evals), float("nan"), device=device)
+    stale = None
+    for step in range(total):
+        opt.rate = torch.full_like(lr, warm_lr) if step < warm else lr * decay((step - warm) / (total - warm))
+        index = torch.randperm(len(data.y_train), generator=gen, device=device)[:BATCH]
+        recompute = not norm.alternate or stale is None or step % 2 == 0
+        logits, taken = forward(params, data.x_train[index], norm, None if recompute else stale)
+        if recompute:
+            stale = [h.detach() for h in taken]
+        opt.step(F.cross_entropy(logits.transpose(1, 2), data.y_train[index].expand(len(lr), -1),
+                                 reduction="none").mean(1))  # a dropped gamma or beta gets a zero gradient
+        if step + 1 in evals:
+            for row, accuracy in enumerate(accuracies(params, data, norm)):
+                curves[row, :, evals[step + 1]] = torch.where(opt.alive, accuracy, float("nan"))
+    done_epochs = np.array([round((i + 1) * epochs / n_evals) for i in range(n_evals)])
+    train_acc, test_acc = curves.cpu().numpy()
+    return Training(np.asarray(lrs, dtype=float), ~opt.alive.cpu().numpy(), done_epochs, train_acc, test_acc)
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per network, (C,)."""
+    return torch.nn.functional.cross_entropy(logits.transpose(1, 2), y.expand(logits.shape[0], -1),
+                                             reduction="none").mean(1)
+
+
+@dataclass(frozen=True)
+class TrainingGrid:
+    """Per configuration: learning rate, BN flag, seed, whether it diverged (loss > 10^3 or not finite),
+    and final train/test accuracy (NaN if diverged)."""
+
+    lr: np.ndarray
+    batch_norm: np.ndarray
+    seed: np.ndarray
+    diverged: np.ndarray
+    train_accuracy: np.ndarray
+    test_accuracy: np.ndarray
+
+
+def train_grid(data: Digits, blocks: int, width: int, lrs: np.ndarray, n_networks: int, steps: int,
+               batch: int = 128, momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> TrainingGrid:
+    """SGD (the paper's momentum and weight decay, :class:`bnsym.train.loop.Optimizer`; a diverged network is parked)
+    on ``n_networks`` networks per (lr, BN or not), all at once as one
+    batched net."""
+    x_train, y_train, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
+    device = x_train.device
+    grid = np.array([(lr, bn, s) for bn in (False, True) for lr in lrs for s in range(n_networks)], dtype=object)
+    lr_t = torch.as_tensor(grid[:, 0].astype(float), dtype=torch.float32, device=device)
+    bn_t = torch.as_tensor(grid[:, 1].astype(bool), device=device)
+    params = [p.requires_grad_() for p in init_resnets(len(grid), blocks, width, seed, device)]
+    opt = Optimizer(params, "momentum", lr_t, momentum=momentum, weight_decay=weight_decay, limit=DIVERGED_LOSS)
+    gen = generator(seed + 1, device)
+    for _ in range(steps):
+        index = torch.randint(len(y_train), (batch,), generator=gen, device=device)
+        opt.step(_loss(resnet_logits(params, x_train[index], bn_t)[0], y_train[index]))
+    alive = opt.alive
+    with torch.no_grad():
+        accuracy = [(resnet_logits(params, xs, bn_t)[0].argmax(-1) == ys).float().mean(1) for xs, ys in
+                    ((x_train, y_train), (x_test, y_test))]
+    nan = torch.tensor(float("nan"), device=device)
+    train_acc, test_acc = (torch.where(alive, a, nan).cpu().numpy() for a in accuracy)
+    return TrainingGrid(grid[:, 0].astype(float), grid[:, 1].astype(bool), grid[:, 2].astype(int),
+                        ~alive.cpu().numpy(), train_acc, test_acc)
+
+
+def loss_along_step(data: Digits, blocks: int, width: int, lr: float, batch_norm: bool, ts: np.ndarray,
+                    batch: int = 128, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Batch loss l(t) = L(theta - t lr g) and the per-block mean x^2 along the step, at initialisation.
+
+    Returns (loss (T,), block moments (T, blocks), |g|^2) for one network; the first-order prediction is
+    l(0) - t lr |g|^2.
+    """
+    x_train, y_train = data.x_train, data.y_train
+    device = x_train.device
+    index = torch.randint(len(y_train), (batch,), generator=generator(seed + 1, device), device=device)
+    xb, yb = x_train[index], y_train[index]
+    bn = torch.tensor([batch_norm], device=device)
+    params = [p.requires_grad_() for p in init_resnets(1, blocks, width, seed, device)]
+    grads = torch.autograd.grad(_loss(resnet_logits(params, xb, bn)[0], yb).sum(), params)
+    t = torch.as_tensor(np.asarray(ts, dtype=np.float32), device=device)
+    with torch.no_grad():
+        path = [p.detach() - t.view((-1,) + (1,) * (p.ndim - 1)) * lr * g for p, g in zip(params, grads)]
+        logits, moments = resnet_logits(path, xb, bn.expand(len(t)), record=True)
+        losses = _loss(logits, yb)
+    squared_norm = float(sum(g.square().sum() for g in grads))
+    block_moments = torch.stack(moments, -1).cpu().numpy() if moments else np.zeros((len(t), 0))
+    return losses.cpu().numpy(), block_moments, squared_norm
+
+
+def loss_along_gradient(data: Digits, blocks: int, width: int, lr: dict[bool, float], distances: np.ndarray,
+                        n_networks: int, probe_batches: tuple[int, ...] = (1, 5), batch: int = 128,
+                        momentum: float = 0.9, weight_decay: float = 5e-4, seed: int = 0) -> dict:
+    """Fig. 24: the minibatch loss L(theta - s g/|g|) along the gradient direction of that minibatch, at distances
+    s, for the minibatches ``probe_batches`` (1 = at initialisation) of SGD with the paper's momentum and weight
+    decay, ``n_networks`` networks without and with BN, each trained at its ``lr[batch_norm]``.
+
+    Returns {(batch_norm, probe): losses (n_networks, S)}; the loss at s = 0 is the batch's loss itself.
+    """
+    x_train, y_train = data.x_train, data.y_train
+    device = x_train.device
+    flags = [False] * n_networks + [True] * n_networks
+    bn_t = torch.tensor(flags, device=device)
+    lr_t = torch.tensor([lr[f] for f in flags], dtype=torch.float32, device=device)
+    params = [p.requires_grad_() for p in init_resnets(len(flags), blocks, width, seed, device)]
+    opt = Optimizer(params, "momentum", lr_t, momentum=momentum, weight_decay=weight_decay)
+    s = torch.as_tensor(np.asarray(distances, dtype=np.float32), device=device)
+    gen = generator(seed + 1, device)
+    found = {}
+    for step in range(1, max(probe_batches) + 1):
+        index = torch.randint(len(y_train), (batch,), generator=gen, device=device)
+        grads = torch.autograd.grad(_loss(resnet_logits(params, x_train[index], bn_t)[0], y_train[index]).sum(),
+                                    params)
+        with torch.no_grad():
+            if step in probe_batches:
+                norm = torch.sqrt(sum(g.square().flatten(1).sum(1) for g in grads))  # (C,)
+                path = [(p[:, None] - s.view((1, -1) + (1,) * (p.ndim - 1))
+                         * (g / norm.view((-1,) + (1,) * (g.ndim - 1)))[:, None]).flatten(0, 1)
+                        for p, g in zip(params, grads)]
+                losses = _loss(resnet_logits(path, x_train[index], bn_t.repeat_interleave(len(s)))[0],
+                               y_train[index]).view(len(flags), len(s)).cpu().numpy()
+                for bn in (False, True):
+                    found[bn, step] = losses[bn * n_networks:(bn + 1) * n_networks]
+        opt.apply(grads)
+    return found

@@ -21,7 +21,7 @@ import torch
 from ..core.derivation import Derivation
 from ..core.digits import N_CLASSES, digits
 from ..core.validation import check_whole_number
-from .loop import OPTIMIZERS, batch_loss, check_network, check_training, minibatches
+from .loop import Optimizer, batch_loss, check_network, check_training, minibatches
 from .networks import init_weights
 
 MAX_STEPS = 10**5  # SGD steps recorded one after another
@@ -72,19 +72,16 @@ def first_steps(phi: str, depth: int, width: int, batch_size: int, *, lr: float,
     data = digits(dtype, device)
     gen = torch.Generator().manual_seed(seed)
     weights = init_weights(n_seeds, depth, width, data.n_features, N_CLASSES, gen, dtype, device)
-    opt = OPTIMIZERS["sgd"](weights, lr=lr)
+    opt = Optimizer(weights, "sgd", lr)
     records: dict[str, list] = {"weights": [], "grad_w": [], "grad_h": []}
     for t, index in enumerate(islice(minibatches(len(data.y_train), batch_size, n_seeds, gen), steps + 1)):
         losses, preactivations = batch_loss(weights, data, index.to(device), activation, eps)
-        for h in preactivations:
-            h.retain_grad()
-        opt.zero_grad(set_to_none=True)
-        losses.sum().backward()
-        norms = {"weights": weights, "grad_w": [w.grad for w in weights], "grad_h": [h.grad for h in preactivations]}
+        grads = torch.autograd.grad(losses.sum(), weights + preactivations)
+        norms = {"weights": weights, "grad_w": grads[:len(weights)], "grad_h": grads[len(weights):]}
         for name, tensors in norms.items():
             records[name].append(torch.stack([x.detach().flatten(1).norm(dim=1) for x in tensors], 1))
         if t < steps:
-            opt.step()
+            opt.apply(grads[:len(weights)])
     arrays = {name: torch.stack(values, 1).cpu().numpy() for name, values in records.items()}
     return FirstSteps(**arrays, lr=lr)
 

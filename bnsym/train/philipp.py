@@ -34,6 +34,7 @@ from ..core.activations import parse_activation
 from ..core.digits import N_CLASSES, digits
 from ..core.validation import check_choice, check_real_array, check_seed, check_settings, check_whole_number
 from ..sim import philipp as sim
+from .loop import Optimizer
 
 SCHEMES = ("single", "layerwise")
 DEFAULTS: dict[str, Any] = {"matrix": "gaussian", "skip": "none", "depth": 10, "width": 32, "epochs": 8,
@@ -172,8 +173,9 @@ def smoothed(best: np.ndarray) -> np.ndarray:
 
 def train(arch: sim.Architecture, weights: Sequence[torch.Tensor], steps: torch.Tensor, epochs: int,
           batch_size: int, seed: int, n_probe: int) -> dict[str, np.ndarray]:
-    """SGD with step size ``steps[s, l]`` for network s and layer l, on the digits training set; ``epochs`` passes
-    of minibatches of ``batch_size`` (a fresh order per network and epoch, the remainder dropped).
+    """SGD (:class:`bnsym.train.loop.Optimizer`) with step size ``steps[s, l]`` for network s and layer l, on the
+    digits training set; ``epochs`` passes of minibatches of ``batch_size`` (a fresh order per network and epoch, the
+    remainder dropped).
 
     Returns per epoch (index 0: at initialisation) the training classification error and, on the first
     ``n_probe`` training images, GSC_D(L, 0) at the lowest linear layer, the St. Dev. and sign diversity of the
@@ -196,16 +198,15 @@ def train(arch: sim.Architecture, weights: Sequence[torch.Tensor], steps: torch.
         curves["sign_diversity"].append(probe["sign_diversity"])
 
     record()
+    opt = Optimizer(params, "sgd", steps)  # layer-wise: network s moves layer j by steps[s, j] times its gradient
     for _ in range(epochs):
         order = torch.stack([torch.randperm(len(y), generator=gen) for _ in range(n)])
         for index in order[:, :len(y) - len(y) % batch_size].split(batch_size, dim=1):
-            loss = errors(forward(arch, params, x[index])[0], y[index]).mean(-1).sum()
-            grads = torch.autograd.grad(loss, params)
+            grads = torch.autograd.grad(errors(forward(arch, params, x[index])[0], y[index]).mean(-1).sum(), params)
             with torch.no_grad():
-                for j, (w, grad) in enumerate(zip(params, grads)):
-                    update = steps[:, j, None, None] * grad
-                    largest[:, j] = torch.maximum(largest[:, j], (_norms(update) / _norms(w)).flatten().double())
-                    w -= update
+                norms = [_norms(w) for w in params]
+                for j, (update, norm) in enumerate(zip(opt.apply(grads), norms)):
+                    largest[:, j] = torch.maximum(largest[:, j], (_norms(update) / norm).flatten().double())
         record()
     with torch.no_grad():
         diffs = [w - w0 for w, w0 in zip(params, initial)]

@@ -1,7 +1,7 @@
 """Daneshmand et al. 2020's training experiments (Figs. 4-7 and 10-13) on digits, as a sweep task, and their analysis.
 
 One cell is one configuration: ``run_cell({"depth": 30, "model": "pretrained", "lr": 0.03, ...})`` trains
-``n_seeds`` ReLU MLPs at once (:func:`bnsym.sim.daneshmand.train_digits`) and returns, per seed and epoch, the
+``n_seeds`` ReLU MLPs at once (:func:`bnsym.train.daneshmand.train_digits`) and returns, per seed and epoch, the
 training and test loss, the test accuracy, the rank lower bound r(H_L) (eq. 4) and the mean |cos| of the last
 layer's per-example gradients (Fig. 10), of the whole read-out and of one row. The models (``MODELS``):
 
@@ -26,7 +26,8 @@ import torch
 from ..core.estimate import Estimate
 from ..core.validation import check_choice, check_settings
 from ..rank import differentiable_rank_bound, gradient_alignment
-from ..sim import daneshmand, mc_tolerance, mean_and_se
+from ..sim import mc_tolerance, mean_and_se
+from . import daneshmand
 
 LAYERWISE_LR = 1e-2  # Adam's rate for the layer-wise pre-training: 1e-3 barely moves r(H_l); 3e-2 kills layers
 MODELS = {"vanilla": dict(bn=False), "pretrained": dict(bn=False),
