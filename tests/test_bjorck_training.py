@@ -12,19 +12,10 @@ import torch.nn.functional as F
 
 from bnsym.core.digits import digits
 from bnsym.sim import bjorck
-from bnsym.sim.bjorck_training import (
-    EPS,
-    PARTS,
-    Norm,
-    accuracies,
-    decay,
-    forward,
-    init_params,
-    normalise,
-    train_networks,
-)
+from bnsym.sim.digit_resnet import EPS, PARTS, Norm, forward, init_params, normalise
 from bnsym.sweep import resolve
 from bnsym.train import bjorck as cells
+from bnsym.train.bjorck import accuracies, decay, train_networks
 
 ROUNDING = 1e-5  # float32 comparisons of two orders of the same arithmetic
 

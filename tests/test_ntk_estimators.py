@@ -16,7 +16,7 @@ from bnsym.nngp import batch_layout
 from bnsym.nngp.estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow_weights
 from bnsym.nngp.ntk import bn_ntk
 from bnsym.sim import mc_tolerance
-from bnsym.sim.ntk import train_on_batches
+from bnsym.train.tangent import train_on_batches
 
 torch.set_num_threads(1)
 

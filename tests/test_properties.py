@@ -37,6 +37,7 @@ from bnsym.sweep.cli import int_list
 from bnsym.sweep.runner import keyed
 from bnsym.train import best_factor, grid, line_agreement, run_cell, train, trains
 from bnsym.train import bjorck as bjorck_cells
+from bnsym.train.daneshmand import train_digits
 from bnsym.train.dynamics import first_steps
 from bnsym.train.philipp import validate as philipp_validate
 from bnsym.train.trainability import validate
@@ -561,7 +562,7 @@ def test_daneshmand_networks(kw):
 def test_daneshmand_training(kw):
     """Losses per epoch (inf where a network diverged), accuracies in [0, 1], 1 <= r(H_L) <= width (NaN only for a
     dead or diverged layer)."""
-    run = _outcome(daneshmand.train_digits, **kw)
+    run = _outcome(train_digits, **kw)
     if run is not None:
         n, epochs = len(kw["lrs"]) * int(kw["n_networks"]), int(kw["epochs"])
         assert run.loss.shape == run.rank_bound.shape == (n, epochs + 1) and run.accuracy.shape == (n,)

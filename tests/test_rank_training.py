@@ -10,8 +10,8 @@ import torch
 
 from bnsym import rank, sweep
 from bnsym.core.estimate import Estimate
-from bnsym.sim import daneshmand
 from bnsym.train import rank_training as rt
+from bnsym.train.daneshmand import train_digits
 
 
 def _batch(n=3, d=5, k=4, p=7, seed=0):
@@ -54,11 +54,11 @@ def test_gradient_alignment_of_rank_one_and_zero_gradients():
     (lambda: rank.gradient_alignment(torch.ones(2, 3, 1), torch.ones(2, 5, 1)), "same P >= 2"),
     (lambda: rank.gradient_alignment(torch.ones(2, 3, 4), torch.ones(2, 5, 4), row=5), "row .* between 0 and 4"),
     (lambda: rank.gradient_alignment(torch.ones(3, 4), torch.ones(5, 4)), "n x d x P"),
-    (lambda: daneshmand.train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, n_samples=1,
+    (lambda: train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, n_samples=1,
                                      batch=1, alignment=rank.gradient_alignment), "n_samples >= 2"),
-    (lambda: daneshmand.train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, alignment=1),
+    (lambda: train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, alignment=1),
      "alignment must be None or a function"),
-    (lambda: daneshmand.train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, pretrain_lr=0),
+    (lambda: train_digits(1, False, [0.1], 0, rank_bound=rank.differentiable_rank_bound, pretrain_lr=0),
      "pretrain_lr .* must hold numbers in \\(0"),
     (lambda: rt.run_cell({"depth": 2, "model": "bn"}), "needs \\['lr'\\]"),
     (lambda: rt.run_cell({"depth": 2, "model": "resnet", "lr": 0.1}), "model must be one of"),
@@ -73,13 +73,13 @@ def test_training_records_test_metrics_and_centring_matters():
     torch.set_num_threads(1)
     kw = dict(depth=3, bn=True, lrs=[0.1], epochs=1, rank_bound=rank.differentiable_rank_bound, width=16, n_networks=2,
               n_samples=256, alignment=rank.gradient_alignment)
-    centred, uncentred = daneshmand.train_digits(**kw), daneshmand.train_digits(**kw, centre=False)
+    centred, uncentred = train_digits(**kw), train_digits(**kw, centre=False)
     for run in (centred, uncentred):
         assert run.test_loss.shape == run.test_accuracy.shape == run.alignment.shape == (2, 2)
         assert np.all((run.test_accuracy >= 0) & (run.test_accuracy <= 1))
         assert np.all((run.alignment >= 0) & (run.alignment <= 1 + 1e-12))
     assert not np.array_equal(centred.rank_bound, uncentred.rank_bound)
-    assert np.isnan(daneshmand.train_digits(**{**kw, "alignment": None}).alignment).all()
+    assert np.isnan(train_digits(**{**kw, "alignment": None}).alignment).all()
 
 
 def test_the_sweep_task_is_registered_and_deterministic():

@@ -21,6 +21,7 @@ from bnsym.sim import (
     mean_off_diagonal,
     simulate_forward,
 )
+from bnsym.train.bjorck import loss_along_gradient
 
 
 def _random_psd(b: int, rank: int, seed: int = 0) -> np.ndarray:
@@ -189,11 +190,10 @@ def test_layer_jacobian_is_autograd(phi, batch_norm):
 def test_loss_along_gradient_starts_at_the_batch_loss_and_descends():
     """Fig. 24's path: s = 0 is the minibatch loss at that step, and a small step along -g/|g| lowers it."""
     from bnsym.core.digits import digits
-    from bnsym.sim import bjorck
 
     data = digits(device="cpu")
     distances = np.array([0.0, 1e-4, 10.0])
-    found = bjorck.loss_along_gradient(data, 2, 8, {False: 1e-4, True: 0.1}, distances, 3, probe_batches=(1, 2))
+    found = loss_along_gradient(data, 2, 8, {False: 1e-4, True: 0.1}, distances, 3, probe_batches=(1, 2))
     assert sorted(found) == [(False, 1), (False, 2), (True, 1), (True, 2)]
     for losses in found.values():
         assert losses.shape == (3, 3) and np.all(losses[:, 1] < losses[:, 0])

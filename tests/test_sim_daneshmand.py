@@ -9,6 +9,7 @@ import torch
 from bnsym import rank
 from bnsym.core.batchnorm import batch_norm
 from bnsym.sim import daneshmand, mc_tolerance, mean_and_se
+from bnsym.train.daneshmand import train_digits
 
 
 @pytest.mark.parametrize("init", sorted(daneshmand.INIT_VARIANCES))
@@ -50,10 +51,10 @@ def test_training_records_the_rank_bound_and_is_deterministic():
     torch.set_num_threads(1)
     kwargs = dict(depth=2, bn=True, lrs=[0.1], epochs=1, rank_bound=rank.differentiable_rank_bound, width=16,
                   n_networks=2, pretrain_steps=2, n_samples=256)
-    run = daneshmand.train_digits(**kwargs)
+    run = train_digits(**kwargs)
     assert run.loss.shape == run.rank_bound.shape == (2, 2) and run.accuracy.shape == (2,)
     assert np.all((run.rank_bound >= 1) & (run.rank_bound <= 16))  # 1 <= r(H) <= d (Lemma 1)
-    np.testing.assert_array_equal(daneshmand.train_digits(**kwargs).loss, run.loss)
+    np.testing.assert_array_equal(train_digits(**kwargs).loss, run.loss)
 
 
 @pytest.mark.parametrize("call, message", [
@@ -66,10 +67,10 @@ def test_training_records_the_rank_bound_and_is_deterministic():
     (lambda: daneshmand.batch_norm_rows(torch.ones(2, 3)), "constant over the samples"),
     (lambda: daneshmand.mean_pair_cosine(torch.tensor([[1.0, 0.0], [2.0, 0.0]])), "column\\) equal to 0"),
     (lambda: daneshmand.gaussian_relu_cosines(2, 1.0, 0.0, 8, 9, 2), "n_samples must be between 2 and 8"),
-    (lambda: daneshmand.train_digits(1, True, [0.1], 1, rank_bound=None), "rank_bound must be a function"),
-    (lambda: daneshmand.train_digits(1, True, [float("nan")], 1, rank_bound=rank.differentiable_rank_bound),
+    (lambda: train_digits(1, True, [0.1], 1, rank_bound=None), "rank_bound must be a function"),
+    (lambda: train_digits(1, True, [float("nan")], 1, rank_bound=rank.differentiable_rank_bound),
      "lrs \\(learning rates\\) must be finite"),
-    (lambda: daneshmand.train_digits(1, True, [0.1], 1, rank_bound=rank.differentiable_rank_bound, batch=1),
+    (lambda: train_digits(1, True, [0.1], 1, rank_bound=rank.differentiable_rank_bound, batch=1),
      "batch must be between 2 and 1,437"),
 ])
 def test_arguments_follow_the_input_contract(call, message):

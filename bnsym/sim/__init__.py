@@ -5,7 +5,7 @@ that is built, one module per paper.
   :mod:`.probes` (decays and Rayleigh quotients), :mod:`.batches` (networks on several batches);
 * :mod:`.philipp` (Philipp et al.), :mod:`.bjorck` (Bjorck et al.), :mod:`.daneshmand` (Daneshmand et al.).
 * :mod:`.digit_resnet`: Bjorck et al.'s digit ResNet (parts of batch norm, its placement), trained by
-  :mod:`bnsym.train.bjorck`; :mod:`.bjorck_training` keeps the names chapter 12c imports.
+  :mod:`bnsym.train.bjorck`.
 
 The simulators import only :mod:`bnsym.core`: they get every theoretical quantity (a fixed point, a direction, a
 rank statistic) from the caller, and never import a theory (:mod:`bnsym.meanfield`, :mod:`bnsym.dilution`,

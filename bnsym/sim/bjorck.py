@@ -1,8 +1,7 @@
 """Torch Monte Carlo for Bjorck et al. (2018): Gaussian products, minibatch noise, residual nets at initialisation.
 
-The digit ResNet is :mod:`bnsym.sim.digit_resnet` and its training :mod:`bnsym.train.bjorck`; their names that
-chapter 12 uses (``init_resnets``, ``resnet_logits``, ``train_grid``, ``loss_along_step``, ``loss_along_gradient``)
-are importable from here too.
+The digit ResNet is :mod:`bnsym.sim.digit_resnet` (``init_resnets`` and ``resnet_logits`` are importable from
+here too) and its training :mod:`bnsym.train.bjorck`.
 
 Everything is batched: many products, draws or networks in one tensor op (float64 for theory checks, float32
 for training), on :func:`~bnsym.core.device.default_device`. Residual networks are fully connected ResNet-v1
@@ -20,12 +19,10 @@ import torch
 
 from ..core import batchnorm
 from ..core.device import configure_torch, default_device, generator
-from ..train.bjorck import DIVERGED_LOSS, TrainingGrid, loss_along_gradient, loss_along_step, train_grid
 from .digit_resnet import init_resnets, resnet_logits
 
-__all__ = ["DIVERGED_LOSS", "ResidualRun", "TrainingGrid", "gaussian_factors", "init_resnets", "loss_along_gradient",
-           "loss_along_step", "minibatch_noise", "residual_block", "resnet_logits", "simulate_residual",
-           "squared_singular_values", "train_grid"]
+__all__ = ["ResidualRun", "gaussian_factors", "init_resnets", "minibatch_noise", "residual_block", "resnet_logits",
+           "simulate_residual", "squared_singular_values"]
 
 
 def gaussian_factors(n_networks: int, m: int, n: int, seed: int, device=None) -> torch.Tensor:

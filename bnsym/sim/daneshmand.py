@@ -1,12 +1,10 @@
 """Daneshmand et al. 2020's networks at initialisation: random MLPs (Figs. 1, 2 and 5 of the paper in miniature).
 
-H is d features x N samples, as in the paper; n networks run at once (one batched matmul per layer, weights
-(n, d_out, d_in)); the inits are those of :mod:`bnsym.sim.daneshmand_mlp`. Batch norm is train-mode with or
-without centring and no affine parameters (their initial values, gain 1 and shift 0, are what the paper's analysis
-assumes). The training on digits (Figs. 4-6) is :mod:`bnsym.train.daneshmand`; ``train_digits`` and its
-``TrainingRun`` are importable from here too. The theory that
-these networks check (the mean-field cosine map, the rank notions) is :mod:`bnsym.rank`; it reaches a simulator
-through its caller.
+H is d features x N samples, as in the paper; n networks run at once (one batched matmul per layer, weights (n,
+d_out, d_in)); the inits are those of :mod:`bnsym.sim.daneshmand_mlp`. Batch norm is train-mode with or without
+centring and no affine parameters (their initial values, gain 1 and shift 0, are what the paper's analysis assumes).
+The training on digits (Figs. 4-6) is :mod:`bnsym.train.daneshmand`. The theory that these networks check (the
+mean-field cosine map, the rank notions) is :mod:`bnsym.rank`; it reaches a simulator through its caller.
 """
 
 from __future__ import annotations
@@ -33,21 +31,10 @@ from ..core.validation import (
     check_whole_number,
     check_width,
 )
-from ..train.daneshmand import (
-    MAX_EPOCHS,
-    MAX_LR,
-    PRETRAIN_BATCH,
-    PROBE,
-    Alignment,
-    RankBound,
-    TrainingRun,
-    train_digits,
-)
 from .daneshmand_mlp import INITS, init_layer
 
-__all__ = ["INITS", "INIT_VARIANCES", "MAX_EPOCHS", "MAX_LR", "PRETRAIN_BATCH", "PROBE", "Alignment", "RankBound",
-           "TrainingRun", "batch_norm_rows", "gaussian_relu_cosines", "init_layer", "init_variances",
-           "mean_pair_cosine", "representations", "train_digits"]
+__all__ = ["INITS", "INIT_VARIANCES", "batch_norm_rows", "gaussian_relu_cosines", "init_layer", "init_variances",
+           "mean_pair_cosine", "representations"]
 
 INIT_VARIANCES = {"torch": (1 / 3, 1 / 3), "he": (2.0, 0.0), "gaussian": (1.0, 0.0)}  # (s_w^2, s_b^2 fan_in)
 

@@ -1,7 +1,7 @@
 """The empirical neural tangent kernel of finite networks: exact per-example gradients over every parameter
 (autograd through the batch statistics of train-mode BN) of the torch twin (:func:`bnsym.sim.arch.torch_network`),
 the finite-width counterpart of :func:`bnsym.arch.ntk`. Training the same twins in the kernel regime is
-:func:`bnsym.train.tangent.train_on_batches` (importable from here too)."""
+:func:`bnsym.train.tangent.train_on_batches`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import torch
 
 from ..core.device import READOUT_STREAM, generator
 from ..core.validation import check_whole_number
-from ..train.tangent import train_on_batches
 from .arch import torch_network
 
-__all__ = ["READOUT_STREAM", "empirical_ntk", "train_on_batches"]
+__all__ = ["READOUT_STREAM", "empirical_ntk"]
 
 
 def empirical_ntk(net: object, inputs: np.ndarray, width: int, seed: int = 0, sizes: tuple[int, ...] | None = None,

@@ -20,7 +20,7 @@ from ..arch import Activation, BatchNorm, Dense, repeat
 from ..nngp import BatchNormNNGPClassifier, BatchNormNNGPRegressor, batch_layout
 from ..nngp.estimators import BatchNormNTKClassifier, BatchNormNTKRegressor, flow_weights
 from ..nngp.ntk import arccos_ntk
-from ..sim.ntk import train_on_batches
+from .tangent import train_on_batches
 
 BOOTSTRAP = 1000  # resamples of the seeds for the slope's standard error
 SGD_RATE = 0.5  # the SGD baseline's learning rate, times 1 / lambda_max of the BN-NTK within one training batch
