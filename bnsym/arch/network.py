@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import singledispatch
 
 import numpy as np
 
@@ -117,30 +118,65 @@ def _float64_range(sigma: np.ndarray):
                          f"{np.abs(sigma).max():.3g}): {str(error).splitlines()[0][:200]}") from None
 
 
-def _layer(graph: Graph, layer: Layer, x: Node, sizes: tuple[int, ...] | None = None) -> tuple[Node, Node | None]:
-    """The node after ``layer`` (and, for a residual block, its branch's output); ``sizes``: the batches that a
-    train-mode BatchNorm normalises separately (default one)."""
-    if isinstance(layer, Dense):
-        return graph.dense(x, layer.weight_var, layer.bias_var), None
-    if isinstance(layer, Activation):
-        return graph.apply(x, Elementwise(layer.phi)), None
-    if isinstance(layer, BatchNorm) and layer.mode == "train":
+#: Layer kinds without an infinite-width map, each with the reason (:func:`theory_map` refuses them with it).
+NO_LIMIT: dict[type, str] = {}
+
+
+@singledispatch
+def theory_map(layer: object, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, Node | None]:
+    """The node after ``layer`` (and, for a residual block, its branch's output) in the per-neuron graph;
+    ``sizes``: the batches that a train-mode BatchNorm normalises separately (None: one). One function per layer
+    kind (``theory_map.register``); a kind in :data:`NO_LIMIT` is refused with its reason."""
+    reason = NO_LIMIT.get(type(layer), "no infinite-width map is registered for it")
+    raise ValueError(f"the layer kind {type(layer).__name__} has no infinite-width limit in bnsym.arch: {reason}")
+
+
+@theory_map.register
+def _dense(layer: Dense, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    return graph.dense(x, layer.weight_var, layer.bias_var), None
+
+
+@theory_map.register
+def _activation(layer: Activation, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    return graph.apply(x, Elementwise(layer.phi)), None
+
+
+def _normalised(graph: Graph, x: Node, shift: np.ndarray, variance: np.ndarray, eps: float, centred: bool) -> Node:
+    """(x - shift) / sqrt(variance + eps) with constants per example; a zero variance with eps = 0 maps to 0
+    (eps -> 0+)."""
+    total = np.clip(variance, 0.0, None) + eps
+    scale = np.sqrt(np.where(total > 0, total, np.inf))
+    shift, scale = np.broadcast_arrays(shift, scale)
+    return graph.affine(x, shift.copy(), scale.copy(), centred)
+
+
+@theory_map.register
+def _batch_norm(layer: BatchNorm, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    """Train mode: the per-neuron op over the batch; eval mode: population statistics over the examples and
+    neurons (derive_eval_batch_norm)."""
+    if layer.mode == "train":
         return graph.apply(x, TrainBN(layer.eps, sizes)), None
-    if isinstance(layer, (BatchNorm, LayerNorm)):
-        kernel, mean = x.kernel().value, x.mean().value
-        diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
-        if isinstance(layer, LayerNorm):  # each example over its features (derive_layer_norm)
-            shift, variance = np.broadcast_arrays(mean, diagonal - mean**2)
-        else:  # population statistics over the examples and neurons (derive_eval_batch_norm)
-            population = mean.mean(-1, keepdims=True)
-            shift, variance = np.broadcast_arrays(population, diagonal.mean(-1, keepdims=True) - population**2)
-        total = np.clip(variance, 0.0, None) + layer.eps
-        scale = np.sqrt(np.where(total > 0, total, np.inf))  # a zero variance with eps = 0 maps to 0 (eps -> 0+)
-        shift, scale = np.broadcast_arrays(shift, scale)
-        return graph.affine(x, shift.copy(), scale.copy(), isinstance(layer, LayerNorm) or x.zero_mean), None
+    kernel, mean = x.kernel().value, x.mean().value
+    diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
+    population = mean.mean(-1, keepdims=True)
+    shift, variance = np.broadcast_arrays(population, diagonal.mean(-1, keepdims=True) - population**2)
+    return _normalised(graph, x, shift, variance, layer.eps, x.zero_mean), None
+
+
+@theory_map.register
+def _layer_norm(layer: LayerNorm, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    """Each example over its features (derive_layer_norm)."""
+    kernel, mean = x.kernel().value, x.mean().value
+    diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
+    shift, variance = np.broadcast_arrays(mean, diagonal - mean**2)
+    return _normalised(graph, x, shift, variance, layer.eps, True), None
+
+
+@theory_map.register
+def _residual(layer: Residual, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, Node]:
     branch = x
     for inner in layer.branch:
-        branch = _layer(graph, inner, branch, sizes)[0]
+        branch = theory_map(inner, graph, branch, sizes)[0]
     return graph.add(x, branch, layer.alpha), branch
 
 
@@ -151,7 +187,7 @@ def build(net: Serial, sigma0: np.ndarray, sampling: Sampling,
     graph = Graph(sigma0.shape[0], sampling)
     x, outputs, branches = graph.input(sigma0), [], {}
     for position, layer in enumerate(net):
-        x, branch = _layer(graph, layer, x, sizes)
+        x, branch = theory_map(layer, graph, x, sizes)
         outputs.append(x)
         if branch is not None:
             branches[position] = branch

@@ -1,5 +1,6 @@
 """The spec grammar of ``bnsym arch`` (read by :func:`bnsym.core.layers.parse_architecture`), apart so that
-the command line's help needs no theory."""
+the command line's help needs no theory. One line per layer kind, starting with its spec name
+(:data:`bnsym.core.layers.KINDS`; ``tests/test_layer_kinds.py`` holds every kind to have one)."""
 
 SPEC_GRAMMAR = """\
 A network spec is a comma-separated list of layers, read left to right:
@@ -9,7 +10,7 @@ A network spec is a comma-separated list of layers, read left to right:
   ln | ln(eps=E)                         LayerNorm
   res([alpha=A,]LAYERS)                  residual block x + A * branch(x), the branch a spec itself (A = 1)
   (LAYERS)                               a group
-  relu, tanh(gamma=0.5), relu^1.5, ...   an activation, spelled as for `bnsym predict --phi`
+  PHI: relu, tanh(gamma=0.5), relu^1.5  an activation, spelled as for `bnsym predict --phi`
 
 *N after a closing parenthesis repeats that unit (a group or a residual block); after a plain layer it repeats
 every layer before it in its group. So "dense,bn,relu*20" is 20 blocks of (dense, bn, relu), "dense,res(bn,relu,

@@ -33,6 +33,50 @@ MAX_NESTING = 100  # parentheses and res( ) inside each other in a spec: the rea
 
 
 @dataclass(frozen=True)
+class Kind:
+    """A layer kind as the spec grammar spells it: its ``name`` ("dense"; "PHI" for an activation, spelled by its
+    phi), its ``options`` in positional order, a one-line ``summary`` and an ``example`` spec setting every option.
+
+    The kind's other parts live in tables keyed by its class: its help line in
+    :data:`~bnsym.core.grammar.SPEC_GRAMMAR`, its infinite-width map (``bnsym.arch.network.theory_map``, or a
+    stated reason in ``bnsym.arch.network.NO_LIMIT``), its twin module (``bnsym.sim.arch.twin_module``) and its
+    torch reader (``bnsym.sim.arch.READERS``, or a stated reason in ``bnsym.sim.arch.NOT_READABLE``);
+    ``tests/test_layer_kinds.py`` holds every kind complete."""
+
+    name: str
+    options: tuple[str, ...]
+    summary: str
+    example: str
+
+
+#: Every layer kind by its class, in the order they are declared (:func:`layer_kind`).
+KINDS: dict[type, Kind] = {}
+
+
+def layer_kind(name: str, options: tuple[str, ...], summary: str, example: str):
+    """Declare a layer class as a kind (:class:`Kind`): a spec name, options, summary and example, once."""
+
+    def declare(cls: type) -> type:
+        KINDS[cls] = Kind(name, options, summary, example)
+        return cls
+
+    return declare
+
+
+def _option_number(values: dict[str, str], key: str, default: float) -> float:
+    """The option ``key`` of a spec as a number (``default`` when not given)."""
+    text = values.get(key)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{key} must be a number, got {text!r}") from None
+
+
+@layer_kind("dense", ("weight_var", "bias_var"), "h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b",
+            "dense(2,0.1)")
+@dataclass(frozen=True)
 class Dense:
     """h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b, W and b standard normal."""
 
@@ -43,7 +87,18 @@ class Dense:
         object.__setattr__(self, "weight_var", check_variance(self.weight_var, "weight_var", positive=True))
         object.__setattr__(self, "bias_var", check_variance(self.bias_var, "bias_var", positive=False))
 
+    def spec_options(self) -> list[str]:
+        """The options :func:`describe` writes (none at the defaults)."""
+        default = (self.weight_var, self.bias_var) == (1, 0)
+        return [] if default else [f"{self.weight_var:g}", f"{self.bias_var:g}"]
 
+    @classmethod
+    def from_spec(cls, values: dict[str, str]) -> Dense:
+        return cls(_option_number(values, "weight_var", 1.0), _option_number(values, "bias_var", 0.0))
+
+
+@layer_kind("bn", ("eps", "mode"), "batch norm over the batch per neuron, no affine map",
+            "bn(eps=0.001,mode=eval)")
 @dataclass(frozen=True)
 class BatchNorm:
     """Batch norm over the batch, per neuron, no affine map; ``mode`` "train" (batch statistics, biased variance)
@@ -57,7 +112,15 @@ class BatchNorm:
         if self.mode not in MODES:
             raise ValueError(f"BatchNorm mode must be 'train' or 'eval', got {shown(self.mode)}")
 
+    def spec_options(self) -> list[str]:
+        return ([f"eps={self.eps:g}"] if self.eps else []) + (["mode=eval"] if self.mode == "eval" else [])
 
+    @classmethod
+    def from_spec(cls, values: dict[str, str]) -> BatchNorm:
+        return cls(_option_number(values, "eps", 0.0), values.get("mode", "train"))
+
+
+@layer_kind("ln", ("eps",), "layer norm over the features of each example, no affine map", "ln(eps=0.001)")
 @dataclass(frozen=True)
 class LayerNorm:
     """Layer norm over the features of each example, population variance, no affine map."""
@@ -67,7 +130,15 @@ class LayerNorm:
     def __post_init__(self) -> None:
         object.__setattr__(self, "eps", check_eps(self.eps))
 
+    def spec_options(self) -> list[str]:
+        return [f"eps={self.eps:g}"] if self.eps else []
 
+    @classmethod
+    def from_spec(cls, values: dict[str, str]) -> LayerNorm:
+        return cls(_option_number(values, "eps", 0.0))
+
+
+@layer_kind("PHI", (), "phi coordinatewise, spelled as for `bnsym predict --phi`", "tanh(gamma=0.5)")
 @dataclass(frozen=True)
 class Activation:
     """phi applied to every coordinate; ``phi`` is any activation bnsym accepts (a name such as "tanh(gamma=0.5)"
@@ -95,6 +166,7 @@ class Serial:
         return iter(self.layers)
 
 
+@layer_kind("res", ("alpha",), "x + alpha branch(x), the branch a spec itself", "res(alpha=0.5,bn,relu,dense)")
 @dataclass(frozen=True)
 class Residual:
     """x + alpha * branch(x); ``branch`` is a layer, a list of layers or a Serial."""
@@ -113,23 +185,25 @@ class Residual:
 
 
 Layer = Union[Dense, BatchNorm, LayerNorm, Activation, Residual]
-LAYER_TYPES = (Dense, BatchNorm, LayerNorm, Activation, Residual)
+LAYER_TYPES = (Dense, BatchNorm, LayerNorm, Activation, Residual)  # the kinds declared here (KINDS may grow)
 
 
 def serial(*layers: Layer | Serial | Iterable) -> Serial:
     """The layers in order, as one :class:`Serial`: nested Serials and lists are flattened, so the top-level layers
     are the atomic layers and the residual blocks. Anything else is an unknown layer (ValueError)."""
     flat: list[Layer] = []
+    kinds = tuple(KINDS)
     for position, item in enumerate(layers):
-        if isinstance(item, LAYER_TYPES):
+        if isinstance(item, kinds):
             flat.append(item)
         elif isinstance(item, Serial):
             flat.extend(item.layers)
         elif isinstance(item, (list, tuple)):
             flat.extend(serial(*item).layers)
         else:
-            raise ValueError(f"unknown layer {shown(item)} at position {position}: a network is built from Dense, "
-                             "BatchNorm, LayerNorm, Activation and Residual layers (or lists and Serials of them)")
+            names = ", ".join(kind.__name__ for kind in kinds)
+            raise ValueError(f"unknown layer {shown(item)} at position {position}: a network is built from the layer "
+                             f"kinds {names} (or lists and Serials of them)")
     return Serial(tuple(flat))
 
 
@@ -154,18 +228,13 @@ def walk(net: Serial) -> Iterator[Layer]:
 def describe(layer: Layer) -> str:
     """A layer in the spec grammar (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`): ``dense(2,0.1)``,
     ``bn(eps=0.001,mode=eval)``, ..."""
-    if isinstance(layer, Dense):
-        default = (layer.weight_var, layer.bias_var) == (1, 0)
-        return "dense" if default else f"dense({layer.weight_var:g},{layer.bias_var:g})"
-    if isinstance(layer, BatchNorm):
-        options = ([f"eps={layer.eps:g}"] if layer.eps else []) + (["mode=eval"] if layer.mode == "eval" else [])
-        return "bn" + (f"({','.join(options)})" if options else "")
-    if isinstance(layer, LayerNorm):
-        return "ln" + (f"(eps={layer.eps:g})" if layer.eps else "")
     if isinstance(layer, Activation):
         return layer.name
-    weight = [] if layer.alpha == 1 else [f"alpha={layer.alpha:g}"]
-    return f"res({','.join(weight + [describe(inner) for inner in layer.branch])})"
+    if isinstance(layer, Residual):
+        weight = [] if layer.alpha == 1 else [f"alpha={layer.alpha:g}"]
+        return f"res({','.join(weight + [describe(inner) for inner in layer.branch])})"
+    options = layer.spec_options()
+    return KINDS[type(layer)].name + (f"({','.join(options)})" if options else "")
 
 
 #: The grammar of a network spec (:func:`parse_architecture`), shown by ``bnsym arch --help``.
@@ -240,9 +309,9 @@ class _Reader:
 
     def number(self, text: str, what: str) -> float:
         try:
-            return float(text)
-        except ValueError:
-            raise self.fail(f"{what} must be a number, got {text!r}") from None
+            return _option_number({what: text}, what, 0.0)
+        except ValueError as error:
+            raise self.fail(str(error)) from None
 
     def nested(self, read):
         """``read()`` one level deeper: parentheses and res( ) nest at most ``MAX_NESTING`` deep."""
@@ -276,14 +345,9 @@ class _Reader:
             return Residual(branch, alpha)
         text = self.arguments()
         try:
-            if name == "dense":
-                values = self.options(text, ("weight_var", "bias_var"))
-                return Dense(*(self.number(values[k], k) for k in ("weight_var", "bias_var") if k in values))
-            if name == "bn":
-                values = self.options(text, ("eps", "mode"))
-                return BatchNorm(self.number(values.get("eps", "0"), "eps"), values.get("mode", "train"))
-            if name == "ln":
-                return LayerNorm(self.number(self.options(text, ("eps",)).get("eps", "0"), "eps"))
+            kind = _kinds_by_name().get(name)
+            if kind is not None:
+                return kind.from_spec(self.options(text, KINDS[kind].options))
             power = re.compile(r"\s*\^\s*[^,()*\s]+").match(self.spec, self.at)
             if power:
                 self.at = power.end()
@@ -292,6 +356,11 @@ class _Reader:
             if str(error).startswith("cannot read"):
                 raise
             raise self.fail(str(error)) from None
+
+
+def _kinds_by_name() -> dict[str, type]:
+    """The kinds the reader reads by their spec name and options (``res`` and activations have their own syntax)."""
+    return {kind.name: cls for cls, kind in KINDS.items() if cls not in (Activation, Residual)}
 
 
 def parse_architecture(spec: str) -> Serial:

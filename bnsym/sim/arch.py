@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import singledispatch
+from typing import Callable
 
 import numpy as np
 import torch
@@ -123,21 +125,52 @@ class ArchNetwork(nn.Module):
         return self.layer_outputs(x)[-1]
 
 
-def _module(layer: Layer, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
-            dtype: torch.dtype) -> tuple[nn.Module, int]:
-    """The twin of one layer and its output width."""
-    if isinstance(layer, Dense):
-        return DenseLayer(layer, n_in, width, networks, gen, device, dtype), width
-    if isinstance(layer, BatchNorm):
-        return BatchNormLayer(layer), n_in
-    if isinstance(layer, LayerNorm):
-        return LayerNormLayer(layer), n_in
-    if isinstance(layer, Activation):
-        return ActivationLayer(layer.phi), n_in
-    branch, n_out = [], n_in
-    for inner in layer.branch:
-        module, n_out = _module(inner, n_out, width, networks, gen, device, dtype)
-        branch.append(module)
+@singledispatch
+def twin_module(layer: object, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    """The twin of one layer for ``networks`` networks of width ``width`` on ``n_in`` input features, and its
+    output width. One function per layer kind (``twin_module.register``)."""
+    raise ValueError(f"the layer kind {type(layer).__name__} has no torch twin: no module builder is registered")
+
+
+@twin_module.register
+def _dense(layer: Dense, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+           dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return DenseLayer(layer, n_in, width, networks, gen, device, dtype), width
+
+
+@twin_module.register
+def _batch_norm(layer: BatchNorm, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return BatchNormLayer(layer), n_in
+
+
+@twin_module.register
+def _layer_norm(layer: LayerNorm, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return LayerNormLayer(layer), n_in
+
+
+@twin_module.register
+def _activation(layer: Activation, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return ActivationLayer(layer.phi), n_in
+
+
+def _chain(layers: Serial, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+           dtype: torch.dtype) -> tuple[list[nn.Module], int]:
+    """The twins of ``layers`` in order, and the width after them."""
+    modules, n_out = [], n_in
+    for layer in layers:
+        module, n_out = twin_module(layer, n_out, width, networks, gen, device, dtype)
+        modules.append(module)
+    return modules, n_out
+
+
+@twin_module.register
+def _residual(layer: Residual, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+              dtype: torch.dtype) -> tuple[nn.Module, int]:
+    branch, n_out = _chain(layer.branch, n_in, width, networks, gen, device, dtype)
     if n_out != n_in:
         raise ValueError(f"the residual branch {describe(layer)} maps {n_in} features to {n_out}: x + alpha branch(x) "
                          "needs equal widths")
@@ -159,11 +192,7 @@ def torch_network(net: object, width: int, n_networks: int = 1, in_features: int
     in_features = width if in_features is None else _check_size(in_features, "in_features")
     device = torch.device(device or default_device())
     gen = generator(check_whole_number(seed, "seed", 0, 2**62), device)
-    modules, n_in = [], in_features
-    for layer in network:
-        module, n_in = _module(layer, n_in, width, n_networks, gen, device, dtype)
-        modules.append(module)
-    return ArchNetwork(modules)
+    return ArchNetwork(_chain(network, in_features, width, n_networks, gen, device, dtype)[0])
 
 
 @dataclass(frozen=True)
@@ -349,15 +378,87 @@ def _mean_square(values: torch.Tensor, what: str, name: str) -> float:
     return square
 
 
-def _read_activation(module: torch.nn.Module, name: str) -> Activation | None:
-    """The description of a torch activation module, or None if ``module`` is none of :data:`_ACTIVATIONS`."""
-    spell = _ACTIVATIONS.get(type(module))
-    if spell is None:
-        return None
+def _need(name: str, features: int, width: int | None) -> None:
+    """A layer taking ``features`` features must receive that many (``width``; None: not known yet)."""
+    if width is not None and features != width:
+        raise ValueError(f"cannot read {name}: it takes {features} features but receives {width}")
+
+
+def _read_linear(module: nn.Linear, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
+    _need(name, module.in_features, width)
+    weight_var = module.in_features * _mean_square(module.weight, "weights", name)
+    if not np.isfinite(weight_var) or weight_var == 0.0:
+        raise ValueError(f"cannot read {name}: its weight variance n_in mean(w^2) is {weight_var:.3g}, where a "
+                         "description needs a finite variance > 0 (a zero one cuts the network)")
+    bias = 0.0 if module.bias is None else _mean_square(module.bias, "biases", name)
+    return [Dense(weight_var, bias)], module.out_features
+
+
+def _read_batch_norm(module: nn.BatchNorm1d, name: str, where: str,
+                     width: int | None) -> tuple[list[Layer], int | None]:
+    _need(name, module.num_features, width)
+    if not _at_identity(module):
+        raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity; a description's "
+                         "batch norm has none (read the network at initialisation)")
+    if not module.training and module.track_running_stats:
+        raise ValueError(f"cannot read {name}: in eval mode it normalises by its per-neuron running statistics, "
+                         "which a description does not hold; call .train() to read it as train-mode batch norm, "
+                         "or write BatchNorm(mode='eval') (population statistics) yourself")
+    return [BatchNorm(module.eps)], width
+
+
+def _read_layer_norm(module: nn.LayerNorm, name: str, where: str,
+                     width: int | None) -> tuple[list[Layer], int | None]:
+    if len(module.normalized_shape) != 1:
+        raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
+                         "description's LayerNorm normalises over the one feature axis")
+    _need(name, module.normalized_shape[0], width)
+    if not _at_identity(module):
+        raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity")
+    return [LayerNorm(module.eps)], width
+
+
+def _read_activation(module: nn.Module, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
     try:
-        return Activation(spell(module))
+        return [Activation(_ACTIVATIONS[type(module)](module))], width
     except ValueError as error:  # a parameter bnsym's phi does not take (softplus beta <= 0, a clipped hardtanh)
         raise ValueError(f"cannot read {name}: {error}") from None
+
+
+def _read_residual(module: ResidualBlock, name: str, where: str,
+                   width: int | None) -> tuple[list[Layer], int | None]:
+    branch, after = _read(module.branch, _inside(where, "branch"), width)
+    if width is not None and after != width:
+        raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
+                         "branch(x) needs equal widths")
+    return [Residual(branch, module.alpha)], width
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How :func:`from_torch` reads a layer kind: ``accepts(module)`` says whether a torch module is one, and
+    ``read(module, name, path, width)`` gives its layers and the width after them (ValueError naming it otherwise)."""
+
+    accepts: Callable[[nn.Module], bool]
+    read: Callable[[nn.Module, str, str, int | None], tuple[list[Layer], int | None]]
+
+
+#: The torch reader of each layer kind (a torch module is read by the first that accepts it).
+READERS: dict[type, Reader] = {
+    Dense: Reader(lambda m: _plain(m, nn.Linear), _read_linear),
+    BatchNorm: Reader(lambda m: _plain(m, nn.BatchNorm1d), _read_batch_norm),
+    LayerNorm: Reader(lambda m: _plain(m, nn.LayerNorm), _read_layer_norm),
+    Activation: Reader(lambda m: type(m) in _ACTIVATIONS, _read_activation),
+    Residual: Reader(lambda m: _plain(m, ResidualBlock), _read_residual),
+}
+
+#: Layer kinds that no torch module is read as, each with the reason.
+NOT_READABLE: dict[type, str] = {}
+
+
+def _inside(where: str, child: str) -> str:
+    """The path of ``child`` of the module at path ``where`` ("" the model itself)."""
+    return f"{where}.{child}" if where else child
 
 
 def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[Layer], int | None]:
@@ -369,56 +470,16 @@ def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[
                          "description is read from their values (the weight and bias variances; a norm layer's "
                          "affine map at the identity); materialise the model first (module.to_empty(device='cpu') "
                          "and initialise it)")
-
-    def need(features: int) -> None:
-        if width is not None and features != width:
-            raise ValueError(f"cannot read {name}: it takes {features} features but receives {width}")
-
-    def inside(child: str) -> str:
-        return f"{where}.{child}" if where else child
-
     if _plain(module, nn.Sequential):
         layers = []
         for child, inner in module.named_children():
-            read, width = _read(inner, inside(child), width)
+            read, width = _read(inner, _inside(where, child), width)
             layers.extend(read)
         return layers, width
-    if _plain(module, nn.Linear):
-        need(module.in_features)
-        weight_var = module.in_features * _mean_square(module.weight, "weights", name)
-        if not np.isfinite(weight_var) or weight_var == 0.0:
-            raise ValueError(f"cannot read {name}: its weight variance n_in mean(w^2) is {weight_var:.3g}, where a "
-                             "description needs a finite variance > 0 (a zero one cuts the network)")
-        bias = 0.0 if module.bias is None else _mean_square(module.bias, "biases", name)
-        return [Dense(weight_var, bias)], module.out_features
-    if _plain(module, nn.BatchNorm1d):
-        need(module.num_features)
-        if not _at_identity(module):
-            raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity; a description's "
-                             "batch norm has none (read the network at initialisation)")
-        if not module.training and module.track_running_stats:
-            raise ValueError(f"cannot read {name}: in eval mode it normalises by its per-neuron running statistics, "
-                             "which a description does not hold; call .train() to read it as train-mode batch norm, "
-                             "or write BatchNorm(mode='eval') (population statistics) yourself")
-        return [BatchNorm(module.eps)], width
-    if _plain(module, nn.LayerNorm):
-        if len(module.normalized_shape) != 1:
-            raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
-                             "description's LayerNorm normalises over the one feature axis")
-        need(module.normalized_shape[0])
-        if not _at_identity(module):
-            raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity")
-        return [LayerNorm(module.eps)], width
-    if _plain(module, ResidualBlock):
-        branch, after = _read(module.branch, inside("branch"), width)
-        if width is not None and after != width:
-            raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
-                             "branch(x) needs equal widths")
-        return [Residual(branch, module.alpha)], width
-    activation = _read_activation(module, name)
-    if activation is None:
-        raise ValueError(f"cannot read {name}: {_unreadable(module)}")
-    return [activation], width
+    for reader in READERS.values():
+        if reader.accepts(module):
+            return reader.read(module, name, where, width)
+    raise ValueError(f"cannot read {name}: {_unreadable(module)}")
 
 
 def from_torch(module: object) -> Serial:
