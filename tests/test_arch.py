@@ -400,7 +400,8 @@ def test_cli_text_and_errors(capsys):
 
 def test_cli_help_documents_the_grammar(capsys):
     status, out, _ = _run(capsys, ["arch", "--help"])
-    assert status == 0 and "res([alpha=A,]LAYERS)" in out and "dense,bn,relu*20" in out
+    assert status == 0 and "dense,bn,relu*20" in out
+    assert "res([alpha=A,][skip=LAYER,]LAYERS)" in out and "init=gaussian|orthogonal|looks_linear" in out
 
 
 def test_extrapolation_needs_three_widths_and_a_finite_gradient():

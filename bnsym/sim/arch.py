@@ -35,62 +35,100 @@ from .networks import batch_norm, chunk_budget, inputs_with_gram
 
 
 class ResidualBlock(nn.Module):
-    """x + alpha * branch(x): the residual block :func:`from_torch` reads (``branch`` any readable module). Write a
-    residual x + f(x) of your model as ``ResidualBlock(f)``, or subclass it keeping its forward: from_torch never runs
-    a model's own forward, so this class is how it knows that a module is a residual."""
+    """skip(x) + alpha * branch(x): the residual block :func:`from_torch` reads (``branch`` and ``skip`` any readable
+    modules; ``skip=None`` the identity). Write a residual x + f(x) of your model as ``ResidualBlock(f)``, or subclass
+    it keeping its forward: from_torch never runs a model's own forward, so this class is how it knows that a module
+    is a residual."""
 
-    def __init__(self, branch: torch.nn.Module, alpha: float = 1.0):
+    def __init__(self, branch: torch.nn.Module, alpha: float = 1.0, skip: torch.nn.Module | None = None):
         super().__init__()
-        self.branch, self.alpha = branch, float(alpha)
+        self.branch, self.alpha, self.skip = branch, float(alpha), skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x + alpha branch(x)."""
-        return x + self.alpha * self.branch(x)
+        """skip(x) + alpha branch(x)."""
+        return (x if self.skip is None else self.skip(x)) + self.alpha * self.branch(x)
+
+
+def haar_frames(networks: int, n_out: int, n_in: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> torch.Tensor:
+    """(networks, n_out, n_in) Haar-random matrices with orthonormal columns (n_out >= n_in) or rows: QR of
+    Gaussian matrices with the sign fix (R's diagonal made positive)."""
+    tall = torch.randn(networks, max(n_out, n_in), min(n_out, n_in), generator=gen, device=device, dtype=dtype)
+    q, r = torch.linalg.qr(tall)
+    q = q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
+    return q if n_out >= n_in else q.mT
+
+
+def _mirrored(pairs: torch.Tensor, axis: int) -> torch.Tensor:
+    """(p, -p) interleaved along the negative ``axis``: entries 2i and 2i + 1 are p_i and -p_i."""
+    return torch.stack([pairs, -pairs], dim=axis).flatten(axis - 1, axis)
 
 
 class DenseLayer(nn.Module):
-    """sqrt(weight_var / n_in) x W^T + sqrt(bias_var) b for M networks: W (M, n_out, n_in), b (M, n_out) standard
-    normal."""
+    """sqrt(weight_var / n_in) x W^T + sqrt(bias_var) b for M networks: W (M, n_out, n_in) and b (M, n_out) with
+    entries of variance 1 as the layer's ``init`` says (:class:`~bnsym.core.layers.Dense`)."""
 
     def __init__(self, layer: Dense, n_in: int, n_out: int, networks: int, gen: torch.Generator,
                  device: torch.device, dtype: torch.dtype):
         super().__init__()
         self.scale, self.bias_scale = math.sqrt(layer.weight_var / n_in), math.sqrt(layer.bias_var)
-        self.weight = nn.Parameter(torch.randn(networks, n_out, n_in, generator=gen, device=device, dtype=dtype))
-        self.bias = nn.Parameter(torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype))
+        if layer.init == "gaussian":
+            weight = torch.randn(networks, n_out, n_in, generator=gen, device=device, dtype=dtype)
+            bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
+        elif layer.init == "orthogonal":
+            weight = math.sqrt(max(n_out, n_in)) * haar_frames(networks, n_out, n_in, gen, device, dtype)
+            bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
+        else:
+            if n_in % 2 or n_out % 2:
+                raise ValueError(f"Dense init='looks_linear' pairs neurons: it needs even widths, got {n_in} -> "
+                                 f"{n_out}")
+            base = math.sqrt(max(n_out, n_in) / 2) * haar_frames(networks, n_out // 2, n_in // 2, gen, device, dtype)
+            weight = _mirrored(_mirrored(base, -1), -2)
+            bias = _mirrored(torch.randn(networks, 1, n_out // 2, generator=gen, device=device, dtype=dtype), -1)
+        self.weight, self.bias = nn.Parameter(weight), nn.Parameter(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * torch.matmul(x, self.weight.mT) + self.bias_scale * self.bias
 
 
 class BatchNormLayer(nn.Module):
-    """Train mode: batch norm over the batch axis per neuron (:func:`bnsym.sim.networks.batch_norm`); with eps = 0 a
-    neuron constant over the batch maps to 0 (its 0/0). Eval mode: (x - m) / sqrt(v + eps) with m, v the mean and
-    variance of all n x B entries of each network's input, constants for autograd."""
+    """statistics "batch" (mode train): batch norm over the batch axis per neuron (:func:`bnsym.sim.networks.
+    batch_norm`, uncentred with centre=False); with eps = 0 a neuron constant over the batch maps to 0 (its 0/0).
+    "population" (mode eval): (x - m) / sqrt(v + eps) with m, v the mean and variance of all n x B entries of each
+    network's input (m = 0 uncentred), constants for autograd: the description's population statistics, not a
+    trained network's per-neuron reference ones. Then scale y + shift where the layer has an affine map."""
 
     def __init__(self, layer: BatchNorm):
         super().__init__()
         self.eps, self.train_mode = layer.eps, layer.mode == "train"
+        self.centre, self.affine = layer.centre, layer.affine
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self._normalised(x)
+        return out if self.affine is None else self.affine[0] * out + self.affine[1]
+
+    def _normalised(self, x: torch.Tensor) -> torch.Tensor:
         if self.train_mode:
-            out = batch_norm(x, self.eps, dim=-2)
+            out = batch_norm(x, self.eps, dim=-2, centre=self.centre)
             return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
         with torch.no_grad():
-            mean = x.mean((-2, -1), keepdim=True)
-            variance = x.var((-2, -1), keepdim=True, unbiased=False)
+            if self.centre:
+                mean, variance = x.mean((-2, -1), keepdim=True), x.var((-2, -1), keepdim=True, unbiased=False)
+            else:
+                mean, variance = 0.0, x.square().mean((-2, -1), keepdim=True)
         return (x - mean) / torch.sqrt(variance + self.eps)
 
 
 class LayerNormLayer(nn.Module):
-    """Layer norm over the features, population variance, no affine map; a zero variance with eps = 0 maps to 0."""
+    """Layer norm over the features, population variance, no affine map (uncentred with centre=False: x / sqrt(mean
+    x^2 + eps)); a zero variance with eps = 0 maps to 0."""
 
     def __init__(self, layer: LayerNorm):
         super().__init__()
-        self.eps = layer.eps
+        self.eps, self.centre = layer.eps, layer.centre
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.layer_norm(x, x.shape[-1:], eps=self.eps)
+        out = F.layer_norm(x, x.shape[-1:], eps=self.eps) if self.centre else batch_norm(x, self.eps, centre=False)
         return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
 
 
@@ -170,11 +208,13 @@ def _chain(layers: Serial, n_in: int, width: int, networks: int, gen: torch.Gene
 @twin_module.register
 def _residual(layer: Residual, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
               dtype: torch.dtype) -> tuple[nn.Module, int]:
+    skip, n_skip = _chain(layer.skip, n_in, width, networks, gen, device, dtype)
     branch, n_out = _chain(layer.branch, n_in, width, networks, gen, device, dtype)
-    if n_out != n_in:
-        raise ValueError(f"the residual branch {describe(layer)} maps {n_in} features to {n_out}: x + alpha branch(x) "
-                         "needs equal widths")
-    return ResidualBlock(nn.Sequential(*branch), layer.alpha), n_in
+    if n_out != n_skip:
+        skipped = f" and its skip to {n_skip}" if skip else ""
+        raise ValueError(f"the residual branch {describe(layer)} maps {n_in} features to {n_out}{skipped}: "
+                         "skip(x) + alpha branch(x) needs equal widths")
+    return ResidualBlock(nn.Sequential(*branch), layer.alpha, nn.Sequential(*skip) if skip else None), n_out
 
 
 def _check_size(value: object, name: str) -> int:
@@ -428,10 +468,11 @@ def _read_activation(module: nn.Module, name: str, where: str, width: int | None
 def _read_residual(module: ResidualBlock, name: str, where: str,
                    width: int | None) -> tuple[list[Layer], int | None]:
     branch, after = _read(module.branch, _inside(where, "branch"), width)
-    if width is not None and after != width:
-        raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
-                         "branch(x) needs equal widths")
-    return [Residual(branch, module.alpha)], width
+    skip, skipped = ([], width) if module.skip is None else _read(module.skip, _inside(where, "skip"), width)
+    if after != skipped and None not in (after, skipped):
+        raise ValueError(f"cannot read {name}: its branch maps {width} features to {after} and its skip to "
+                         f"{skipped}, and skip(x) + alpha branch(x) needs equal widths")
+    return [Residual(branch, module.alpha, skip)], after if skipped is None else skipped
 
 
 @dataclass(frozen=True)
