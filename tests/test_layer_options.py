@@ -1,7 +1,7 @@
 """The options of the layer descriptions (issue 42, item 2), each defaulting to the old meaning: Dense ``init``
 (gaussian | orthogonal | looks_linear), BatchNorm ``centre``, ``affine`` and ``statistics`` (= ``mode``), LayerNorm
-``centre`` and Residual ``skip``. Spec strings round-trip; the twin implements every option; the theory maps those
-with an infinite-width limit and refuses the others with a ValueError naming the field.
+``centre`` and ``affine``, and Residual ``skip``. Spec strings round-trip; the twin implements every option; the
+theory maps those with an infinite-width limit and refuses the others with a ValueError naming the field.
 
 Theory against the twin: M networks per width at widths 64, 128 and 256 (``extrapolated_signal_propagation``:
 each per-layer statistic's mean over the networks, its SE std / sqrt(M), fitted as a + b / width by weighted least
@@ -34,6 +34,7 @@ CASES = {
     "centred population BN": "dense,relu,bn(statistics=population,eps=0.1),tanh",
     "batch BN with affine": "dense,bn(eps=0.01,scale=1.5,shift=-0.2),relu,dense",
     "uncentred LayerNorm": "dense,relu,ln(centre=false),dense,tanh",
+    "LayerNorm with affine": "dense,relu,ln(eps=0.01,scale=-2,shift=0.5),tanh,dense",
     "Residual with a Dense skip": "dense,res(alpha=0.5,skip=dense(0.8),bn,relu,dense),tanh",
 }
 COMPARED = sum(len(MEASURED) * len(parse_architecture(spec)) for spec in CASES.values())
@@ -42,7 +43,7 @@ K = mc_tolerance(NETWORKS, COMPARED)
 
 @pytest.mark.parametrize("spec", [
     "dense(2,0.1,init=orthogonal)", "dense(init=looks_linear)", "bn(eps=0.001,mode=eval,centre=false,scale=0.5,"
-    "shift=0.1)", "bn(scale=0,shift=0)", "ln(centre=false)", "ln(eps=0.1,centre=false)",
+    "shift=0.1)", "bn(scale=0,shift=0)", "ln(centre=false)", "ln(eps=0.1,centre=false)", "ln(scale=-2,shift=0.5)",
     "res(alpha=0.5,skip=dense(2,0),bn,relu,dense)", "res(skip=(dense,bn),relu,dense)"])
 def test_options_round_trip(spec):
     (layer,) = parse_architecture(spec).layers

@@ -142,10 +142,11 @@ def refused_field(layer: object) -> str | None:
     if isinstance(layer, BatchNorm) and layer.statistics == "batch" and not layer.centre:
         return ("BatchNorm centre=False with statistics='batch' (x / sqrt(mean x^2 + eps) over the batch) has no "
                 "map in bnsym.arch: its per-neuron op is not derived here; centre=True, or statistics='population'")
-    if isinstance(layer, BatchNorm) and layer.affine is not None and layer.affine[0] == 0 and layer.affine[1] != 0:
-        return (f"BatchNorm affine={layer.affine}: a zero scale with a shift makes every neuron the constant "
-                f"{layer.affine[1]:g}, which the theory's affine map (x - shift) / scale does not hold; a zero scale "
-                "needs a zero shift")
+    if isinstance(layer, (BatchNorm, LayerNorm)) and layer.affine is not None and layer.affine[0] == 0 \
+            and layer.affine[1] != 0:
+        return (f"{type(layer).__name__} affine={layer.affine}: a zero scale with a shift makes every neuron the "
+                f"constant {layer.affine[1]:g}, which the theory's affine map (x - shift) / scale does not hold; a "
+                "zero scale needs a zero shift")
     return None
 
 
@@ -202,7 +203,8 @@ def _layer_norm(layer: LayerNorm, graph: Graph, x: Node, sizes: tuple[int, ...] 
     diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
     shift = mean if layer.centre else np.zeros_like(mean)
     shift, variance = np.broadcast_arrays(shift, diagonal - shift**2)
-    return _normalised(graph, x, shift, variance, layer.eps, layer.centre or x.zero_mean), None
+    return _scaled(graph, _normalised(graph, x, shift, variance, layer.eps, layer.centre or x.zero_mean),
+                   layer.affine), None
 
 
 @theory_map.register

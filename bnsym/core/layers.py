@@ -201,27 +201,31 @@ class BatchNorm:
                    _affine_from_spec(values), values.get("statistics"))
 
 
-@layer_kind("ln", ("eps", "centre"), "layer norm over the features of each example, no affine map",
-            "ln(eps=0.001,centre=false)")
+@layer_kind("ln", ("eps", "centre", "scale", "shift"), "layer norm over the features of each example",
+            "ln(eps=0.001,centre=false,scale=2,shift=0.5)")
 @dataclass(frozen=True)
 class LayerNorm:
-    """Layer norm over the features of each example, population variance, no affine map; ``centre=False`` leaves
-    out the mean (x / sqrt(mean x^2 + eps) over the features: Philipp et al.'s layer norm without centring, the
-    RMS norm)."""
+    """Layer norm over the features of each example, population variance: y = scale (x - m) / sqrt(v + eps) +
+    shift; ``centre=False`` leaves out the mean (x / sqrt(mean x^2 + eps) over the features: Philipp et al.'s layer
+    norm without centring, the RMS norm); ``affine`` None (none) or constants (scale, shift) as for
+    :class:`BatchNorm`."""
 
     eps: float = 0.0
     centre: bool = True
+    affine: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eps", check_eps(self.eps))
         object.__setattr__(self, "centre", check_flag(self.centre, "LayerNorm centre"))
+        object.__setattr__(self, "affine", _affine(self.affine))
 
     def spec_options(self) -> list[str]:
-        return ([f"eps={self.eps:g}"] if self.eps else []) + ([] if self.centre else ["centre=false"])
+        return (([f"eps={self.eps:g}"] if self.eps else []) + ([] if self.centre else ["centre=false"])
+                + _affine_options(self.affine))
 
     @classmethod
     def from_spec(cls, values: dict[str, str]) -> LayerNorm:
-        return cls(_option_number(values, "eps", 0.0), _option_flag(values, "centre"))
+        return cls(_option_number(values, "eps", 0.0), _option_flag(values, "centre"), _affine_from_spec(values))
 
 
 @layer_kind("PHI", (), "phi coordinatewise, spelled as for `bnsym predict --phi`", "tanh(gamma=0.5)")

@@ -10,12 +10,19 @@ features, activations by their torch form. Tensors are (M, B, n): networks, batc
 :func:`simulate_signal_propagation` measures, for M networks, each top-level layer's Gram x x^T / n and the
 gradient statistic S^l (the sum over examples a of the squared norm of df(x_a)/dx^l) by autograd, one backward pass
 per example a, f = v . x_out / sqrt(n) with v standard normal. :func:`from_torch` reads a user's ``nn.Sequential``
-(nn.Linear, nn.BatchNorm1d, nn.LayerNorm, activations and :class:`ResidualBlock`) into a description.
+(nn.Linear, nn.BatchNorm1d, nn.LayerNorm, activations, :class:`ResidualBlock` and modules whose forward is
+``return x + self.f(x)``) into a description.
+
+Each layer kind has its twin module (:func:`twin_module`) and its torch reader (``READERS``, or a reason in
+``NOT_READABLE``), keyed by kind (``tests/test_layer_kinds.py`` holds every kind complete).
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Callable
@@ -120,16 +127,17 @@ class BatchNormLayer(nn.Module):
 
 
 class LayerNormLayer(nn.Module):
-    """Layer norm over the features, population variance, no affine map (uncentred with centre=False: x / sqrt(mean
-    x^2 + eps)); a zero variance with eps = 0 maps to 0."""
+    """Layer norm over the features, population variance (uncentred with centre=False: x / sqrt(mean x^2 + eps)); a
+    zero variance with eps = 0 maps to 0; then scale y + shift where the layer has an affine map."""
 
     def __init__(self, layer: LayerNorm):
         super().__init__()
-        self.eps, self.centre = layer.eps, layer.centre
+        self.eps, self.centre, self.affine = layer.eps, layer.centre, layer.affine
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.layer_norm(x, x.shape[-1:], eps=self.eps) if self.centre else batch_norm(x, self.eps, centre=False)
-        return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+        out = torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+        return out if self.affine is None else self.affine[0] * out + self.affine[1]
 
 
 class ActivationLayer(nn.Module):
@@ -371,13 +379,26 @@ _ACTIVATIONS = {nn.ReLU: lambda m: "relu", nn.Tanh: lambda m: "tanh", nn.Identit
                 nn.ELU: lambda m: f"elu(alpha={float(m.alpha)!r})", nn.Softplus: _softplus,
                 nn.Mish: lambda m: "mish", nn.Hardtanh: _hardtanh}
 _READABLE = ("nn.Sequential (nested), nn.Linear, nn.BatchNorm1d, nn.LayerNorm, "
-             + ", ".join(f"nn.{kind.__name__}" for kind in _ACTIVATIONS) + " and bnsym.sim.arch.ResidualBlock")
+             + ", ".join(f"nn.{kind.__name__}" for kind in _ACTIVATIONS) + ", bnsym.sim.arch.ResidualBlock and a "
+             "module whose forward is `return x + self.f(x)`")
 
 
-def _at_identity(module: torch.nn.Module) -> bool:
-    """Whether a norm layer's affine map (if any) is the identity: weight 1 and bias 0."""
-    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
-    return (weight is None or bool(torch.all(weight == 1))) and (bias is None or bool(torch.all(bias == 0)))
+def _affine_of(module: torch.nn.Module, name: str) -> tuple[float, float] | None:
+    """A norm layer's elementwise affine map as the description's (scale, shift): None where it has none or it is
+    the identity (weight 1, bias 0); ValueError where the weight or the bias differs between neurons."""
+    parts = []
+    for what, default in (("weight", 1.0), ("bias", 0.0)):
+        values = getattr(module, what, None)
+        values = None if values is None else values.detach().double().flatten()
+        if values is not None and not bool(torch.isfinite(values).all()):
+            raise ValueError(f"cannot read {name}: its affine {what} holds NaN or inf")
+        if values is not None and bool(torch.any(values != values[0])):
+            raise ValueError(f"cannot read {name}: its affine {what} differs between neurons (from "
+                             f"{float(values.min()):.4g} to {float(values.max()):.4g}); a description's affine map is "
+                             "one (scale, shift) for every neuron, as at initialisation, and neurons with their own "
+                             "scales are no longer exchangeable, which the infinite-width theory assumes")
+        parts.append(default if values is None else float(values[0]))
+    return None if tuple(parts) == (1.0, 0.0) else (parts[0], parts[1])
 
 
 _STRUCTURES = (nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm)  # with ResidualBlock: read by _read
@@ -398,7 +419,73 @@ def _unreadable(module: torch.nn.Module) -> str:
             return (f"it subclasses {kind.__name__} and overrides its forward, so it may compute something else; "
                     f"use {kind.__name__} itself")
     return (f"from_torch reads {_READABLE}, and never runs a model's own forward (a custom module's may compute "
-            "anything); write it as an nn.Sequential, a residual x + alpha f(x) as ResidualBlock(f, alpha)")
+            "anything); write it as an nn.Sequential, a residual x + alpha f(x) as ResidualBlock(f, alpha) or as a "
+            "module whose forward is the one line `return x + self.f(x)` (or x + alpha * self.f(x), alpha a number "
+            "or a float attribute; f any child module)")
+
+
+def _call_of_child(node: ast.expr, me: str, x: str, module: nn.Module) -> str | None:
+    """The child's name if ``node`` is ``me.child(x)`` for a child module of ``module``."""
+    if (isinstance(node, ast.Call) and not node.keywords and len(node.args) == 1
+            and isinstance(node.args[0], ast.Name) and node.args[0].id == x
+            and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == me and node.func.attr in module._modules):
+        return node.func.attr
+    return None
+
+
+def _coefficient(node: ast.expr, me: str, module: nn.Module) -> float | None:
+    """The number ``node`` is: a literal, or ``me.name`` with a float or int attribute of ``module``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == me:
+        value = getattr(module, node.attr, None)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return None
+
+
+def _branch(node: ast.expr, me: str, x: str, module: nn.Module) -> tuple[str, float] | None:
+    """(child, alpha) if ``node`` is ``me.child(x)``, or that times a coefficient (either side)."""
+    child = _call_of_child(node, me, x, module)
+    if child is not None:
+        return child, 1.0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for call, weight in ((node.left, node.right), (node.right, node.left)):
+            child, alpha = _call_of_child(call, me, x, module), _coefficient(weight, me, module)
+            if child is not None and alpha is not None:
+                return child, alpha
+    return None
+
+
+def residual_pattern(module: nn.Module) -> tuple[str, float] | None:
+    """(child, alpha) if ``module``'s forward is the documented residual pattern, read from its source (never run):
+    ``def forward(self, x): return x + self.f(x)``, the sum either way round, the branch optionally times alpha (a
+    number, or an int or float attribute of the module); a docstring may precede the return. None otherwise (or
+    where the source is not available, e.g. a class defined in an interactive session)."""
+    forward = type(module).forward
+    if forward is nn.Module.forward:
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    function = tree.body[0] if tree.body else None
+    if not isinstance(function, ast.FunctionDef) or len(function.args.args) != 2 or function.args.vararg \
+            or function.args.kwarg or function.args.kwonlyargs:
+        return None
+    body = [line for line in function.body
+            if not (isinstance(line, ast.Expr) and isinstance(line.value, ast.Constant))]
+    me, x = (argument.arg for argument in function.args.args)
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.BinOp) \
+            or not isinstance(body[0].value.op, ast.Add):
+        return None
+    total = body[0].value
+    for skip, rest in ((total.left, total.right), (total.right, total.left)):
+        if isinstance(skip, ast.Name) and skip.id == x:
+            found = _branch(rest, me, x, module)
+            if found is not None:
+                return found
+    return None
 
 
 def _mean_square(values: torch.Tensor, what: str, name: str) -> float:
@@ -437,14 +524,12 @@ def _read_linear(module: nn.Linear, name: str, where: str, width: int | None) ->
 def _read_batch_norm(module: nn.BatchNorm1d, name: str, where: str,
                      width: int | None) -> tuple[list[Layer], int | None]:
     _need(name, module.num_features, width)
-    if not _at_identity(module):
-        raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity; a description's "
-                         "batch norm has none (read the network at initialisation)")
+    affine = _affine_of(module, name)
     if not module.training and module.track_running_stats:
         raise ValueError(f"cannot read {name}: in eval mode it normalises by its per-neuron running statistics, "
                          "which a description does not hold; call .train() to read it as train-mode batch norm, "
                          "or write BatchNorm(mode='eval') (population statistics) yourself")
-    return [BatchNorm(module.eps)], width
+    return [BatchNorm(module.eps, affine=affine)], width
 
 
 def _read_layer_norm(module: nn.LayerNorm, name: str, where: str,
@@ -453,9 +538,7 @@ def _read_layer_norm(module: nn.LayerNorm, name: str, where: str,
         raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
                          "description's LayerNorm normalises over the one feature axis")
     _need(name, module.normalized_shape[0], width)
-    if not _at_identity(module):
-        raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity")
-    return [LayerNorm(module.eps)], width
+    return [LayerNorm(module.eps, affine=_affine_of(module, name))], width
 
 
 def _read_activation(module: nn.Module, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
@@ -465,8 +548,15 @@ def _read_activation(module: nn.Module, name: str, where: str, width: int | None
         raise ValueError(f"cannot read {name}: {error}") from None
 
 
-def _read_residual(module: ResidualBlock, name: str, where: str,
-                   width: int | None) -> tuple[list[Layer], int | None]:
+def _read_residual(module: nn.Module, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
+    """A ResidualBlock, or a module following the pattern x + alpha * self.f(x) (:func:`residual_pattern`)."""
+    if not _plain(module, ResidualBlock):
+        child, alpha = residual_pattern(module)
+        branch, after = _read(getattr(module, child), _inside(where, child), width)
+        if width is not None and after != width:
+            raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
+                             "f(x) needs equal widths")
+        return [Residual(branch, alpha)], after
     branch, after = _read(module.branch, _inside(where, "branch"), width)
     skip, skipped = ([], width) if module.skip is None else _read(module.skip, _inside(where, "skip"), width)
     if after != skipped and None not in (after, skipped):
@@ -490,7 +580,7 @@ READERS: dict[type, Reader] = {
     BatchNorm: Reader(lambda m: _plain(m, nn.BatchNorm1d), _read_batch_norm),
     LayerNorm: Reader(lambda m: _plain(m, nn.LayerNorm), _read_layer_norm),
     Activation: Reader(lambda m: type(m) in _ACTIVATIONS, _read_activation),
-    Residual: Reader(lambda m: _plain(m, ResidualBlock), _read_residual),
+    Residual: Reader(lambda m: _plain(m, ResidualBlock) or residual_pattern(m) is not None, _read_residual),
 }
 
 #: Layer kinds that no torch module is read as, each with the reason.
@@ -527,14 +617,28 @@ def from_torch(module: object) -> Serial:
     """The description of a torch model: an ``nn.Sequential`` (nested ones too; or one module) of nn.Linear
     (weight_var = n_in times the mean square of its weights, bias_var = the mean square of its bias: the variances
     of the law its parameters were drawn from, estimated from them), nn.BatchNorm1d in train mode (any eps; or in
-    eval mode without running statistics) and nn.LayerNorm, each with no affine map or an identity one (weight 1,
-    bias 0, as initialised), the activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid, nn.GELU
-    (approximate 'none' or 'tanh'), nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default threshold),
-    nn.Mish, nn.Hardtanh (clipping to [-1, 1]) and nn.Identity, and :class:`ResidualBlock` for x + alpha f(x).
+    eval mode without running statistics) and nn.LayerNorm, each with no affine map or one whose weight and bias are
+    each the same for every neuron (the description's ``affine``; none at the identity, as initialised), the
+    activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid, nn.GELU (approximate 'none' or 'tanh'),
+    nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default threshold), nn.Mish, nn.Hardtanh (clipping to
+    [-1, 1]) and nn.Identity, and residuals skip(x) + alpha f(x).
 
-    A model's own forward is never run: a residual written as a custom module is read only through
-    :class:`ResidualBlock` (``ResidualBlock(f, alpha)``, or a subclass that keeps its forward). ValueError naming
-    the path of any module it cannot read (as ``named_modules`` spells it, e.g. ``layers.3.act``), and why."""
+    A model's own forward is never run. A residual is read from :class:`ResidualBlock` (``ResidualBlock(f, alpha,
+    skip)``, or a subclass that keeps its forward) or from a small module of the documented pattern, read from its
+    source (:func:`residual_pattern`)::
+
+        class Block(nn.Module):
+            def __init__(self, f, alpha=1.0):
+                super().__init__()
+                self.f, self.alpha = f, alpha
+
+            def forward(self, x):
+                return x + self.alpha * self.f(x)   # or x + self.f(x), self.f(x) + x, x + 0.5 * self.f(x)
+
+    ValueError naming the path of any module it cannot read (as ``named_modules`` spells it, e.g. ``layers.3.act``;
+    "the model" for the module passed), and why: an nn.ModuleList or custom module, a norm layer whose affine map
+    differs between neurons (each neuron its own scale: no longer exchangeable), an eval-mode BatchNorm1d with
+    running statistics."""
     if not isinstance(module, nn.Module):
         raise ValueError(f"from_torch reads a torch nn.Module, got {type(module).__name__}")
     layers, _ = _read(module, "", None)
