@@ -128,13 +128,14 @@ def test_unreadable_modules_are_named_by_their_path(name):
 
 
 def test_norm_layers_with_one_affine_map_for_every_neuron():
-    """BatchNorm1d (train mode, any eps) and LayerNorm with a weight and bias constant across the neurons read as
+    """BatchNorm1d (train mode, any eps), LayerNorm and RMSNorm with a weight and bias constant across neurons read as
     the description's affine (scale, shift); at the identity (as initialised) as none."""
     model = nn.Sequential(nn.Linear(4, 4), _with_affine(nn.BatchNorm1d(4, eps=0.01), 0.5, 0.25), nn.Tanh(),
-                          _with_affine(nn.LayerNorm(4, eps=1e-3), -2.0, 0.0), nn.BatchNorm1d(4), nn.LayerNorm(4))
+                          _with_affine(nn.LayerNorm(4, eps=1e-3), -2.0, 0.0), nn.BatchNorm1d(4), nn.LayerNorm(4),
+                          nn.RMSNorm(4, eps=0.1), nn.RMSNorm(4, elementwise_affine=False).double())
     assert [describe(layer) for layer in from_torch(model)][1:] == [
         "bn(eps=0.01,scale=0.5,shift=0.25)", "tanh", "ln(eps=0.001,scale=-2,shift=0)", "bn(eps=1e-05)",
-        "ln(eps=1e-05)"]
+        "ln(eps=1e-05)", "ln(eps=0.1,centre=false)", f"ln(eps={torch.finfo(torch.float32).eps:g},centre=false)"]
 
 
 class _Plain(nn.Module):

@@ -378,7 +378,7 @@ _ACTIVATIONS = {nn.ReLU: lambda m: "relu", nn.Tanh: lambda m: "tanh", nn.Identit
                 nn.Sigmoid: lambda m: "sigmoid(x)", nn.GELU: _gelu, nn.SiLU: lambda m: "silu",
                 nn.ELU: lambda m: f"elu(alpha={float(m.alpha)!r})", nn.Softplus: _softplus,
                 nn.Mish: lambda m: "mish", nn.Hardtanh: _hardtanh}
-_READABLE = ("nn.Sequential (nested), nn.Linear, nn.BatchNorm1d, nn.LayerNorm, "
+_READABLE = ("nn.Sequential (nested), nn.Linear, nn.BatchNorm1d, nn.LayerNorm, nn.RMSNorm, "
              + ", ".join(f"nn.{kind.__name__}" for kind in _ACTIVATIONS) + ", bnsym.sim.arch.ResidualBlock and a "
              "module whose forward is `return x + self.f(x)`")
 
@@ -401,7 +401,7 @@ def _affine_of(module: torch.nn.Module, name: str) -> tuple[float, float] | None
     return None if tuple(parts) == (1.0, 0.0) else (parts[0], parts[1])
 
 
-_STRUCTURES = (nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm)  # with ResidualBlock: read by _read
+_STRUCTURES = (nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm, nn.RMSNorm)  # with ResidualBlock: read by _read
 
 
 def _plain(module: torch.nn.Module, kind: type) -> bool:
@@ -532,13 +532,20 @@ def _read_batch_norm(module: nn.BatchNorm1d, name: str, where: str,
     return [BatchNorm(module.eps, affine=affine)], width
 
 
-def _read_layer_norm(module: nn.LayerNorm, name: str, where: str,
+def _read_layer_norm(module: nn.LayerNorm | nn.RMSNorm, name: str, where: str,
                      width: int | None) -> tuple[list[Layer], int | None]:
+    """nn.LayerNorm, or nn.RMSNorm as the uncentred LayerNorm (its eps None: torch's machine epsilon of the
+    input's dtype, read as that of its weight, or of torch's default dtype without one)."""
     if len(module.normalized_shape) != 1:
         raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
                          "description's LayerNorm normalises over the one feature axis")
     _need(name, module.normalized_shape[0], width)
-    return [LayerNorm(module.eps, affine=_affine_of(module, name))], width
+    eps = module.eps
+    if eps is None:
+        weight = getattr(module, "weight", None)
+        eps = torch.finfo(torch.get_default_dtype() if weight is None else weight.dtype).eps
+    centre = not _plain(module, nn.RMSNorm)
+    return [LayerNorm(eps, centre, affine=_affine_of(module, name))], width
 
 
 def _read_activation(module: nn.Module, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
@@ -578,7 +585,7 @@ class Reader:
 READERS: dict[type, Reader] = {
     Dense: Reader(lambda m: _plain(m, nn.Linear), _read_linear),
     BatchNorm: Reader(lambda m: _plain(m, nn.BatchNorm1d), _read_batch_norm),
-    LayerNorm: Reader(lambda m: _plain(m, nn.LayerNorm), _read_layer_norm),
+    LayerNorm: Reader(lambda m: _plain(m, nn.LayerNorm) or _plain(m, nn.RMSNorm), _read_layer_norm),
     Activation: Reader(lambda m: type(m) in _ACTIVATIONS, _read_activation),
     Residual: Reader(lambda m: _plain(m, ResidualBlock) or residual_pattern(m) is not None, _read_residual),
 }
@@ -617,11 +624,11 @@ def from_torch(module: object) -> Serial:
     """The description of a torch model: an ``nn.Sequential`` (nested ones too; or one module) of nn.Linear
     (weight_var = n_in times the mean square of its weights, bias_var = the mean square of its bias: the variances
     of the law its parameters were drawn from, estimated from them), nn.BatchNorm1d in train mode (any eps; or in
-    eval mode without running statistics) and nn.LayerNorm, each with no affine map or one whose weight and bias are
-    each the same for every neuron (the description's ``affine``; none at the identity, as initialised), the
-    activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid, nn.GELU (approximate 'none' or 'tanh'),
-    nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default threshold), nn.Mish, nn.Hardtanh (clipping to
-    [-1, 1]) and nn.Identity, and residuals skip(x) + alpha f(x).
+    eval mode without running statistics), nn.LayerNorm and nn.RMSNorm (the uncentred LayerNorm), each with no
+    affine map or one whose weight and bias are each the same for every neuron (the description's ``affine``; none
+    at the identity, as initialised), the activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid,
+    nn.GELU (approximate 'none' or 'tanh'), nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default
+    threshold), nn.Mish, nn.Hardtanh (clipping to [-1, 1]) and nn.Identity, and residuals skip(x) + alpha f(x).
 
     A model's own forward is never run. A residual is read from :class:`ResidualBlock` (``ResidualBlock(f, alpha,
     skip)``, or a subclass that keeps its forward) or from a small module of the documented pattern, read from its
