@@ -339,7 +339,8 @@ BAD_INPUT = {
     "not a module": (lambda: from_torch("relu"), "nn.Module"),
     "eval-mode BatchNorm1d": (lambda: from_torch(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4).eval())),
                               "running statistics"),
-    "trained affine": (lambda: from_torch(nn.Sequential(nn.Linear(4, 4), _scaled_layer_norm())), "not the identity"),
+    "trained affine": (lambda: from_torch(nn.Sequential(nn.Linear(4, 4), _scaled_layer_norm())),
+                       "affine weight differs between neurons"),
     "linear width": (lambda: from_torch(nn.Sequential(nn.Linear(4, 8), nn.Linear(6, 2))), "receives 8"),
     "points": (lambda: arch.kernel([Dense()], SIGMA0, points=1000), "power of 2"),
     "twin width": (lambda: torch_network([Dense()], width=0), "width"),
@@ -354,9 +355,10 @@ BAD_INPUT = {
 
 
 def _scaled_layer_norm() -> nn.LayerNorm:
+    """A LayerNorm whose weight differs between neurons, as after training (a constant one reads as affine)."""
     norm = nn.LayerNorm(4)
     with torch.no_grad():
-        norm.weight.fill_(2.0)
+        norm.weight.copy_(torch.arange(1.0, 5.0))
     return norm
 
 
@@ -400,7 +402,8 @@ def test_cli_text_and_errors(capsys):
 
 def test_cli_help_documents_the_grammar(capsys):
     status, out, _ = _run(capsys, ["arch", "--help"])
-    assert status == 0 and "res([alpha=A,]LAYERS)" in out and "dense,bn,relu*20" in out
+    assert status == 0 and "dense,bn,relu*20" in out
+    assert "res([alpha=A,][skip=LAYER,]LAYERS)" in out and "init=gaussian|orthogonal|looks_linear" in out
 
 
 def test_extrapolation_needs_three_widths_and_a_finite_gradient():

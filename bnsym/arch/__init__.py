@@ -9,15 +9,20 @@ A network is a value (the layers of :mod:`bnsym.core.layers`, re-exported here):
 
 Conventions (a contract between this theory and the torch twin :func:`bnsym.sim.arch.torch_network`):
 
-* **Dense**: h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b, W and b standard normal; the first layer
-  must be a Dense, acting on the inputs (dimension d), whose Gram is Sigma0_ab = x_a . x_b / d. Every later Dense
-  maps width n to width n, n -> infinity.
-* **BatchNorm** ("train"): per neuron over the batch, biased variance, no affine map; with eps = 0 a neuron that is
-  constant over the batch maps to 0 (the eps -> 0+ limit), which happens with positive probability after a relu.
-  ("eval"): normalisation by population statistics, the mean and variance over the batch's examples and the
-  layer's neurons (in the limit, :func:`derive_eval_batch_norm`), constants for the gradient.
-* **LayerNorm**: per example over the features, population variance, no affine map.
-* **Residual(branch, alpha)**: x + alpha branch(x).
+* **Dense**: h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b, W and b standard normal (``init``
+  "gaussian"; "orthogonal" weights of the same entry variance have the same limit; "looks_linear" has none and is
+  refused); the first layer must be a Dense, acting on the inputs (dimension d), whose Gram is Sigma0_ab = x_a . x_b
+  / d. Every later Dense maps width n to width n, n -> infinity.
+* **BatchNorm** (statistics "batch", mode "train"): per neuron over the batch, biased variance; with eps = 0 a neuron
+  that is constant over the batch maps to 0 (the eps -> 0+ limit), which happens with positive probability after a
+  relu. (statistics "population", mode "eval"): normalisation by population statistics, the mean and variance over
+  the batch's examples and the layer's neurons (in the limit, :func:`derive_eval_batch_norm`), constants for the
+  gradient; ``centre=False`` leaves out the mean (refused with batch statistics: not derived here). ``affine``
+  (scale, shift): constants after the normalisation, not trained by :func:`ntk`.
+* **LayerNorm**: per example over the features, population variance, no affine map; ``centre=False`` leaves out the
+  mean.
+* **Residual(branch, alpha, skip)**: skip(x) + alpha branch(x), skip the identity or layers (a Dense projection
+  draws weights independent of the branch's).
 * The **kernel** after a layer is K_ab = lim E[x_a . x_b / n] over its output; the **gradient statistic** is
   S^l in the limit, the sum over the examples a of the squared Frobenius norm of df(x_a)/dx^l, f = v . x_out /
   sqrt(n), v standard normal, x^l the n x B output of top-level layer l.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import singledispatch
 
 import numpy as np
 
@@ -97,6 +98,8 @@ def check_inputs(net: object, Sigma0: object, gradient: bool,
         raise
     batch = sigma.shape[0]
     for layer in walk(network):
+        if refused_field(layer):
+            raise ValueError(refused_field(layer))
         if isinstance(layer, Activation):
             check_activation(layer.phi, batch if train else None, slope=gradient)
     return network, sigma
@@ -117,31 +120,102 @@ def _float64_range(sigma: np.ndarray):
                          f"{np.abs(sigma).max():.3g}): {str(error).splitlines()[0][:200]}") from None
 
 
-def _layer(graph: Graph, layer: Layer, x: Node, sizes: tuple[int, ...] | None = None) -> tuple[Node, Node | None]:
-    """The node after ``layer`` (and, for a residual block, its branch's output); ``sizes``: the batches that a
-    train-mode BatchNorm normalises separately (default one)."""
-    if isinstance(layer, Dense):
-        return graph.dense(x, layer.weight_var, layer.bias_var), None
-    if isinstance(layer, Activation):
-        return graph.apply(x, Elementwise(layer.phi)), None
-    if isinstance(layer, BatchNorm) and layer.mode == "train":
-        return graph.apply(x, TrainBN(layer.eps, sizes)), None
-    if isinstance(layer, (BatchNorm, LayerNorm)):
+#: Layer kinds without an infinite-width map, each with the reason (:func:`theory_map` refuses them with it).
+NO_LIMIT: dict[type, str] = {}
+
+
+@singledispatch
+def theory_map(layer: object, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, Node | None]:
+    """The node after ``layer`` (and, for a residual block, its branch's output) in the per-neuron graph;
+    ``sizes``: the batches that a train-mode BatchNorm normalises separately (None: one). One function per layer
+    kind (``theory_map.register``); a kind in :data:`NO_LIMIT` is refused with its reason."""
+    reason = NO_LIMIT.get(type(layer), "no infinite-width map is registered for it")
+    raise ValueError(f"the layer kind {type(layer).__name__} has no infinite-width limit in bnsym.arch: {reason}")
+
+
+def refused_field(layer: object) -> str | None:
+    """Why a field of ``layer`` has no infinite-width map here (the field named), or None."""
+    if isinstance(layer, Dense) and layer.init == "looks_linear":
+        return ("Dense init='looks_linear' has no infinite-width map in bnsym.arch: its neurons come in mirrored "
+                "pairs (h, -h), not independent ones, so the per-neuron law the theory propagates does not describe "
+                "them; use init='gaussian' or 'orthogonal' (the same limit)")
+    if isinstance(layer, BatchNorm) and layer.statistics == "batch" and not layer.centre:
+        return ("BatchNorm centre=False with statistics='batch' (x / sqrt(mean x^2 + eps) over the batch) has no "
+                "map in bnsym.arch: its per-neuron op is not derived here; centre=True, or statistics='population'")
+    if isinstance(layer, (BatchNorm, LayerNorm)) and layer.affine is not None and layer.affine[0] == 0 \
+            and layer.affine[1] != 0:
+        return (f"{type(layer).__name__} affine={layer.affine}: a zero scale with a shift makes every neuron the "
+                f"constant {layer.affine[1]:g}, which the theory's affine map (x - shift) / scale does not hold; a "
+                "zero scale needs a zero shift")
+    return None
+
+
+@theory_map.register
+def _dense(layer: Dense, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    """Gaussian and orthogonal weights of the same entry variance have the same limit (the kernel and the gradient's
+    second moment depend on the weights' variance only)."""
+    return graph.dense(x, layer.weight_var, layer.bias_var), None
+
+
+@theory_map.register
+def _activation(layer: Activation, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    return graph.apply(x, Elementwise(layer.phi)), None
+
+
+def _normalised(graph: Graph, x: Node, shift: np.ndarray, variance: np.ndarray, eps: float, centred: bool) -> Node:
+    """(x - shift) / sqrt(variance + eps) with constants per example; a zero variance with eps = 0 maps to 0
+    (eps -> 0+)."""
+    total = np.clip(variance, 0.0, None) + eps
+    scale = np.sqrt(np.where(total > 0, total, np.inf))
+    shift, scale = np.broadcast_arrays(shift, scale)
+    return graph.affine(x, shift.copy(), scale.copy(), centred)
+
+
+@theory_map.register
+def _batch_norm(layer: BatchNorm, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    """Train mode: the per-neuron op over the batch; eval mode: population statistics over the examples and
+    neurons (derive_eval_batch_norm)."""
+    if layer.statistics == "batch":
+        normed = graph.apply(x, TrainBN(layer.eps, sizes))
+    else:
         kernel, mean = x.kernel().value, x.mean().value
-        diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
-        if isinstance(layer, LayerNorm):  # each example over its features (derive_layer_norm)
-            shift, variance = np.broadcast_arrays(mean, diagonal - mean**2)
-        else:  # population statistics over the examples and neurons (derive_eval_batch_norm)
-            population = mean.mean(-1, keepdims=True)
-            shift, variance = np.broadcast_arrays(population, diagonal.mean(-1, keepdims=True) - population**2)
-        total = np.clip(variance, 0.0, None) + layer.eps
-        scale = np.sqrt(np.where(total > 0, total, np.inf))  # a zero variance with eps = 0 maps to 0 (eps -> 0+)
-        shift, scale = np.broadcast_arrays(shift, scale)
-        return graph.affine(x, shift.copy(), scale.copy(), isinstance(layer, LayerNorm) or x.zero_mean), None
-    branch = x
+        second = np.diagonal(kernel, axis1=-2, axis2=-1).mean(-1, keepdims=True)
+        population = mean.mean(-1, keepdims=True) if layer.centre else np.zeros_like(second)
+        shift, variance = np.broadcast_arrays(population, second - population**2)
+        normed = _normalised(graph, x, shift, variance, layer.eps, x.zero_mean)
+    return _scaled(graph, normed, layer.affine), None
+
+
+def _scaled(graph: Graph, x: Node, affine: tuple[float, float] | None) -> Node:
+    """scale x + shift, constants (no node for affine=None); a zero scale with a zero shift maps to 0."""
+    if affine is None:
+        return x
+    scale, shift = affine
+    inverse = np.full((1, graph.batch), np.inf if scale == 0 else 1 / scale)
+    return graph.affine(x, np.full((1, graph.batch), 0.0 if scale == 0 else -shift / scale), inverse,
+                        x.zero_mean and shift == 0)
+
+
+@theory_map.register
+def _layer_norm(layer: LayerNorm, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
+    """Each example over its features (derive_layer_norm)."""
+    kernel, mean = x.kernel().value, x.mean().value
+    diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
+    shift = mean if layer.centre else np.zeros_like(mean)
+    shift, variance = np.broadcast_arrays(shift, diagonal - shift**2)
+    return _scaled(graph, _normalised(graph, x, shift, variance, layer.eps, layer.centre or x.zero_mean),
+                   layer.affine), None
+
+
+@theory_map.register
+def _residual(layer: Residual, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, Node]:
+    """skip(x) + alpha branch(x): a Dense skip draws fresh weights, independent of the branch's."""
+    skip, branch = x, x
+    for inner in layer.skip:
+        skip = theory_map(inner, graph, skip, sizes)[0]
     for inner in layer.branch:
-        branch = _layer(graph, inner, branch, sizes)[0]
-    return graph.add(x, branch, layer.alpha), branch
+        branch = theory_map(inner, graph, branch, sizes)[0]
+    return graph.add(skip, branch, layer.alpha), branch
 
 
 def build(net: Serial, sigma0: np.ndarray, sampling: Sampling,
@@ -151,7 +225,7 @@ def build(net: Serial, sigma0: np.ndarray, sampling: Sampling,
     graph = Graph(sigma0.shape[0], sampling)
     x, outputs, branches = graph.input(sigma0), [], {}
     for position, layer in enumerate(net):
-        x, branch = _layer(graph, layer, x, sizes)
+        x, branch = theory_map(layer, graph, x, sizes)
         outputs.append(x)
         if branch is not None:
             branches[position] = branch
@@ -262,9 +336,10 @@ def _kind(layer: Layer) -> str:
     """A layer's name with its Dense variances left out (also inside a residual branch): the blocks of a network
     repeat by kind, and a model read by ``from_torch`` estimates each Linear's variances from its own weights."""
     if isinstance(layer, Dense):
-        return "dense"
+        return "dense" if layer.init == "gaussian" else f"dense({layer.init})"
     if isinstance(layer, Residual):
-        return f"res({layer.alpha!r},{','.join(_kind(inner) for inner in layer.branch)})"
+        skip = "".join(f"{_kind(inner)}," for inner in layer.skip)
+        return f"res({layer.alpha!r},{skip}{','.join(_kind(inner) for inner in layer.branch)})"
     return describe(layer)
 
 

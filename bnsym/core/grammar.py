@@ -1,15 +1,20 @@
 """The spec grammar of ``bnsym arch`` (read by :func:`bnsym.core.layers.parse_architecture`), apart so that
-the command line's help needs no theory."""
+the command line's help needs no theory. One line per layer kind, starting with its spec name
+(:data:`bnsym.core.layers.KINDS`; ``tests/test_layer_kinds.py`` holds every kind to have one)."""
 
 SPEC_GRAMMAR = """\
 A network spec is a comma-separated list of layers, read left to right:
 
-  dense | dense(weight_var[,bias_var])   Dense (defaults 1, 0; keywords weight_var=, bias_var= too)
-  bn | bn(eps=E[,mode=train|eval])       BatchNorm (default eps 0, mode train)
-  ln | ln(eps=E)                         LayerNorm
-  res([alpha=A,]LAYERS)                  residual block x + A * branch(x), the branch a spec itself (A = 1)
+  dense | dense(weight_var[,bias_var][,init=gaussian|orthogonal|looks_linear])
+                                         Dense (defaults 1, 0, gaussian; keywords weight_var=, bias_var= too)
+  bn | bn(eps=E,mode=train|eval,centre=true|false,scale=G,shift=C)
+                                         BatchNorm (defaults eps 0, mode train = statistics=batch, eval =
+                                         statistics=population; centred; no affine map unless scale/shift)
+  ln | ln(eps=E,centre=true|false)       LayerNorm (centre=false: x / sqrt(mean x^2 + eps), no centring)
+  res([alpha=A,][skip=LAYER,]LAYERS)     residual block skip(x) + A * branch(x), the branch a spec itself (A = 1;
+                                         skip the identity, or a layer or a (group) such as dense)
   (LAYERS)                               a group
-  relu, tanh(gamma=0.5), relu^1.5, ...   an activation, spelled as for `bnsym predict --phi`
+  PHI: relu, tanh(gamma=0.5), relu^1.5  an activation, spelled as for `bnsym predict --phi`
 
 *N after a closing parenthesis repeats that unit (a group or a residual block); after a plain layer it repeats
 every layer before it in its group. So "dense,bn,relu*20" is 20 blocks of (dense, bn, relu), "dense,res(bn,relu,

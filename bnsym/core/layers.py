@@ -24,50 +24,211 @@ from typing import Iterable, Iterator, Union
 from .activations import Activation as Phi
 from .activations import parse_activation
 from .grammar import SPEC_GRAMMAR  # noqa: F401 (public here too)
-from .validation import check_eps, check_number, check_variance, check_whole_number, shown
+from .validation import (
+    check_choice,
+    check_eps,
+    check_flag,
+    check_number,
+    check_variance,
+    check_whole_number,
+    shown,
+)
 
 MODES = ("train", "eval")
+STATISTICS = ("batch", "population")  # BatchNorm's statistics, in the order of MODES
+INITS = ("gaussian", "orthogonal", "looks_linear")
 MAX_REPEATS = 10_000  # a description longer than this is a typo, not a network
 MAX_SERIAL = 10**6  # top-level layers of one Serial: repeats of repeats multiply, and each is held in a list
 MAX_NESTING = 100  # parentheses and res( ) inside each other in a spec: the reader recurses once per level
 
 
 @dataclass(frozen=True)
+class Kind:
+    """A layer kind as the spec grammar spells it: its ``name`` ("dense"; "PHI" for an activation, spelled by its
+    phi), its ``options`` in positional order, a one-line ``summary`` and an ``example`` spec setting every option.
+
+    The kind's other parts live in tables keyed by its class: its help line in
+    :data:`~bnsym.core.grammar.SPEC_GRAMMAR`, its infinite-width map (``bnsym.arch.network.theory_map``, or a
+    stated reason in ``bnsym.arch.network.NO_LIMIT``), its twin module (``bnsym.sim.arch.twin_module``) and its
+    torch reader (``bnsym.sim.arch.READERS``, or a stated reason in ``bnsym.sim.arch.NOT_READABLE``);
+    ``tests/test_layer_kinds.py`` holds every kind complete."""
+
+    name: str
+    options: tuple[str, ...]
+    summary: str
+    example: str
+
+
+#: Every layer kind by its class, in the order they are declared (:func:`layer_kind`).
+KINDS: dict[type, Kind] = {}
+
+
+def layer_kind(name: str, options: tuple[str, ...], summary: str, example: str):
+    """Declare a layer class as a kind (:class:`Kind`): a spec name, options, summary and example, once."""
+
+    def declare(cls: type) -> type:
+        KINDS[cls] = Kind(name, options, summary, example)
+        return cls
+
+    return declare
+
+
+def _option_number(values: dict[str, str], key: str, default: float) -> float:
+    """The option ``key`` of a spec as a number (``default`` when not given)."""
+    text = values.get(key)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{key} must be a number, got {text!r}") from None
+
+
+def _option_flag(values: dict[str, str], key: str) -> bool:
+    """The option ``key`` of a spec, true or false (true when not given)."""
+    text = values.get(key, "true").lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{key} must be true or false, got {values[key]!r}")
+    return text == "true"
+
+
+@layer_kind("dense", ("weight_var", "bias_var", "init"), "h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b",
+            "dense(2,0.1,init=orthogonal)")
+@dataclass(frozen=True)
 class Dense:
-    """h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b, W and b standard normal."""
+    """h = sqrt(weight_var) W x / sqrt(n_in) + sqrt(bias_var) b, the entries of W and b of variance 1:
+
+    * ``init="gaussian"``: standard normal;
+    * ``"orthogonal"``: W = sqrt(max(n_out, n_in)) Q, Q a Haar-random matrix with orthonormal columns (or rows),
+      b standard normal; its infinite-width kernels and gradients are the Gaussian ones (the same entry variance);
+    * ``"looks_linear"`` (Balduzzi et al. 2017; Philipp et al.'s intermediate layers): neurons in pairs (2i, 2i + 1),
+      W = [[Q', -Q'], [-Q', Q']] on each pair of inputs and pair of outputs, Q' = sqrt(max(n_out, n_in) / 2) Q, and
+      b = (b', -b') per pair: each pair holds (h, -h), so relu(h) - relu(-h) = h makes a relu network linear at
+      initialisation; widths must be even. The theory has no map for it (its neurons are not independent).
+    """
 
     weight_var: float = 1.0
     bias_var: float = 0.0
+    init: str = "gaussian"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weight_var", check_variance(self.weight_var, "weight_var", positive=True))
         object.__setattr__(self, "bias_var", check_variance(self.bias_var, "bias_var", positive=False))
+        check_choice(self.init, "Dense init", INITS)
+
+    def spec_options(self) -> list[str]:
+        """The options :func:`describe` writes (none at the defaults)."""
+        default = (self.weight_var, self.bias_var) == (1, 0)
+        variances = [] if default else [f"{self.weight_var:g}", f"{self.bias_var:g}"]
+        return variances + ([] if self.init == "gaussian" else [f"init={self.init}"])
+
+    @classmethod
+    def from_spec(cls, values: dict[str, str]) -> Dense:
+        return cls(_option_number(values, "weight_var", 1.0), _option_number(values, "bias_var", 0.0),
+                   values.get("init", "gaussian"))
 
 
+def _affine(affine: object) -> tuple[float, float] | None:
+    """A norm layer's affine map (scale, shift), two finite numbers, or None (none)."""
+    if affine is None:
+        return None
+    if not (isinstance(affine, (tuple, list)) and len(affine) == 2):
+        raise ValueError(f"affine must be None or two numbers (scale, shift), got {shown(affine)}")
+    scale, shift = (check_number(value, f"the affine {name}") for value, name in zip(affine, ("scale", "shift")))
+    if not (math.isfinite(scale) and math.isfinite(shift)):
+        raise ValueError(f"the affine scale and shift must be finite, got {shown(affine)}")
+    return scale, shift
+
+
+def _affine_options(affine: tuple[float, float] | None) -> list[str]:
+    return [] if affine is None else [f"scale={affine[0]:g}", f"shift={affine[1]:g}"]
+
+
+def _affine_from_spec(values: dict[str, str]) -> tuple[float, float] | None:
+    if "scale" not in values and "shift" not in values:
+        return None
+    return _option_number(values, "scale", 1.0), _option_number(values, "shift", 0.0)
+
+
+@layer_kind("bn", ("eps", "mode", "centre", "scale", "shift", "statistics"),
+            "batch norm per neuron, over the batch (train) or the population (eval)",
+            "bn(eps=0.001,mode=eval,centre=false,scale=0.5,shift=0.1)")
 @dataclass(frozen=True)
 class BatchNorm:
-    """Batch norm over the batch, per neuron, no affine map; ``mode`` "train" (batch statistics, biased variance)
-    or "eval" (population statistics, constants for the gradient)."""
+    """Batch norm per neuron: y = scale (x - m) / sqrt(v + eps) + shift.
+
+    * ``statistics`` "batch" (m, v the mean and biased variance of the neuron over the batch, differentiated
+      through) or "population" (constants for the gradient). ``mode`` is the same choice under its first name:
+      "train" is "batch", "eval" is "population"; give either. Two population statistics exist in bnsym: this
+      description's (and its twin :func:`bnsym.sim.arch.torch_network`'s) are the mean and variance of **all n x B
+      entries** of the layer's input (its limit :func:`~bnsym.arch.derive_eval_batch_norm`); a trained network's
+      eval mode (``bnsym.train.networks``, torch's running statistics) uses **per-neuron reference statistics**,
+      which a description does not hold.
+    * ``centre``: False leaves out m (x / sqrt(mean x^2 + eps)).
+    * ``affine``: None (no affine map) or constants (scale, shift), the same for every neuron; not parameters (the
+      tangent kernel of :mod:`bnsym.arch` trains the Dense layers only).
+    """
 
     eps: float = 0.0
-    mode: str = "train"
+    mode: str | None = None
+    centre: bool = True
+    affine: tuple[float, float] | None = None
+    statistics: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eps", check_eps(self.eps))
-        if self.mode not in MODES:
+        if self.mode is not None and self.mode not in MODES:
             raise ValueError(f"BatchNorm mode must be 'train' or 'eval', got {shown(self.mode)}")
+        if self.statistics is not None:
+            check_choice(self.statistics, "BatchNorm statistics", STATISTICS)
+        by_mode = None if self.mode is None else STATISTICS[MODES.index(self.mode)]
+        if None not in (by_mode, self.statistics) and by_mode != self.statistics:
+            raise ValueError(f"BatchNorm mode={self.mode!r} means statistics={by_mode!r}, but statistics="
+                             f"{self.statistics!r} is given: give one of them")
+        statistics = self.statistics or by_mode or "batch"
+        object.__setattr__(self, "statistics", statistics)
+        object.__setattr__(self, "mode", MODES[STATISTICS.index(statistics)])
+        object.__setattr__(self, "centre", check_flag(self.centre, "BatchNorm centre"))
+        object.__setattr__(self, "affine", _affine(self.affine))
+
+    def spec_options(self) -> list[str]:
+        return (([f"eps={self.eps:g}"] if self.eps else []) + (["mode=eval"] if self.mode == "eval" else [])
+                + ([] if self.centre else ["centre=false"]) + _affine_options(self.affine))
+
+    @classmethod
+    def from_spec(cls, values: dict[str, str]) -> BatchNorm:
+        return cls(_option_number(values, "eps", 0.0), values.get("mode"), _option_flag(values, "centre"),
+                   _affine_from_spec(values), values.get("statistics"))
 
 
+@layer_kind("ln", ("eps", "centre", "scale", "shift"), "layer norm over the features of each example",
+            "ln(eps=0.001,centre=false,scale=2,shift=0.5)")
 @dataclass(frozen=True)
 class LayerNorm:
-    """Layer norm over the features of each example, population variance, no affine map."""
+    """Layer norm over the features of each example, population variance: y = scale (x - m) / sqrt(v + eps) +
+    shift; ``centre=False`` leaves out the mean (x / sqrt(mean x^2 + eps) over the features: Philipp et al.'s layer
+    norm without centring, the RMS norm); ``affine`` None (none) or constants (scale, shift) as for
+    :class:`BatchNorm`."""
 
     eps: float = 0.0
+    centre: bool = True
+    affine: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eps", check_eps(self.eps))
+        object.__setattr__(self, "centre", check_flag(self.centre, "LayerNorm centre"))
+        object.__setattr__(self, "affine", _affine(self.affine))
+
+    def spec_options(self) -> list[str]:
+        return (([f"eps={self.eps:g}"] if self.eps else []) + ([] if self.centre else ["centre=false"])
+                + _affine_options(self.affine))
+
+    @classmethod
+    def from_spec(cls, values: dict[str, str]) -> LayerNorm:
+        return cls(_option_number(values, "eps", 0.0), _option_flag(values, "centre"), _affine_from_spec(values))
 
 
+@layer_kind("PHI", (), "phi coordinatewise, spelled as for `bnsym predict --phi`", "tanh(gamma=0.5)")
 @dataclass(frozen=True)
 class Activation:
     """phi applied to every coordinate; ``phi`` is any activation bnsym accepts (a name such as "tanh(gamma=0.5)"
@@ -95,15 +256,20 @@ class Serial:
         return iter(self.layers)
 
 
+@layer_kind("res", ("alpha", "skip"), "skip(x) + alpha branch(x), the branch a spec itself, skip the identity",
+            "res(alpha=0.5,skip=dense(2,0),bn,relu,dense)")
 @dataclass(frozen=True)
 class Residual:
-    """x + alpha * branch(x); ``branch`` is a layer, a list of layers or a Serial."""
+    """skip(x) + alpha * branch(x); ``branch`` is a layer, a list of layers or a Serial; ``skip`` the same, or
+    None / empty for the identity (the default; e.g. ``Dense()`` for a projection)."""
 
     branch: Serial
     alpha: float = 1.0
+    skip: Serial | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "branch", serial(self.branch))
+        object.__setattr__(self, "skip", serial(() if self.skip is None else self.skip))
         alpha = check_number(self.alpha, "alpha")
         if not math.isfinite(alpha):
             raise ValueError(f"the residual weight alpha must be finite, got {shown(self.alpha)}")
@@ -113,23 +279,25 @@ class Residual:
 
 
 Layer = Union[Dense, BatchNorm, LayerNorm, Activation, Residual]
-LAYER_TYPES = (Dense, BatchNorm, LayerNorm, Activation, Residual)
+LAYER_TYPES = (Dense, BatchNorm, LayerNorm, Activation, Residual)  # the kinds declared here (KINDS may grow)
 
 
 def serial(*layers: Layer | Serial | Iterable) -> Serial:
     """The layers in order, as one :class:`Serial`: nested Serials and lists are flattened, so the top-level layers
     are the atomic layers and the residual blocks. Anything else is an unknown layer (ValueError)."""
     flat: list[Layer] = []
+    kinds = tuple(KINDS)
     for position, item in enumerate(layers):
-        if isinstance(item, LAYER_TYPES):
+        if isinstance(item, kinds):
             flat.append(item)
         elif isinstance(item, Serial):
             flat.extend(item.layers)
         elif isinstance(item, (list, tuple)):
             flat.extend(serial(*item).layers)
         else:
-            raise ValueError(f"unknown layer {shown(item)} at position {position}: a network is built from Dense, "
-                             "BatchNorm, LayerNorm, Activation and Residual layers (or lists and Serials of them)")
+            names = ", ".join(kind.__name__ for kind in kinds)
+            raise ValueError(f"unknown layer {shown(item)} at position {position}: a network is built from the layer "
+                             f"kinds {names} (or lists and Serials of them)")
     return Serial(tuple(flat))
 
 
@@ -144,28 +312,26 @@ def repeat(layer: Layer | Serial | Iterable, n: int) -> Serial:
 
 
 def walk(net: Serial) -> Iterator[Layer]:
-    """Every layer of ``net`` in order, the layers of residual branches after their block."""
+    """Every layer of ``net`` in order, the layers of residual blocks (skip, then branch) after their block."""
     for layer in net:
         yield layer
         if isinstance(layer, Residual):
+            yield from walk(layer.skip)
             yield from walk(layer.branch)
 
 
 def describe(layer: Layer) -> str:
     """A layer in the spec grammar (:data:`~bnsym.core.grammar.SPEC_GRAMMAR`): ``dense(2,0.1)``,
     ``bn(eps=0.001,mode=eval)``, ..."""
-    if isinstance(layer, Dense):
-        default = (layer.weight_var, layer.bias_var) == (1, 0)
-        return "dense" if default else f"dense({layer.weight_var:g},{layer.bias_var:g})"
-    if isinstance(layer, BatchNorm):
-        options = ([f"eps={layer.eps:g}"] if layer.eps else []) + (["mode=eval"] if layer.mode == "eval" else [])
-        return "bn" + (f"({','.join(options)})" if options else "")
-    if isinstance(layer, LayerNorm):
-        return "ln" + (f"(eps={layer.eps:g})" if layer.eps else "")
     if isinstance(layer, Activation):
         return layer.name
-    weight = [] if layer.alpha == 1 else [f"alpha={layer.alpha:g}"]
-    return f"res({','.join(weight + [describe(inner) for inner in layer.branch])})"
+    if isinstance(layer, Residual):
+        weight = [] if layer.alpha == 1 else [f"alpha={layer.alpha:g}"]
+        skip = [describe(inner) for inner in layer.skip]
+        skip = [] if not skip else [f"skip={skip[0]}" if len(skip) == 1 else f"skip=({','.join(skip)})"]
+        return f"res({','.join(weight + skip + [describe(inner) for inner in layer.branch])})"
+    options = layer.spec_options()
+    return KINDS[type(layer)].name + (f"({','.join(options)})" if options else "")
 
 
 #: The grammar of a network spec (:func:`parse_architecture`), shown by ``bnsym arch --help``.
@@ -240,9 +406,9 @@ class _Reader:
 
     def number(self, text: str, what: str) -> float:
         try:
-            return float(text)
-        except ValueError:
-            raise self.fail(f"{what} must be a number, got {text!r}") from None
+            return _option_number({what: text}, what, 0.0)
+        except ValueError as error:
+            raise self.fail(str(error)) from None
 
     def nested(self, read):
         """``read()`` one level deeper: parentheses and res( ) nest at most ``MAX_NESTING`` deep."""
@@ -271,19 +437,19 @@ class _Reader:
             keyword = re.compile(r"\s*alpha\s*=\s*([^,()]+),").match(self.spec, self.at)
             if keyword:
                 alpha, self.at = self.number(keyword[1].strip(), "alpha"), keyword.end()
+            skip = None
+            if re.compile(r"\s*skip\s*=").match(self.spec, self.at):
+                self.at = self.spec.index("=", self.at) + 1
+                skip = self.nested(self.element)
+                self.expect(",")
             branch = self.nested(self.sequence)
             self.expect(")")
-            return Residual(branch, alpha)
+            return Residual(branch, alpha, skip)
         text = self.arguments()
         try:
-            if name == "dense":
-                values = self.options(text, ("weight_var", "bias_var"))
-                return Dense(*(self.number(values[k], k) for k in ("weight_var", "bias_var") if k in values))
-            if name == "bn":
-                values = self.options(text, ("eps", "mode"))
-                return BatchNorm(self.number(values.get("eps", "0"), "eps"), values.get("mode", "train"))
-            if name == "ln":
-                return LayerNorm(self.number(self.options(text, ("eps",)).get("eps", "0"), "eps"))
+            kind = _kinds_by_name().get(name)
+            if kind is not None:
+                return kind.from_spec(self.options(text, KINDS[kind].options))
             power = re.compile(r"\s*\^\s*[^,()*\s]+").match(self.spec, self.at)
             if power:
                 self.at = power.end()
@@ -292,6 +458,11 @@ class _Reader:
             if str(error).startswith("cannot read"):
                 raise
             raise self.fail(str(error)) from None
+
+
+def _kinds_by_name() -> dict[str, type]:
+    """The kinds the reader reads by their spec name and options (``res`` and activations have their own syntax)."""
+    return {kind.name: cls for cls, kind in KINDS.items() if cls not in (Activation, Residual)}
 
 
 def parse_architecture(spec: str) -> Serial:

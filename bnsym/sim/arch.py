@@ -10,13 +10,22 @@ features, activations by their torch form. Tensors are (M, B, n): networks, batc
 :func:`simulate_signal_propagation` measures, for M networks, each top-level layer's Gram x x^T / n and the
 gradient statistic S^l (the sum over examples a of the squared norm of df(x_a)/dx^l) by autograd, one backward pass
 per example a, f = v . x_out / sqrt(n) with v standard normal. :func:`from_torch` reads a user's ``nn.Sequential``
-(nn.Linear, nn.BatchNorm1d, nn.LayerNorm, activations and :class:`ResidualBlock`) into a description.
+(nn.Linear, nn.BatchNorm1d, nn.LayerNorm, activations, :class:`ResidualBlock` and modules whose forward is
+``return x + self.f(x)``) into a description.
+
+Each layer kind has its twin module (:func:`twin_module`) and its torch reader (``READERS``, or a reason in
+``NOT_READABLE``), keyed by kind (``tests/test_layer_kinds.py`` holds every kind complete).
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 from dataclasses import dataclass
+from functools import singledispatch
+from typing import Callable
 
 import numpy as np
 import torch
@@ -33,63 +42,102 @@ from .networks import batch_norm, chunk_budget, inputs_with_gram
 
 
 class ResidualBlock(nn.Module):
-    """x + alpha * branch(x): the residual block :func:`from_torch` reads (``branch`` any readable module). Write a
-    residual x + f(x) of your model as ``ResidualBlock(f)``, or subclass it keeping its forward: from_torch never runs
-    a model's own forward, so this class is how it knows that a module is a residual."""
+    """skip(x) + alpha * branch(x): the residual block :func:`from_torch` reads (``branch`` and ``skip`` any readable
+    modules; ``skip=None`` the identity). Write a residual x + f(x) of your model as ``ResidualBlock(f)``, or subclass
+    it keeping its forward: from_torch never runs a model's own forward, so this class is how it knows that a module
+    is a residual."""
 
-    def __init__(self, branch: torch.nn.Module, alpha: float = 1.0):
+    def __init__(self, branch: torch.nn.Module, alpha: float = 1.0, skip: torch.nn.Module | None = None):
         super().__init__()
-        self.branch, self.alpha = branch, float(alpha)
+        self.branch, self.alpha, self.skip = branch, float(alpha), skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x + alpha branch(x)."""
-        return x + self.alpha * self.branch(x)
+        """skip(x) + alpha branch(x)."""
+        return (x if self.skip is None else self.skip(x)) + self.alpha * self.branch(x)
+
+
+def haar_frames(networks: int, n_out: int, n_in: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> torch.Tensor:
+    """(networks, n_out, n_in) Haar-random matrices with orthonormal columns (n_out >= n_in) or rows: QR of
+    Gaussian matrices with the sign fix (R's diagonal made positive)."""
+    tall = torch.randn(networks, max(n_out, n_in), min(n_out, n_in), generator=gen, device=device, dtype=dtype)
+    q, r = torch.linalg.qr(tall)
+    q = q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
+    return q if n_out >= n_in else q.mT
+
+
+def _mirrored(pairs: torch.Tensor, axis: int) -> torch.Tensor:
+    """(p, -p) interleaved along the negative ``axis``: entries 2i and 2i + 1 are p_i and -p_i."""
+    return torch.stack([pairs, -pairs], dim=axis).flatten(axis - 1, axis)
 
 
 class DenseLayer(nn.Module):
-    """sqrt(weight_var / n_in) x W^T + sqrt(bias_var) b for M networks: W (M, n_out, n_in), b (M, n_out) standard
-    normal."""
+    """sqrt(weight_var / n_in) x W^T + sqrt(bias_var) b for M networks: W (M, n_out, n_in) and b (M, n_out) with
+    entries of variance 1 as the layer's ``init`` says (:class:`~bnsym.core.layers.Dense`)."""
 
     def __init__(self, layer: Dense, n_in: int, n_out: int, networks: int, gen: torch.Generator,
                  device: torch.device, dtype: torch.dtype):
         super().__init__()
         self.scale, self.bias_scale = math.sqrt(layer.weight_var / n_in), math.sqrt(layer.bias_var)
-        self.weight = nn.Parameter(torch.randn(networks, n_out, n_in, generator=gen, device=device, dtype=dtype))
-        self.bias = nn.Parameter(torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype))
+        if layer.init == "gaussian":
+            weight = torch.randn(networks, n_out, n_in, generator=gen, device=device, dtype=dtype)
+            bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
+        elif layer.init == "orthogonal":
+            weight = math.sqrt(max(n_out, n_in)) * haar_frames(networks, n_out, n_in, gen, device, dtype)
+            bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
+        else:
+            if n_in % 2 or n_out % 2:
+                raise ValueError(f"Dense init='looks_linear' pairs neurons: it needs even widths, got {n_in} -> "
+                                 f"{n_out}")
+            base = math.sqrt(max(n_out, n_in) / 2) * haar_frames(networks, n_out // 2, n_in // 2, gen, device, dtype)
+            weight = _mirrored(_mirrored(base, -1), -2)
+            bias = _mirrored(torch.randn(networks, 1, n_out // 2, generator=gen, device=device, dtype=dtype), -1)
+        self.weight, self.bias = nn.Parameter(weight), nn.Parameter(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * torch.matmul(x, self.weight.mT) + self.bias_scale * self.bias
 
 
 class BatchNormLayer(nn.Module):
-    """Train mode: batch norm over the batch axis per neuron (:func:`bnsym.sim.networks.batch_norm`); with eps = 0 a
-    neuron constant over the batch maps to 0 (its 0/0). Eval mode: (x - m) / sqrt(v + eps) with m, v the mean and
-    variance of all n x B entries of each network's input, constants for autograd."""
+    """statistics "batch" (mode train): batch norm over the batch axis per neuron (:func:`bnsym.sim.networks.
+    batch_norm`, uncentred with centre=False); with eps = 0 a neuron constant over the batch maps to 0 (its 0/0).
+    "population" (mode eval): (x - m) / sqrt(v + eps) with m, v the mean and variance of all n x B entries of each
+    network's input (m = 0 uncentred), constants for autograd: the description's population statistics, not a
+    trained network's per-neuron reference ones. Then scale y + shift where the layer has an affine map."""
 
     def __init__(self, layer: BatchNorm):
         super().__init__()
         self.eps, self.train_mode = layer.eps, layer.mode == "train"
+        self.centre, self.affine = layer.centre, layer.affine
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self._normalised(x)
+        return out if self.affine is None else self.affine[0] * out + self.affine[1]
+
+    def _normalised(self, x: torch.Tensor) -> torch.Tensor:
         if self.train_mode:
-            out = batch_norm(x, self.eps, dim=-2)
+            out = batch_norm(x, self.eps, dim=-2, centre=self.centre)
             return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
         with torch.no_grad():
-            mean = x.mean((-2, -1), keepdim=True)
-            variance = x.var((-2, -1), keepdim=True, unbiased=False)
+            if self.centre:
+                mean, variance = x.mean((-2, -1), keepdim=True), x.var((-2, -1), keepdim=True, unbiased=False)
+            else:
+                mean, variance = 0.0, x.square().mean((-2, -1), keepdim=True)
         return (x - mean) / torch.sqrt(variance + self.eps)
 
 
 class LayerNormLayer(nn.Module):
-    """Layer norm over the features, population variance, no affine map; a zero variance with eps = 0 maps to 0."""
+    """Layer norm over the features, population variance (uncentred with centre=False: x / sqrt(mean x^2 + eps)); a
+    zero variance with eps = 0 maps to 0; then scale y + shift where the layer has an affine map."""
 
     def __init__(self, layer: LayerNorm):
         super().__init__()
-        self.eps = layer.eps
+        self.eps, self.centre, self.affine = layer.eps, layer.centre, layer.affine
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.layer_norm(x, x.shape[-1:], eps=self.eps)
-        return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+        out = F.layer_norm(x, x.shape[-1:], eps=self.eps) if self.centre else batch_norm(x, self.eps, centre=False)
+        out = torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+        return out if self.affine is None else self.affine[0] * out + self.affine[1]
 
 
 class ActivationLayer(nn.Module):
@@ -123,25 +171,58 @@ class ArchNetwork(nn.Module):
         return self.layer_outputs(x)[-1]
 
 
-def _module(layer: Layer, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
-            dtype: torch.dtype) -> tuple[nn.Module, int]:
-    """The twin of one layer and its output width."""
-    if isinstance(layer, Dense):
-        return DenseLayer(layer, n_in, width, networks, gen, device, dtype), width
-    if isinstance(layer, BatchNorm):
-        return BatchNormLayer(layer), n_in
-    if isinstance(layer, LayerNorm):
-        return LayerNormLayer(layer), n_in
-    if isinstance(layer, Activation):
-        return ActivationLayer(layer.phi), n_in
-    branch, n_out = [], n_in
-    for inner in layer.branch:
-        module, n_out = _module(inner, n_out, width, networks, gen, device, dtype)
-        branch.append(module)
-    if n_out != n_in:
-        raise ValueError(f"the residual branch {describe(layer)} maps {n_in} features to {n_out}: x + alpha branch(x) "
-                         "needs equal widths")
-    return ResidualBlock(nn.Sequential(*branch), layer.alpha), n_in
+@singledispatch
+def twin_module(layer: object, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    """The twin of one layer for ``networks`` networks of width ``width`` on ``n_in`` input features, and its
+    output width. One function per layer kind (``twin_module.register``)."""
+    raise ValueError(f"the layer kind {type(layer).__name__} has no torch twin: no module builder is registered")
+
+
+@twin_module.register
+def _dense(layer: Dense, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+           dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return DenseLayer(layer, n_in, width, networks, gen, device, dtype), width
+
+
+@twin_module.register
+def _batch_norm(layer: BatchNorm, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return BatchNormLayer(layer), n_in
+
+
+@twin_module.register
+def _layer_norm(layer: LayerNorm, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return LayerNormLayer(layer), n_in
+
+
+@twin_module.register
+def _activation(layer: Activation, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> tuple[nn.Module, int]:
+    return ActivationLayer(layer.phi), n_in
+
+
+def _chain(layers: Serial, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+           dtype: torch.dtype) -> tuple[list[nn.Module], int]:
+    """The twins of ``layers`` in order, and the width after them."""
+    modules, n_out = [], n_in
+    for layer in layers:
+        module, n_out = twin_module(layer, n_out, width, networks, gen, device, dtype)
+        modules.append(module)
+    return modules, n_out
+
+
+@twin_module.register
+def _residual(layer: Residual, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
+              dtype: torch.dtype) -> tuple[nn.Module, int]:
+    skip, n_skip = _chain(layer.skip, n_in, width, networks, gen, device, dtype)
+    branch, n_out = _chain(layer.branch, n_in, width, networks, gen, device, dtype)
+    if n_out != n_skip:
+        skipped = f" and its skip to {n_skip}" if skip else ""
+        raise ValueError(f"the residual branch {describe(layer)} maps {n_in} features to {n_out}{skipped}: "
+                         "skip(x) + alpha branch(x) needs equal widths")
+    return ResidualBlock(nn.Sequential(*branch), layer.alpha, nn.Sequential(*skip) if skip else None), n_out
 
 
 def _check_size(value: object, name: str) -> int:
@@ -159,11 +240,7 @@ def torch_network(net: object, width: int, n_networks: int = 1, in_features: int
     in_features = width if in_features is None else _check_size(in_features, "in_features")
     device = torch.device(device or default_device())
     gen = generator(check_whole_number(seed, "seed", 0, 2**62), device)
-    modules, n_in = [], in_features
-    for layer in network:
-        module, n_in = _module(layer, n_in, width, n_networks, gen, device, dtype)
-        modules.append(module)
-    return ArchNetwork(modules)
+    return ArchNetwork(_chain(network, in_features, width, n_networks, gen, device, dtype)[0])
 
 
 @dataclass(frozen=True)
@@ -301,17 +378,30 @@ _ACTIVATIONS = {nn.ReLU: lambda m: "relu", nn.Tanh: lambda m: "tanh", nn.Identit
                 nn.Sigmoid: lambda m: "sigmoid(x)", nn.GELU: _gelu, nn.SiLU: lambda m: "silu",
                 nn.ELU: lambda m: f"elu(alpha={float(m.alpha)!r})", nn.Softplus: _softplus,
                 nn.Mish: lambda m: "mish", nn.Hardtanh: _hardtanh}
-_READABLE = ("nn.Sequential (nested), nn.Linear, nn.BatchNorm1d, nn.LayerNorm, "
-             + ", ".join(f"nn.{kind.__name__}" for kind in _ACTIVATIONS) + " and bnsym.sim.arch.ResidualBlock")
+_READABLE = ("nn.Sequential (nested), nn.Linear, nn.BatchNorm1d, nn.LayerNorm, nn.RMSNorm, "
+             + ", ".join(f"nn.{kind.__name__}" for kind in _ACTIVATIONS) + ", bnsym.sim.arch.ResidualBlock and a "
+             "module whose forward is `return x + self.f(x)`")
 
 
-def _at_identity(module: torch.nn.Module) -> bool:
-    """Whether a norm layer's affine map (if any) is the identity: weight 1 and bias 0."""
-    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
-    return (weight is None or bool(torch.all(weight == 1))) and (bias is None or bool(torch.all(bias == 0)))
+def _affine_of(module: torch.nn.Module, name: str) -> tuple[float, float] | None:
+    """A norm layer's elementwise affine map as the description's (scale, shift): None where it has none or it is
+    the identity (weight 1, bias 0); ValueError where the weight or the bias differs between neurons."""
+    parts = []
+    for what, default in (("weight", 1.0), ("bias", 0.0)):
+        values = getattr(module, what, None)
+        values = None if values is None else values.detach().double().flatten()
+        if values is not None and not bool(torch.isfinite(values).all()):
+            raise ValueError(f"cannot read {name}: its affine {what} holds NaN or inf")
+        if values is not None and bool(torch.any(values != values[0])):
+            raise ValueError(f"cannot read {name}: its affine {what} differs between neurons (from "
+                             f"{float(values.min()):.4g} to {float(values.max()):.4g}); a description's affine map is "
+                             "one (scale, shift) for every neuron, as at initialisation, and neurons with their own "
+                             "scales are no longer exchangeable, which the infinite-width theory assumes")
+        parts.append(default if values is None else float(values[0]))
+    return None if tuple(parts) == (1.0, 0.0) else (parts[0], parts[1])
 
 
-_STRUCTURES = (nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm)  # with ResidualBlock: read by _read
+_STRUCTURES = (nn.Sequential, nn.Linear, nn.BatchNorm1d, nn.LayerNorm, nn.RMSNorm)  # with ResidualBlock: read by _read
 
 
 def _plain(module: torch.nn.Module, kind: type) -> bool:
@@ -329,7 +419,73 @@ def _unreadable(module: torch.nn.Module) -> str:
             return (f"it subclasses {kind.__name__} and overrides its forward, so it may compute something else; "
                     f"use {kind.__name__} itself")
     return (f"from_torch reads {_READABLE}, and never runs a model's own forward (a custom module's may compute "
-            "anything); write it as an nn.Sequential, a residual x + alpha f(x) as ResidualBlock(f, alpha)")
+            "anything); write it as an nn.Sequential, a residual x + alpha f(x) as ResidualBlock(f, alpha) or as a "
+            "module whose forward is the one line `return x + self.f(x)` (or x + alpha * self.f(x), alpha a number "
+            "or a float attribute; f any child module)")
+
+
+def _call_of_child(node: ast.expr, me: str, x: str, module: nn.Module) -> str | None:
+    """The child's name if ``node`` is ``me.child(x)`` for a child module of ``module``."""
+    if (isinstance(node, ast.Call) and not node.keywords and len(node.args) == 1
+            and isinstance(node.args[0], ast.Name) and node.args[0].id == x
+            and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == me and node.func.attr in module._modules):
+        return node.func.attr
+    return None
+
+
+def _coefficient(node: ast.expr, me: str, module: nn.Module) -> float | None:
+    """The number ``node`` is: a literal, or ``me.name`` with a float or int attribute of ``module``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == me:
+        value = getattr(module, node.attr, None)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return None
+
+
+def _branch(node: ast.expr, me: str, x: str, module: nn.Module) -> tuple[str, float] | None:
+    """(child, alpha) if ``node`` is ``me.child(x)``, or that times a coefficient (either side)."""
+    child = _call_of_child(node, me, x, module)
+    if child is not None:
+        return child, 1.0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for call, weight in ((node.left, node.right), (node.right, node.left)):
+            child, alpha = _call_of_child(call, me, x, module), _coefficient(weight, me, module)
+            if child is not None and alpha is not None:
+                return child, alpha
+    return None
+
+
+def residual_pattern(module: nn.Module) -> tuple[str, float] | None:
+    """(child, alpha) if ``module``'s forward is the documented residual pattern, read from its source (never run):
+    ``def forward(self, x): return x + self.f(x)``, the sum either way round, the branch optionally times alpha (a
+    number, or an int or float attribute of the module); a docstring may precede the return. None otherwise (or
+    where the source is not available, e.g. a class defined in an interactive session)."""
+    forward = type(module).forward
+    if forward is nn.Module.forward:
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    function = tree.body[0] if tree.body else None
+    if not isinstance(function, ast.FunctionDef) or len(function.args.args) != 2 or function.args.vararg \
+            or function.args.kwarg or function.args.kwonlyargs:
+        return None
+    body = [line for line in function.body
+            if not (isinstance(line, ast.Expr) and isinstance(line.value, ast.Constant))]
+    me, x = (argument.arg for argument in function.args.args)
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.BinOp) \
+            or not isinstance(body[0].value.op, ast.Add):
+        return None
+    total = body[0].value
+    for skip, rest in ((total.left, total.right), (total.right, total.left)):
+        if isinstance(skip, ast.Name) and skip.id == x:
+            found = _branch(rest, me, x, module)
+            if found is not None:
+                return found
+    return None
 
 
 def _mean_square(values: torch.Tensor, what: str, name: str) -> float:
@@ -349,15 +505,98 @@ def _mean_square(values: torch.Tensor, what: str, name: str) -> float:
     return square
 
 
-def _read_activation(module: torch.nn.Module, name: str) -> Activation | None:
-    """The description of a torch activation module, or None if ``module`` is none of :data:`_ACTIVATIONS`."""
-    spell = _ACTIVATIONS.get(type(module))
-    if spell is None:
-        return None
+def _need(name: str, features: int, width: int | None) -> None:
+    """A layer taking ``features`` features must receive that many (``width``; None: not known yet)."""
+    if width is not None and features != width:
+        raise ValueError(f"cannot read {name}: it takes {features} features but receives {width}")
+
+
+def _read_linear(module: nn.Linear, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
+    _need(name, module.in_features, width)
+    weight_var = module.in_features * _mean_square(module.weight, "weights", name)
+    if not np.isfinite(weight_var) or weight_var == 0.0:
+        raise ValueError(f"cannot read {name}: its weight variance n_in mean(w^2) is {weight_var:.3g}, where a "
+                         "description needs a finite variance > 0 (a zero one cuts the network)")
+    bias = 0.0 if module.bias is None else _mean_square(module.bias, "biases", name)
+    return [Dense(weight_var, bias)], module.out_features
+
+
+def _read_batch_norm(module: nn.BatchNorm1d, name: str, where: str,
+                     width: int | None) -> tuple[list[Layer], int | None]:
+    _need(name, module.num_features, width)
+    affine = _affine_of(module, name)
+    if not module.training and module.track_running_stats:
+        raise ValueError(f"cannot read {name}: in eval mode it normalises by its per-neuron running statistics, "
+                         "which a description does not hold; call .train() to read it as train-mode batch norm, "
+                         "or write BatchNorm(mode='eval') (population statistics) yourself")
+    return [BatchNorm(module.eps, affine=affine)], width
+
+
+def _read_layer_norm(module: nn.LayerNorm | nn.RMSNorm, name: str, where: str,
+                     width: int | None) -> tuple[list[Layer], int | None]:
+    """nn.LayerNorm, or nn.RMSNorm as the uncentred LayerNorm (its eps None: torch's machine epsilon of the
+    input's dtype, read as that of its weight, or of torch's default dtype without one)."""
+    if len(module.normalized_shape) != 1:
+        raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
+                         "description's LayerNorm normalises over the one feature axis")
+    _need(name, module.normalized_shape[0], width)
+    eps = module.eps
+    if eps is None:
+        weight = getattr(module, "weight", None)
+        eps = torch.finfo(torch.get_default_dtype() if weight is None else weight.dtype).eps
+    centre = not _plain(module, nn.RMSNorm)
+    return [LayerNorm(eps, centre, affine=_affine_of(module, name))], width
+
+
+def _read_activation(module: nn.Module, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
     try:
-        return Activation(spell(module))
+        return [Activation(_ACTIVATIONS[type(module)](module))], width
     except ValueError as error:  # a parameter bnsym's phi does not take (softplus beta <= 0, a clipped hardtanh)
         raise ValueError(f"cannot read {name}: {error}") from None
+
+
+def _read_residual(module: nn.Module, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
+    """A ResidualBlock, or a module following the pattern x + alpha * self.f(x) (:func:`residual_pattern`)."""
+    if not _plain(module, ResidualBlock):
+        child, alpha = residual_pattern(module)
+        branch, after = _read(getattr(module, child), _inside(where, child), width)
+        if width is not None and after != width:
+            raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
+                             "f(x) needs equal widths")
+        return [Residual(branch, alpha)], after
+    branch, after = _read(module.branch, _inside(where, "branch"), width)
+    skip, skipped = ([], width) if module.skip is None else _read(module.skip, _inside(where, "skip"), width)
+    if after != skipped and None not in (after, skipped):
+        raise ValueError(f"cannot read {name}: its branch maps {width} features to {after} and its skip to "
+                         f"{skipped}, and skip(x) + alpha branch(x) needs equal widths")
+    return [Residual(branch, module.alpha, skip)], after if skipped is None else skipped
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How :func:`from_torch` reads a layer kind: ``accepts(module)`` says whether a torch module is one, and
+    ``read(module, name, path, width)`` gives its layers and the width after them (ValueError naming it otherwise)."""
+
+    accepts: Callable[[nn.Module], bool]
+    read: Callable[[nn.Module, str, str, int | None], tuple[list[Layer], int | None]]
+
+
+#: The torch reader of each layer kind (a torch module is read by the first that accepts it).
+READERS: dict[type, Reader] = {
+    Dense: Reader(lambda m: _plain(m, nn.Linear), _read_linear),
+    BatchNorm: Reader(lambda m: _plain(m, nn.BatchNorm1d), _read_batch_norm),
+    LayerNorm: Reader(lambda m: _plain(m, nn.LayerNorm) or _plain(m, nn.RMSNorm), _read_layer_norm),
+    Activation: Reader(lambda m: type(m) in _ACTIVATIONS, _read_activation),
+    Residual: Reader(lambda m: _plain(m, ResidualBlock) or residual_pattern(m) is not None, _read_residual),
+}
+
+#: Layer kinds that no torch module is read as, each with the reason.
+NOT_READABLE: dict[type, str] = {}
+
+
+def _inside(where: str, child: str) -> str:
+    """The path of ``child`` of the module at path ``where`` ("" the model itself)."""
+    return f"{where}.{child}" if where else child
 
 
 def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[Layer], int | None]:
@@ -369,70 +608,44 @@ def _read(module: torch.nn.Module, where: str, width: int | None) -> tuple[list[
                          "description is read from their values (the weight and bias variances; a norm layer's "
                          "affine map at the identity); materialise the model first (module.to_empty(device='cpu') "
                          "and initialise it)")
-
-    def need(features: int) -> None:
-        if width is not None and features != width:
-            raise ValueError(f"cannot read {name}: it takes {features} features but receives {width}")
-
-    def inside(child: str) -> str:
-        return f"{where}.{child}" if where else child
-
     if _plain(module, nn.Sequential):
         layers = []
         for child, inner in module.named_children():
-            read, width = _read(inner, inside(child), width)
+            read, width = _read(inner, _inside(where, child), width)
             layers.extend(read)
         return layers, width
-    if _plain(module, nn.Linear):
-        need(module.in_features)
-        weight_var = module.in_features * _mean_square(module.weight, "weights", name)
-        if not np.isfinite(weight_var) or weight_var == 0.0:
-            raise ValueError(f"cannot read {name}: its weight variance n_in mean(w^2) is {weight_var:.3g}, where a "
-                             "description needs a finite variance > 0 (a zero one cuts the network)")
-        bias = 0.0 if module.bias is None else _mean_square(module.bias, "biases", name)
-        return [Dense(weight_var, bias)], module.out_features
-    if _plain(module, nn.BatchNorm1d):
-        need(module.num_features)
-        if not _at_identity(module):
-            raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity; a description's "
-                             "batch norm has none (read the network at initialisation)")
-        if not module.training and module.track_running_stats:
-            raise ValueError(f"cannot read {name}: in eval mode it normalises by its per-neuron running statistics, "
-                             "which a description does not hold; call .train() to read it as train-mode batch norm, "
-                             "or write BatchNorm(mode='eval') (population statistics) yourself")
-        return [BatchNorm(module.eps)], width
-    if _plain(module, nn.LayerNorm):
-        if len(module.normalized_shape) != 1:
-            raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
-                             "description's LayerNorm normalises over the one feature axis")
-        need(module.normalized_shape[0])
-        if not _at_identity(module):
-            raise ValueError(f"cannot read {name}: its affine map (weight, bias) is not the identity")
-        return [LayerNorm(module.eps)], width
-    if _plain(module, ResidualBlock):
-        branch, after = _read(module.branch, inside("branch"), width)
-        if width is not None and after != width:
-            raise ValueError(f"cannot read {name}: its branch maps {width} features to {after}, and x + alpha "
-                             "branch(x) needs equal widths")
-        return [Residual(branch, module.alpha)], width
-    activation = _read_activation(module, name)
-    if activation is None:
-        raise ValueError(f"cannot read {name}: {_unreadable(module)}")
-    return [activation], width
+    for reader in READERS.values():
+        if reader.accepts(module):
+            return reader.read(module, name, where, width)
+    raise ValueError(f"cannot read {name}: {_unreadable(module)}")
 
 
 def from_torch(module: object) -> Serial:
     """The description of a torch model: an ``nn.Sequential`` (nested ones too; or one module) of nn.Linear
     (weight_var = n_in times the mean square of its weights, bias_var = the mean square of its bias: the variances
     of the law its parameters were drawn from, estimated from them), nn.BatchNorm1d in train mode (any eps; or in
-    eval mode without running statistics) and nn.LayerNorm, each with no affine map or an identity one (weight 1,
-    bias 0, as initialised), the activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid, nn.GELU
-    (approximate 'none' or 'tanh'), nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default threshold),
-    nn.Mish, nn.Hardtanh (clipping to [-1, 1]) and nn.Identity, and :class:`ResidualBlock` for x + alpha f(x).
+    eval mode without running statistics), nn.LayerNorm and nn.RMSNorm (the uncentred LayerNorm), each with no
+    affine map or one whose weight and bias are each the same for every neuron (the description's ``affine``; none
+    at the identity, as initialised), the activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid,
+    nn.GELU (approximate 'none' or 'tanh'), nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default
+    threshold), nn.Mish, nn.Hardtanh (clipping to [-1, 1]) and nn.Identity, and residuals skip(x) + alpha f(x).
 
-    A model's own forward is never run: a residual written as a custom module is read only through
-    :class:`ResidualBlock` (``ResidualBlock(f, alpha)``, or a subclass that keeps its forward). ValueError naming
-    the path of any module it cannot read (as ``named_modules`` spells it, e.g. ``layers.3.act``), and why."""
+    A model's own forward is never run. A residual is read from :class:`ResidualBlock` (``ResidualBlock(f, alpha,
+    skip)``, or a subclass that keeps its forward) or from a small module of the documented pattern, read from its
+    source (:func:`residual_pattern`)::
+
+        class Block(nn.Module):
+            def __init__(self, f, alpha=1.0):
+                super().__init__()
+                self.f, self.alpha = f, alpha
+
+            def forward(self, x):
+                return x + self.alpha * self.f(x)   # or x + self.f(x), self.f(x) + x, x + 0.5 * self.f(x)
+
+    ValueError naming the path of any module it cannot read (as ``named_modules`` spells it, e.g. ``layers.3.act``;
+    "the model" for the module passed), and why: an nn.ModuleList or custom module, a norm layer whose affine map
+    differs between neurons (each neuron its own scale: no longer exchangeable), an eval-mode BatchNorm1d with
+    running statistics."""
     if not isinstance(module, nn.Module):
         raise ValueError(f"from_torch reads a torch nn.Module, got {type(module).__name__}")
     layers, _ = _read(module, "", None)
