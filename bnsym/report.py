@@ -297,10 +297,12 @@ class CheckLog:
                 file.write(json.dumps(asdict(record)) + "\n")
         return record
 
-    def table(self, caption: str | None = None) -> Table:
-        """The recorded checks as a :class:`Table`."""
+    def table(self, caption: str | None = None, checks: Sequence[Check] | None = None) -> Table:
+        """The recorded checks (or only ``checks``, e.g. the rows of one figure's z-table: theory, measurement,
+        SE, z = (measurement - theory) / SE and the tolerance) as a :class:`Table`."""
+        checks = self.records if checks is None else checks
         rows = [{"quantity": c.quantity, "theory": c.theory, "estimate": c.estimate, "SE": c.error, "z": c.z,
-                 "tolerance": c.tolerance, "status": "pass" if c.passed else "FAIL"} for c in self.records]
+                 "tolerance": c.tolerance, "status": "pass" if c.passed else "FAIL"} for c in checks]
         return table(rows, ["quantity", "theory", "estimate", "SE", "z", "tolerance", "status"],
                      {"SE": ".2g", "z": ".2f", "tolerance": ".2g"}, caption)
 

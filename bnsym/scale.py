@@ -81,6 +81,7 @@ class Dilution:
     table1: Sizes  # Table 1: every architecture on one batch of batch_size points (the paper's: 10 000)
     batch_sweep: Sizes  # the batch-ReLU GSC against the batch size
     table3: Sizes  # Table 3: the dynamical-system ResNets
+    twin: Sizes  # the torch twins of Table 1's vanilla descriptions (n_networks per width), extrapolated to n -> inf
 
 
 @dataclass(frozen=True)
@@ -223,16 +224,19 @@ DILUTION = {
     "test": Dilution(blocks=Sizes(n_points=1000, n_draws=6), units=Sizes(widths=(128, 256), n_networks=8),
                      table1=Sizes(batch_size=400, n_networks=4),
                      batch_sweep=Sizes(batch_sizes=(250, 1000), n_networks=6),
-                     table3=Sizes(batch_size=400, n_networks=3)),
+                     table3=Sizes(batch_size=400, n_networks=3),
+                     twin=Sizes(widths=(64, 128, 256), n_networks=6)),
     "book": Dilution(blocks=Sizes(n_points=2000, n_draws=8), units=Sizes(widths=(128, 256, 512), n_networks=12),
                      table1=Sizes(batch_size=2000, n_networks=8),
                      batch_sweep=Sizes(batch_sizes=(500, 1000, 2000, 5000), n_networks=6),
-                     table3=Sizes(batch_size=500, n_networks=4)),
+                     table3=Sizes(batch_size=500, n_networks=4),
+                     twin=Sizes(widths=(96, 192, 384), n_networks=12)),
     "paper": Dilution(blocks=Sizes(n_points=4000, n_draws=20),
                       units=Sizes(widths=(256, 512, 1024, 2048), n_networks=40),
                       table1=Sizes(batch_size=10_000, n_networks=20),
                       batch_sweep=Sizes(batch_sizes=(1000, 2000, 5000, 10_000), n_networks=20),
-                      table3=Sizes(batch_size=500, n_networks=10)),
+                      table3=Sizes(batch_size=500, n_networks=10),
+                      twin=Sizes(widths=(128, 256, 512), n_networks=32)),
 }
 
 EXPLODE = {

@@ -190,3 +190,14 @@ def test_squared_bias_is_unbiased_with_an_honest_error():
         squared_bias(draws[0], np.zeros((4, 5)), n_groups=2)
     with pytest.raises(ValueError, match="shape of one draw"):
         squared_bias(draws[0], np.zeros(5))
+
+
+def test_check_log_table_of_some_checks():
+    """A figure's z-table: only the checks passed in, each with its z = (estimate - theory) / SE."""
+    log = CheckLog("demo")
+    log.check("first", 1.0, Estimate(1.1, 0.1, "mc"), k=3.0)
+    second = log.check("second", 2.0, Estimate(1.8, 0.1, "mc"), k=3.0)
+    rows = log.table(checks=[second]).rows
+    assert [row["quantity"] for row in rows] == ["second"]
+    assert rows[0]["z"] == pytest.approx(-2.0)
+    assert len(log.table().rows) == 2
