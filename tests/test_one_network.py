@@ -31,8 +31,6 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("sim/batches.py", "simulate_batched_gram"): "the Gram sampler on several batches (App. H), a fast path",
     ("sim/bjorck.py", "gaussian_factors"): "Gaussian factors of a random matrix product, no network",
     ("sim/bjorck.py", "minibatch_noise"): "draws minibatch indices, no weights",
-    ("sim/bjorck.py", "simulate_residual"): "ResNet-v1 blocks x' = ReLU(x + ...): a Residual whose output passes a "
-                                            "ReLU is not a description yet",
     ("sim/digit_resnet.py", "init_params"): "the one Xavier init of the digit ResNet; Xavier gain and BN with "
                                                "parts switched off are not description fields yet",
     ("sim/digit_resnet.py", "xavier"): "inside init_params",

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.activations import Activation as Phi
-from ..core.device import configure_torch, default_device, generator
+from ..core.device import configure_torch, default_device, generator, haar_orthogonal
 from ..core.estimate import Estimate
 from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial, walk
 from ..core.statistics import extrapolate_to_infinite_width, mean_and_se
@@ -58,11 +58,9 @@ class ResidualBlock(nn.Module):
 
 def haar_frames(networks: int, n_out: int, n_in: int, gen: torch.Generator, device: torch.device,
                 dtype: torch.dtype) -> torch.Tensor:
-    """(networks, n_out, n_in) Haar-random matrices with orthonormal columns (n_out >= n_in) or rows: QR of
-    Gaussian matrices with the sign fix (R's diagonal made positive)."""
-    tall = torch.randn(networks, max(n_out, n_in), min(n_out, n_in), generator=gen, device=device, dtype=dtype)
-    q, r = torch.linalg.qr(tall)
-    q = q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
+    """(networks, n_out, n_in) Haar-random matrices with orthonormal columns (n_out >= n_in) or rows: a Haar frame
+    of :func:`~bnsym.core.device.haar_orthogonal`, transposed when the layer is wide."""
+    q = haar_orthogonal(max(n_out, n_in), gen, device, dtype, (networks,), columns=min(n_out, n_in))
     return q if n_out >= n_in else q.mT
 
 

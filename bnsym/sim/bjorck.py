@@ -7,7 +7,8 @@ Everything is batched: many products, draws or networks in one tensor op (float6
 for training), on :func:`~bnsym.core.device.default_device`. Residual networks are fully connected ResNet-v1
 blocks, x' = ReLU(x + W_2 ReLU(W_1 x)) or, with batch norm, x' = ReLU(x + BN(W_2 ReLU(BN(W_1 x)))), with Xavier
 normal weights and BN without affine parameters (gamma = 1, beta = 0): :func:`~bnsym.core.batchnorm.batch_norm`
-over the batch axis -2 of the rows (..., B, n).
+over the batch axis -2 of the rows (..., B, n); :func:`simulate_residual` runs them as a description
+(:func:`residual_description`) through the twin.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import numpy as np
 import torch
 
 from ..core import batchnorm
-from ..core.device import configure_torch, default_device, generator
+from ..core.device import Normals, configure_torch, default_device, generator
+from ..core.layers import Activation, BatchNorm, Dense, Residual, Serial, serial
+from .arch import torch_network
 from .digit_resnet import init_resnets, resnet_logits
+from .networks import chunk_budget
 
-__all__ = ["ResidualRun", "gaussian_factors", "init_resnets", "minibatch_noise", "residual_block", "resnet_logits",
-           "simulate_residual", "squared_singular_values"]
+__all__ = ["ResidualRun", "gaussian_factors", "init_resnets", "minibatch_noise", "residual_block",
+           "residual_description", "resnet_logits", "simulate_residual", "squared_singular_values"]
 
 
 def gaussian_factors(n_networks: int, m: int, n: int, seed: int, device=None) -> torch.Tensor:
@@ -77,18 +81,32 @@ class ResidualRun:
     variance: np.ndarray
 
 
+def residual_description(blocks: int, batch_norm: bool, eps: float = 1e-5) -> Serial:
+    """Bjorck et al.'s fully connected ResNet-v1 as a description: ``blocks`` times [Residual(branch), relu] with
+    branch [Dense, BN, relu, Dense, BN] (without BN: [Dense, relu, Dense]); Dense at weight_var 1 is Xavier normal on
+    square layers (variance 2 / (n + n) = 1 / n), BN in train mode without affine map (:func:`residual_block`)."""
+    norm = [BatchNorm(eps)] if batch_norm else []
+    branch = [Dense(), *norm, Activation("relu"), Dense(), *norm]
+    return serial([Residual(branch), Activation("relu")] * blocks)
+
+
 def simulate_residual(width: int, batch: int, blocks: int, n_networks: int, batch_norm: bool, seed: int,
                       device=None) -> ResidualRun:
-    """Fresh Xavier networks on Gaussian inputs x_0 ~ N(0, 1) of shape (B, n); statistics after every block."""
+    """Fresh networks of :func:`residual_description` (the twin, :func:`bnsym.sim.arch.torch_network`) on Gaussian
+    inputs x_0 ~ N(0, 1) of shape (B, n); statistics after every block. Networks are built ``chunk`` at a time,
+    their weights within the simulators' memory budget."""
     configure_torch()
-    device = device or default_device()
-    gen = generator(seed, device)
-    x = torch.randn(n_networks, batch, width, generator=gen, device=device, dtype=torch.float64)
+    device = torch.device(device or default_device())
+    net = residual_description(blocks, batch_norm)
+    chunk = max(1, chunk_budget(device) // (8 * 2 * max(blocks, 1) * width * width))
+    x = Normals(seed, device)(n_networks, batch, width)
     stats = []
-    for block in range(blocks + 1):
-        if block:
-            w = torch.randn(2, n_networks, width, width, generator=gen, device=device, dtype=torch.float64)
-            x = residual_block(x, w[0] / width**0.5, w[1] / width**0.5, batch_norm)
-        stats.append(torch.stack([x.square().mean((-2, -1)), x.mean(-2).abs().mean(-1), x.var(-2).mean(-1)]))
-    q, abs_mean, variance = torch.stack(stats, -1).cpu().numpy()
+    for start in range(0, n_networks, chunk):
+        part = x[start:start + chunk]
+        with torch.no_grad():
+            outputs = torch_network(net, width, len(part), seed=seed + 1 + start, device=device).layer_outputs(part)
+        states = torch.stack([part, *outputs[1::2]], 1)  # (M, blocks + 1, B, n): the input and every block's output
+        stats.append(torch.stack([states.square().mean((-2, -1)), states.mean(-2).abs().mean(-1),
+                                  states.var(-2).mean(-1)]))
+    q, abs_mean, variance = torch.cat(stats, 1).cpu().numpy()
     return ResidualRun(q, abs_mean, variance)
