@@ -1,0 +1,51 @@
+"""bnsym.arch's speed, by counts rather than the clock: what a call recomputes (the activation check once per
+activation, phi and batch size, not once per layer and call)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import random_psd
+
+from bnsym import arch
+from bnsym.arch import Activation, Dense, repeat
+from bnsym.core import validation
+from bnsym.core.activations import parse_activation
+
+
+@pytest.fixture
+def usable_calls(monkeypatch) -> list[tuple]:
+    """The arguments of every run of the activation check's body (``_check_usable``)."""
+    calls, check = [], validation._check_usable
+    monkeypatch.setattr(validation, "_check_usable", lambda *args: (calls.append(args), check(*args))[1])
+    return calls
+
+
+def test_activation_check_runs_once_per_activation_and_batch(usable_calls):
+    """A 10-layer network of one activation, called three times: one check (it ran 30 times)."""
+    phi = parse_activation("relu(beta=0.125)")  # a fresh object: no earlier test has checked it
+    net = repeat([Dense(2.0, 0.1), Activation(phi)], 10)
+    sigma = random_psd(8, 16, 0)
+    for _ in range(3):
+        arch.kernel(net, sigma)
+    assert usable_calls == [(phi, None, False)]
+    arch.ntk(net, sigma)  # the slope is checked too, once
+    assert usable_calls == [(phi, None, False), (phi, None, True)]
+
+
+def test_an_unusable_activation_is_refused_every_time(usable_calls):
+    """The kept verdict is the refusal itself: the same ValueError on every call, decided once."""
+    phi = parse_activation("relu(beta=-50)")  # identically 0 on the BN sphere of B = 8
+    messages = []
+    for _ in range(2):
+        with pytest.raises(ValueError, match="is constant") as raised:
+            validation.check_activation(phi, 8)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1] and len(usable_calls) == 1
+
+
+def test_the_coordinate_rule_is_shared_and_read_only():
+    nodes, weights = validation._coordinate_rule(8, (0.0,))
+    assert validation._coordinate_rule(8, (0.0,))[0] is nodes
+    assert not (nodes.flags.writeable or weights.flags.writeable)
+    assert np.isclose(weights.sum(), 1.0, rtol=1e-12)
