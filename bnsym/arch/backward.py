@@ -23,7 +23,7 @@ import numpy as np
 from ..core.activations import Activation as Phi
 from ..core.activations import identity
 from ..core.geometry import bsb1_mu, centring
-from ..meanfield.kernels import c_alpha, phi_kernel_derivative
+from ..meanfield.kernels import c_alpha, erf_kernel, phi_kernel_derivative
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
 from .graph import Graph, Moment, Node, divergent_spread, exchangeable, hermite_kernel
@@ -53,7 +53,7 @@ def _invariant(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """E[phi'(h) phi'(h)^T] = c_alpha (K_aa K_bb)^((alpha-1)/2) J_phi'(c) by Price's theorem (positive-homogeneous,
-    alpha > 1/2), or Gauss-Hermite (smooth phi)."""
+    alpha > 1/2), the derivative of the arcsine kernel (erf) or Gauss-Hermite (other smooth phi)."""
     if phi.is_homogeneous:
         diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
         scale = np.sqrt(np.clip(diagonal[..., :, None], 0, None)) * np.sqrt(np.clip(diagonal[..., None, :], 0, None))
@@ -62,6 +62,9 @@ def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         np.einsum("...ii->...i", corr)[...] = np.where(diagonal > 0, 1.0, 0.0)
         value = c_alpha(phi.degree) * np.where(scale > 0, scale, 1.0) ** (phi.degree - 1)
         return np.where(scale > 0, value * phi_kernel_derivative(phi, corr), 0.0), np.zeros(kernel.shape[1:])
+    closed = erf_kernel(phi, kernel, slope=True)
+    if closed is not None:
+        return closed, np.zeros(kernel.shape[1:])
     return None if phi.kinks else hermite_kernel(phi.numpy_derivative, kernel)
 
 

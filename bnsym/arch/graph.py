@@ -12,10 +12,10 @@ of independent Gaussian *sources* (the Dense outputs it depends on): a node of t
 
 Every node carries its kernel K = E[x x^T] and mean m = E[x], each from the first route that applies:
 
-* closed forms and quadratures: arc-cosine V_phi (positive-homogeneous phi) or Gauss-Hermite (smooth phi) for phi of a
-  Gaussian; the Laplace (eq. 11) or spherical (Thm 4) route of :mod:`bnsym.meanfield` for BN and BN -> phi of a
-  Gaussian; the derived affine map (:mod:`.derivations`) for LayerNorm and eval-mode BN; the derived sum rule for
-  independent parts; (B p / (B - 1)) G for phi -> BN (eps = 0) of an exchangeable Gaussian;
+* closed forms and quadratures: arc-cosine V_phi (positive-homogeneous phi), arcsine (erf) or Gauss-Hermite (other
+  smooth phi) for phi of a Gaussian; the Laplace (eq. 11) or spherical (Thm 4) route of :mod:`bnsym.meanfield` for BN
+  and BN -> phi of a Gaussian; the derived affine map (:mod:`.derivations`) for LayerNorm and eval-mode BN; the derived
+  sum rule for independent parts; (B p / (B - 1)) G for phi -> BN (eps = 0) of an exchangeable Gaussian;
 * otherwise randomised quasi-Monte Carlo over the node's *segment* (the connected non-Gaussian nodes with their
   Gaussian leaves): R independent runs (one scrambled Sobol set per source, principal components first, an
   independent digital shift per run), each an unbiased estimate; the reported error is their standard error. This
@@ -48,7 +48,7 @@ from ..core.activations import identity
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_mu, centring
 from ..meanfield.forward import bn_kernel_spherical
-from ..meanfield.kernels import gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel
+from ..meanfield.kernels import erf_kernel, gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel
 from ..meanfield.laplace import bn_kernel_laplace
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
@@ -564,9 +564,13 @@ def hermite_kernel(function, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _activation_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """V_phi(K) per replicate: arc-cosine closed form (positive-homogeneous) or Gauss-Hermite (smooth phi)."""
+    """V_phi(K) per replicate: arc-cosine (positive-homogeneous) or arcsine (erf) closed form, or Gauss-Hermite (other
+    smooth phi)."""
     if phi.is_homogeneous:
         return gaussian_kernel(phi, kernel), np.zeros(kernel.shape[1:])
+    closed = erf_kernel(phi, kernel)
+    if closed is not None:
+        return closed, np.zeros(kernel.shape[1:])
     return None if phi.kinks else hermite_kernel(phi, kernel)
 
 

@@ -22,14 +22,14 @@ equals the B(B+1)/2 per-entry backward recursions of Yang's reference computatio
 
 A plain [Dense (no bias), BN (train, eps = 0), phi (positive-homogeneous of degree 1 to 3)] * L MLP, on one batch or
 on batches of one size, takes the Laplace route (:mod:`bnsym.meanfield.ntk_laplace`: T as the derivative of the
-cross-batch Laplace integral in the cross covariance, near exact). Otherwise, routes per node: closed forms for
-Dense, sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for phi of a Gaussian (arc-cosine closed
-form for positive-homogeneous phi, Gauss-Hermite for smooth phi); a chain with one train-mode BN on one Gaussian
-leaf summed in closed form over the graph's quasi-Monte Carlo samples (:func:`~bnsym.arch.backward._sandwich` with
-the Jacobian transposed); any other segment by per-sample tangent columns. A train-mode BN with eps = 0 after an
-activation that is constant over the batch with positive probability, or after a Gaussian spread over at most 2
-dimensions, has an infinite tangent kernel (its Jacobian grows like 1/r, as for the gradient;
-:func:`~bnsym.arch.graph.divergent_spread`).
+cross-batch Laplace integral in the cross covariance, near exact). Otherwise, routes per node: closed forms for Dense,
+sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for phi of a Gaussian (arc-cosine closed form for
+positive-homogeneous phi, the arcsine kernel's derivative for erf, Gauss-Hermite for other smooth phi); a chain with one
+train-mode BN on one Gaussian leaf summed in closed form over the graph's quasi-Monte Carlo samples
+(:func:`~bnsym.arch.backward._sandwich` with the Jacobian transposed); any other segment by per-sample tangent columns.
+A train-mode BN with eps = 0 after an activation that is constant over the batch with positive probability, or after a
+Gaussian spread over at most 2 dimensions, has an infinite tangent kernel (its Jacobian grows like 1/r, as for the
+gradient; :func:`~bnsym.arch.graph.divergent_spread`).
 """
 
 from __future__ import annotations

@@ -17,10 +17,15 @@ The integer-order kernels are *derived* here in SymPy: Sheppard's orthant probab
 theorem, then the ladder d/dc E[rho_n(u) rho_n(v)] = n^2 E[rho_{n-1}(u) rho_{n-1}(v)] (Prop E.14).
 Real orders use the hypergeometric series (Sec. 2.1 of our catalogue), checked against the integer
 closed forms and against quadrature in the tests.
+
+erf(gamma z) has a closed form too (:func:`erf_kernel`, derived in :func:`derive_erf_kernels`): Williams' (1997)
+arcsine kernel, with its slope kernel E[phi'(h) phi'(h)^T], the NTK's derivative map. Other smooth phi go to
+Gauss-Hermite (:func:`gauss_hermite_kernel`).
 """
 
 from __future__ import annotations
 
+import weakref
 from functools import cache
 from typing import Callable
 
@@ -199,6 +204,72 @@ def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
     sigma = np.asarray(sigma, dtype=float)
     diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
     return pair_kernel(phi, diagonal[..., :, None], diagonal[..., None, :], sigma)
+
+
+def derive_erf_kernels() -> Derivation:
+    """E[phi(h_a) phi(h_b)] and E[phi'(h_a) phi'(h_b)], (h_a, h_b) ~ N(0, [[K_aa, K_ab], [K_ab, K_bb]]), for
+    phi = erf(gamma z) (each depends on gamma^2 only: -gamma flips the signs of phi and phi').
+
+    phi' = (2 gamma / sqrt(pi)) e^(-gamma^2 z^2), and the Gaussian integral E[e^(-h^T D h)] = det(I + 2 D K)^(-1/2)
+    gives the slope kernel (the NTK's derivative map). phi is odd, so E[phi phi] = 0 at K_ab = 0, and by Price's
+    theorem (d/dK_ab E[phi(h_a) phi(h_b)] = E[phi'(h_a) phi'(h_b)]) it is the slope kernel's integral over K_ab from
+    0: Williams' (1997) arcsine kernel. Named results "kernel" and "slope"."""
+    from ..core.symbols import K_aa, K_ab, K_bb
+
+    gamma, covariance = sp.Symbol("gamma", positive=True), sp.Symbol("t", real=True)
+    variances = sp.symbols("v_a v_b", positive=True)  # K_aa, K_bb (SymPy integrates with them known positive)
+    d = Derivation("The arcsine kernel of erf(gamma z) and its slope kernel")
+    determinant = sp.expand((sp.eye(2) + 2 * gamma**2 * sp.Matrix([[variances[0], covariance],
+                                                                   [covariance, variances[1]]])).det())
+    slope = 4 * gamma**2 / sp.pi / sp.sqrt(determinant)
+    positive = dict(zip(variances, (K_aa, K_bb)))
+    d.step("$\\phi'(h_a) \\phi'(h_b)$ is a Gaussian factor, and $E[e^{-h^T D h}] = \\det(I + 2 D K)^{-1/2}$:",
+           sp.Eq(sp.Symbol("E[phi'(h_a) phi'(h_b)]"), slope.subs(positive).subs(covariance, K_ab)), name="slope")
+    kernel = sp.integrate(slope, (covariance, 0, K_ab), conds="none").subs(positive)
+    d.step("Price's theorem, integrated from $K_{ab} = 0$ ($\\phi$ is odd):",
+           sp.Eq(sp.Symbol("E[phi(h_a) phi(h_b)]"), kernel), name="kernel")
+    d.result = {"kernel": d["kernel"], "slope": d["slope"]}
+    return d
+
+
+@lambdified()
+def _erf_kernels():
+    """Numeric forms of :func:`derive_erf_kernels`, each of (gamma, K_aa, K_bb, K_ab), named as its results."""
+    from ..core.symbols import K_aa, K_ab, K_bb
+
+    gamma = sp.Symbol("gamma", positive=True)
+    return {key: ((gamma, K_aa, K_bb, K_ab), value) for key, value in derive_erf_kernels().result.items()}
+
+
+_SCALES: weakref.WeakKeyDictionary[Activation, float | None] = weakref.WeakKeyDictionary()
+
+
+def erf_scale(phi: Activation) -> float | None:
+    """|gamma| where phi's expression is erf(gamma z) (the built-in erf, or a user's formula), else None; read once
+    per activation."""
+    if phi not in _SCALES:
+        from ..core.symbols import z
+
+        scale, found = sp.Wild("gamma", exclude=[z]), None
+        if not (phi.is_homogeneous or phi.kinks):
+            for sign in (1, -1):  # SymPy writes erf(-2 z) as -erf(2 z); both have the kernels of erf(2 z)
+                match = sp.sympify(sign * phi.expr).match(sp.erf(scale * z))
+                if match and match[scale].is_number and match[scale] != 0:
+                    found = abs(float(match[scale]))
+        _SCALES[phi] = found
+    return _SCALES[phi]
+
+
+def erf_kernel(phi: Activation, sigma: np.ndarray, slope: bool = False) -> np.ndarray | None:
+    """E[phi(h) phi(h)^T] (``slope``: E[phi'(h) phi'(h)^T]), h ~ N(0, Sigma), in closed form for phi = erf(gamma z)
+    (:func:`derive_erf_kernels`), vectorised over every entry and the leading axes of ``sigma`` (..., B, B); None
+    for any other phi."""
+    gamma = erf_scale(phi)
+    if gamma is None:
+        return None
+    sigma = np.asarray(sigma, dtype=float)
+    diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
+    return _erf_kernels()["slope" if slope else "kernel"](gamma, diagonal[..., :, None], diagonal[..., None, :], sigma)
 
 
 @cache
