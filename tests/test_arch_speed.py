@@ -49,3 +49,20 @@ def test_the_coordinate_rule_is_shared_and_read_only():
     assert validation._coordinate_rule(8, (0.0,))[0] is nodes
     assert not (nodes.flags.writeable or weights.flags.writeable)
     assert np.isclose(weights.sum(), 1.0, rtol=1e-12)
+
+
+def test_covariance_check_factors_instead_of_eigenvalues(monkeypatch):
+    """Sigma0's PSD check is a Cholesky factor of Sigma/max|Sigma| + 1e-10 I (eigvalsh, ten times the work, only
+    to name the smallest eigenvalue of a refused one), and G Sigma G = 0 is found from row means, not two products."""
+    eigenvalues = np.linalg.eigvalsh
+    calls = []
+    monkeypatch.setattr(np.linalg, "eigvalsh", lambda a: (calls.append(a.shape), eigenvalues(a))[1])
+    sigma = random_psd(8, 3, 0)  # rank 3: PSD with five zero eigenvalues
+    validation.check_covariance(sigma)
+    assert calls == []
+    null = np.linalg.eigh(sigma)[1][:, 0]  # a unit vector of its null space
+    with pytest.raises(ValueError, match="smallest eigenvalue is -0.01"):
+        validation.check_covariance(sigma - 0.01 * np.outer(null, null))
+    with pytest.raises(ValueError, match="G Sigma G = 0"):
+        validation.check_covariance(np.full((8, 8), 2.0))
+    assert validation.check_covariance(np.full((8, 8), 2.0), batch_norm=False)[0, 0] == 2.0

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 
 import numpy as np
 from scipy.optimize import linprog
@@ -82,10 +82,22 @@ class Moment:
     infinite: bool = False
     why: str = ""
 
-    @property
+    @cached_property
     def relative(self) -> float:
+        """max bound / max |value| (0 for a zero bound, without a pass over the values)."""
+        largest = float(self.bound.max()) if self.bound.size else 0.0
+        if largest == 0:
+            return 0.0
         scale = float(np.abs(self.value).max())
-        return float(self.bound.max()) / scale if scale > 0 else 0.0
+        return largest / scale if scale > 0 else 0.0
+
+
+def scaled_bound(relative: float, value: np.ndarray) -> np.ndarray:
+    """``relative`` times the largest |value| over the replicates (the leading axis): a relative error as a bound;
+    zeros, without a pass over the values, where ``relative`` is 0 (an exact route)."""
+    if relative == 0:
+        return np.zeros(value.shape[1:])
+    return relative * np.abs(value).max(0)
 
 
 def _each(function, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -304,7 +316,9 @@ class Graph:
         node = self._node("gaussian", link=("dense", x, weight_var), zero_mean=True)
         node.sources = frozenset({node})
         kernel = x.kernel()
-        node._kernel = Moment(weight_var * kernel.value + bias_var, weight_var * kernel.bound)
+        value = weight_var * kernel.value
+        value += bias_var
+        node._kernel = Moment(value, weight_var * kernel.bound)
         return node
 
     def apply(self, x: Node, op: Elementwise | TrainBN) -> Node:
@@ -318,7 +332,7 @@ class Graph:
             node = self._node("gaussian", link=("scale", x, scale), sources=x.sources, zero_mean=True)
             kernel = x.kernel()
             value = kernel.value / (scale[:, :, None] * scale[:, None, :])
-            node._kernel = Moment(value, kernel.relative * np.abs(value).max(0))
+            node._kernel = Moment(value, scaled_bound(kernel.relative, value))
             return node
         return self._node("map", (x,), op=Affine(shift, scale, centred), sources=x.sources, zero_mean=centred)
 
@@ -386,7 +400,7 @@ class Graph:
             return route
         x = node.samples()
         value = np.einsum("rpa,rpb->rab", x, x) / x.shape[1]
-        return Moment(value, self._inherited(node) * np.abs(value).max(0))
+        return Moment(value, scaled_bound(self._inherited(node), value))
 
     def mean_of(self, node: Node) -> Moment:
         if node.zero_mean:
@@ -396,7 +410,7 @@ class Graph:
             return route
         x = node.samples()
         value = x.mean(1)
-        return Moment(value, self._inherited(node) * np.abs(value).max(0))
+        return Moment(value, scaled_bound(self._inherited(node), value))
 
     def _inherited(self, node: Node) -> float:
         """The relative deterministic error a sampled node inherits: the largest of its segment's leaves."""
@@ -413,7 +427,7 @@ class Graph:
                 means = [x.mean().value, y.mean().value]
             value = lambdified("residual")(kx.value, ky.value, means[0][:, :, None], means[0][:, None, :],
                                            means[1][:, :, None], means[1][:, None, :], node.alpha)
-            bound = kx.bound + node.alpha**2 * ky.bound + (kx.relative + ky.relative) * np.abs(value).max(0)
+            bound = kx.bound + node.alpha**2 * ky.bound + scaled_bound(kx.relative + ky.relative, value)
             return Moment(value, bound)
         op, parent = node.op, node.parents[0]
         if isinstance(op, Affine):
@@ -421,19 +435,19 @@ class Graph:
             value = lambdified("affine")(k.value, m.value[:, :, None], m.value[:, None, :], op.shift[:, :, None],
                                          op.shift[:, None, :], op.scale[:, :, None], op.scale[:, None, :])
             value = np.where(np.isfinite(value), value, 0.0)
-            return Moment(value, (k.relative + m.relative) * np.abs(value).max(0))
+            return Moment(value, scaled_bound(k.relative + m.relative, value))
         if parent.kind == "gaussian":
             k = parent.kernel()
             if isinstance(op, Elementwise):
                 result = _activation_kernel(op.phi, k.value)
             else:
                 result = None if op.sizes else _bn_kernel(identity(), k.value, op.eps)
-            return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
+            return None if result is None else Moment(result[0], result[1] + scaled_bound(k.relative, result[0]))
         if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.parents[0].kind == "gaussian"
                 and not parent.op.sizes):
             k = parent.parents[0].kernel()
             result = _bn_kernel(op.phi, k.value, parent.op.eps)
-            return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
+            return None if result is None else Moment(result[0], result[1] + scaled_bound(k.relative, result[0]))
         if (isinstance(op, TrainBN) and op.eps == 0 and isinstance(parent.op, Elementwise)
                 and parent.parents[0].kind == "gaussian" and not op.sizes):
             k = parent.parents[0].kernel()
@@ -452,17 +466,17 @@ class Graph:
         if isinstance(op, Affine):
             m = parent.mean()
             value = (m.value - op.shift) / op.scale
-            return Moment(np.where(np.isfinite(value), value, 0.0), m.relative * np.abs(value).max(0))
+            return Moment(np.where(np.isfinite(value), value, 0.0), scaled_bound(m.relative, value))
         if isinstance(op, Elementwise) and parent.kind == "gaussian":
             k = parent.kernel()
             diagonal = np.diagonal(k.value, axis1=-2, axis2=-1)
             if op.phi.is_homogeneous:
                 a, b = op.phi.ab
                 value = (a - b) * lambdified("gaussian_mean")(op.phi.degree, diagonal)
-                return Moment(value, k.relative * np.abs(value).max(0))
+                return Moment(value, scaled_bound(k.relative, value))
             if not op.phi.kinks:
                 estimate = gauss_hermite_pair(op.phi, diagonal, 0.0, 0.0, psi=np.ones_like)
-                return Moment(estimate.value, estimate.error.max(0) + k.relative * np.abs(estimate.value).max(0))
+                return Moment(estimate.value, estimate.error.max(0) + scaled_bound(k.relative, estimate.value))
             return None
         if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.op.eps == 0
                 and parent.parents[0].kind == "gaussian" and not parent.op.sizes):

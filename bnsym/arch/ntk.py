@@ -59,7 +59,17 @@ from .backward import (
     radial_weight,
 )
 from .derivations import lambdified
-from .graph import Divergent, Graph, Moment, Node, Sampling, divergent_spread, exchangeable, low_rank_spread
+from .graph import (
+    Divergent,
+    Graph,
+    Moment,
+    Node,
+    Sampling,
+    divergent_spread,
+    exchangeable,
+    low_rank_spread,
+    scaled_bound,
+)
 from .network import _estimate, _float64_range, build, check_inputs, check_sampling
 from .ops import Affine, Elementwise, TrainBN
 
@@ -123,15 +133,14 @@ class _Forward:
         if isinstance(node.op, Affine):  # a constant Jacobian diag(1 / scale)
             theta, scale = self.theta[parent], node.op.scale
             value = theta.value / (scale[:, :, None] * scale[:, None, :])
-            return Moment(np.where(np.isfinite(value), value, 0.0), theta.relative * np.abs(value).max(0))
+            return Moment(np.where(np.isfinite(value), value, 0.0), scaled_bound(theta.relative, value))
         if isinstance(node.op, Elementwise) and parent.kind == "gaussian":
             slope = _slope_kernel(node.op.phi, parent.kernel().value)
             if slope is not None:
                 theta = self.theta[parent]
                 value = slope[0] * theta.value
-                relative = theta.relative + parent.kernel().relative + float(slope[1].max()) / max(
-                    float(np.abs(slope[0]).max()), 1e-300)
-                return Moment(value, relative * np.abs(value).max(0))
+                relative = theta.relative + parent.kernel().relative + Moment(*slope).relative
+                return Moment(value, scaled_bound(relative, value))
         chain = self._chain(node)
         if chain is None:
             return self._columns(node)
@@ -161,7 +170,7 @@ class _Forward:
         value = (trace / batch - off)[:, None, None] * np.eye(batch) + off[:, None, None]
         relative = (self.theta[leaf].relative + leaf.kernel().relative
                     + error / max(float(np.abs(moments).max()), 1e-300))
-        return Moment(value, relative * np.abs(value).max(0))
+        return Moment(value, scaled_bound(relative, value))
 
     def _gaussian(self, node: Node) -> Moment:
         kind = node.link[0]
@@ -173,7 +182,7 @@ class _Forward:
         if kind == "scale":
             theta, scale = self.theta[node.link[1]], node.link[2]
             value = theta.value / (scale[:, :, None] * scale[:, None, :])
-            return Moment(value, theta.relative * np.abs(value).max(0))
+            return Moment(value, scaled_bound(theta.relative, value))
         parts = [(self.theta[part], coefficient**2) for part, coefficient in node.link[1]]
         return Moment(sum(c * t.value for t, c in parts), sum(c * t.bound for t, c in parts))
 
@@ -200,7 +209,7 @@ class _Forward:
         before, norm, after = chain_jacobian(chain)
         value = _sandwich(theta.value, after, norm, before)
         relative = theta.relative + self.graph._inherited(chain[-1])
-        return Moment(value, relative * np.abs(value).max(0))
+        return Moment(value, scaled_bound(relative, value))
 
     def _columns(self, node: Node) -> Moment:
         """Any segment: per-sample tangent columns t (R, P, B, B) pushed forward through the ops (each Jacobian is
@@ -234,7 +243,7 @@ class _Forward:
                 member.samples()
                 columns[member] = member.op.vjp(member._input, member._samples, column(parent))
             value = np.einsum("rpak,rpbk->rab", columns[member], columns[member]) / shape[1]
-            bound = (relative + self.graph._inherited(member)) * np.abs(value).max(0)
+            bound = scaled_bound(relative + self.graph._inherited(member), value)
             self.theta[member] = Moment(value, bound)
         return self.theta[node]
 

@@ -405,14 +405,18 @@ def check_covariance(sigma: object, batch_norm: bool = True) -> np.ndarray:
     if np.abs(unit - unit.T).max() > 1e-10:
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
     unit = (unit + unit.T) / 2
-    eigenvalues = np.linalg.eigvalsh(unit)
-    if eigenvalues.min() < -1e-10:
-        raise ValueError(f"Sigma must be positive semi-definite (a covariance matrix); "
-                         f"its smallest eigenvalue is {eigenvalues.min() * scale:.3g}")
     batch = matrix.shape[0]
-    g = np.eye(batch) - 1.0 / batch
-    if batch_norm and np.abs(g @ unit @ g).max() <= 1e-12:
-        raise ValueError(same)
+    try:  # smallest eigenvalue >= -1e-10: a Cholesky factor of unit + 1e-10 I exists (a tenth of eigvalsh's work)
+        np.linalg.cholesky(unit + 1e-10 * np.eye(batch))
+    except np.linalg.LinAlgError:
+        smallest = np.linalg.eigvalsh(unit).min()
+        if smallest < -1e-10:
+            raise ValueError(f"Sigma must be positive semi-definite (a covariance matrix); "
+                             f"its smallest eigenvalue is {smallest * scale:.3g}") from None
+    if batch_norm:  # G unit G, G = I - 11^T / B, by its row and column means
+        rows = unit.mean(0)
+        if np.abs(unit - rows[:, None] - rows[None, :] + rows.mean()).max() <= 1e-12:
+            raise ValueError(same)
     return unit * scale
 
 

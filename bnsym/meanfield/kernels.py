@@ -130,6 +130,13 @@ def gauss_hypergeometric(a: float, b: float, c: float, x: np.ndarray) -> np.ndar
     return out
 
 
+def _clip(x: np.ndarray, low: float, high: float) -> np.ndarray:
+    """x clipped to [low, high] by two ufuncs, the second in place (np.clip's Python layer costs more than the pass
+    at B = 32; a second temporary of B = 256 costs its page faults)."""
+    out = np.maximum(x, low)
+    return np.minimum(out, high, out=out) if isinstance(out, np.ndarray) else np.minimum(out, high)  # 0-d: a scalar
+
+
 def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     """J_alpha(c), vectorised over c in [-1, 1], for alpha > -1/2.
 
@@ -140,15 +147,15 @@ def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     """
     if not alpha > -0.5:
         raise ValueError(f"the arccosine kernel J_alpha needs alpha > -1/2 (E[rho_alpha^2] finite), got {alpha}")
-    corr = np.clip(np.asarray(corr, dtype=float), -1.0, 1.0)
+    corr = _clip(np.asarray(corr, dtype=float), -1.0, 1.0)
     if float(alpha).is_integer() and alpha <= MAX_INTEGER_ORDER:
-        return np.clip(_integer_kernels()[str(int(alpha))](corr) + 0.0 * corr, 0.0, 1.0)
+        return _clip(_integer_kernels()[str(int(alpha))](corr), 0.0, 1.0)  # each J_n depends on c
     x = corr**2
     even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * gauss_hypergeometric(
         -alpha / 2, -alpha / 2, 0.5, x)
     odd = np.exp((alpha + 1) * np.log(2.0) + 2 * gammaln(alpha / 2 + 1) - np.log(np.pi)) * corr * gauss_hypergeometric(
         (1 - alpha) / 2, (1 - alpha) / 2, 1.5, x)
-    return np.clip((even + odd) / (4 * c_alpha(alpha)), 0.0, 1.0)
+    return _clip((even + odd) / (4 * c_alpha(alpha)), 0.0, 1.0)
 
 
 def arccos_kernel_derivative(alpha: float, corr: np.ndarray) -> np.ndarray:
@@ -169,18 +176,20 @@ def _homogeneous_parts(phi: Activation) -> tuple[float, float, float]:
 def phi_kernel(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi(c) = (a^2 + b^2) J_alpha(c) - 2ab J_alpha(-c) (Cor E.19); J_phi(1) = a^2 + b^2."""
     alpha, a, b = _homogeneous_parts(phi)
-    value = (a * a + b * b) * arccos_kernel(alpha, corr)
+    value = arccos_kernel(alpha, corr)  # a new array: scaled in place
+    value *= a * a + b * b
     if a * b:  # relu^alpha has b = 0: no second kernel to evaluate
-        value = value - 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
+        value -= 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
     return value
 
 
 def phi_kernel_derivative(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi'(c) = (a^2 + b^2) J_alpha'(c) + 2ab J_alpha'(-c)."""
     alpha, a, b = _homogeneous_parts(phi)
-    value = (a * a + b * b) * arccos_kernel_derivative(alpha, corr)
+    value = arccos_kernel_derivative(alpha, corr)  # a new array: scaled in place
+    value *= a * a + b * b
     if a * b:
-        value = value + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
+        value += 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
     return value
 
 
@@ -192,7 +201,12 @@ def pair_kernel(phi: Activation, s11: np.ndarray, s22: np.ndarray, s12: np.ndarr
     Broadcasts over the arrays.
     """
     alpha, _, _ = _homogeneous_parts(phi)
-    scale = np.sqrt(np.clip(s11, 0.0, None)) * np.sqrt(np.clip(s22, 0.0, None))  # no overflow of s11 s22
+    scale = np.sqrt(np.maximum(s11, 0.0)) * np.sqrt(np.maximum(s22, 0.0))  # no overflow of s11 s22
+    if np.all(s11 > 0) and np.all(s22 > 0):  # the usual case: no masking, the factors applied in place
+        value = phi_kernel(phi, s12 / scale)
+        value *= c_alpha(alpha)
+        value *= scale if alpha == 1 else scale**alpha
+        return value
     corr = np.divide(s12, scale, out=np.zeros(np.broadcast(s12, scale).shape), where=scale > 0)
     return np.where(scale > 0, c_alpha(alpha) * scale**alpha * phi_kernel(phi, corr), 0.0)
 
