@@ -58,7 +58,7 @@ def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
         root = np.sqrt(np.clip(diagonal, 0, None))
         scale = root[..., :, None] * root[..., None, :]
-        positive = bool(np.all(diagonal > 0))  # the usual case: no masking
+        positive = bool((diagonal > 0).all())  # the usual case: no masking
         corr = kernel / scale if positive else np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
         # the diagonal is exactly 1; rounding below it would cost J_phi' about sqrt(machine epsilon) there
         np.einsum("...ii->...i", corr)[...] = np.where(diagonal > 0, 1.0, 0.0)

@@ -34,6 +34,8 @@ gradient; :func:`~bnsym.arch.graph.divergent_spread`).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from ..core.activations import identity
@@ -93,7 +95,12 @@ class _Forward:
     def __init__(self, graph: Graph):
         self.graph, self.batch = graph, graph.batch
         self.theta: dict[Node, Moment] = {}
-        self.rng = np.random.default_rng([graph.sampling.seed, 0x7A6])
+
+    @cached_property
+    def rng(self) -> np.random.Generator:
+        """The random signs of :meth:`_columns`, seeded when a segment first needs them (a Generator costs more
+        than a small network's closed forms)."""
+        return np.random.default_rng([self.graph.sampling.seed, 0x7A6])
 
     def tangent(self, node: Node) -> Moment:
         """Theta at ``node``: the nodes it needs, found walking back, computed in the graph's (forward) order."""

@@ -202,7 +202,7 @@ def pair_kernel(phi: Activation, s11: np.ndarray, s22: np.ndarray, s12: np.ndarr
     """
     alpha, _, _ = _homogeneous_parts(phi)
     scale = np.sqrt(np.maximum(s11, 0.0)) * np.sqrt(np.maximum(s22, 0.0))  # no overflow of s11 s22
-    if np.all(s11 > 0) and np.all(s22 > 0):  # the usual case: no masking, the factors applied in place
+    if (np.asarray(s11) > 0).all() and (np.asarray(s22) > 0).all():  # the usual case: no masking, scaled in place
         value = phi_kernel(phi, s12 / scale)
         value *= c_alpha(alpha)
         value *= scale if alpha == 1 else scale**alpha
