@@ -48,7 +48,7 @@ from ..core.activations import identity
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_mu, centring
 from ..meanfield.forward import bn_kernel_spherical
-from ..meanfield.kernels import erf_kernel, gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel
+from ..meanfield.kernels import erf_kernel, gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel, is_odd
 from ..meanfield.laplace import bn_kernel_laplace
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
@@ -475,6 +475,8 @@ class Graph:
                 value = (a - b) * lambdified("gaussian_mean")(op.phi.degree, diagonal)
                 return Moment(value, scaled_bound(k.relative, value))
             if not op.phi.kinks:
+                if is_odd(op.phi):  # 0 by symmetry: quadrature's rounding-level mean would be its own size's error
+                    return Moment(np.zeros_like(diagonal), np.zeros(self.batch))
                 estimate = gauss_hermite_pair(op.phi, diagonal, 0.0, 0.0, psi=np.ones_like)
                 return Moment(estimate.value, estimate.error.max(0) + scaled_bound(k.relative, estimate.value))
             return None

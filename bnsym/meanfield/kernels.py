@@ -274,6 +274,20 @@ def erf_scale(phi: Activation) -> float | None:
     return _SCALES[phi]
 
 
+_ODD: weakref.WeakKeyDictionary[Activation, bool] = weakref.WeakKeyDictionary()
+
+
+def is_odd(phi: Activation) -> bool:
+    """Whether phi(-z) = -phi(z) as SymPy writes phi(z) + phi(-z) (0 for tanh, erf, sin and their scalings; a
+    callable's unknown expression is not), decided once per activation: then E[phi(h)] = 0 for a centred Gaussian h."""
+    if phi not in _ODD:
+        from ..core.symbols import z
+
+        expression = sp.sympify(phi.expr)
+        _ODD[phi] = bool(sp.expand(expression + expression.subs(z, -z)) == 0)
+    return _ODD[phi]
+
+
 def erf_kernel(phi: Activation, sigma: np.ndarray, slope: bool = False) -> np.ndarray | None:
     """E[phi(h) phi(h)^T] (``slope``: E[phi'(h) phi'(h)^T]), h ~ N(0, Sigma), in closed form for phi = erf(gamma z)
     (:func:`derive_erf_kernels`), vectorised over every entry and the leading axes of ``sigma`` (..., B, B); None
