@@ -9,8 +9,10 @@ from conftest import random_psd
 
 from bnsym import arch
 from bnsym.arch import Activation, Dense, repeat
+from bnsym.arch import graph as arch_graph
 from bnsym.core import validation
 from bnsym.core.activations import parse_activation
+from bnsym.meanfield import kernels
 
 
 @pytest.fixture
@@ -66,3 +68,16 @@ def test_covariance_check_factors_instead_of_eigenvalues(monkeypatch):
     with pytest.raises(ValueError, match="G Sigma G = 0"):
         validation.check_covariance(np.full((8, 8), 2.0))
     assert validation.check_covariance(np.full((8, 8), 2.0), batch_norm=False)[0, 0] == 2.0
+
+
+def test_hermite_doubling_computes_each_rule_once(monkeypatch):
+    """arch's Gauss-Hermite kernel doubles the nodes from 64 until its error estimate (the change from half the nodes)
+    is below 1e-12: each rule once (32, 64, ..., 512: 5 rules for tanh(gamma=2) at variance 4, where it was 8), with
+    the value and error of a fresh gauss_hermite_kernel at the last degree."""
+    degrees, rule = [], kernels._gauss_hermite_rule
+    monkeypatch.setattr(kernels, "_gauss_hermite_rule", lambda *args: (degrees.append(args[-1]), rule(*args))[1])
+    phi, sigma = parse_activation("tanh(gamma=2)"), 4.0 * random_psd(5, 8, 1)[None]
+    value, error = arch_graph.hermite_kernel(phi, sigma)
+    assert degrees == [64, 32, 128, 256, 512]
+    fresh = kernels.gauss_hermite_kernel(phi, sigma, 512)
+    assert np.array_equal(value, fresh.value) and np.array_equal(error, fresh.error.max(0))

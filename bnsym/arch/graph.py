@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache
 
 import numpy as np
 from scipy.optimize import linprog
@@ -82,14 +82,15 @@ class Moment:
     infinite: bool = False
     why: str = ""
 
-    @cached_property
+    @property
     def relative(self) -> float:
-        """max bound / max |value| (0 for a zero bound, without a pass over the values)."""
-        largest = float(self.bound.max()) if self.bound.size else 0.0
-        if largest == 0:
-            return 0.0
-        scale = float(np.abs(self.value).max())
-        return largest / scale if scale > 0 else 0.0
+        """max bound / max |value| (0 for a zero bound, without a pass over the values); kept after the first read
+        (functools.cached_property takes a lock per read on Python 3.11)."""
+        if "_relative" not in self.__dict__:
+            largest = float(self.bound.max()) if self.bound.size else 0.0
+            scale = float(np.abs(self.value).max()) if largest else 0.0
+            object.__setattr__(self, "_relative", largest / scale if scale > 0 else 0.0)
+        return self.__dict__["_relative"]
 
 
 def scaled_bound(relative: float, value: np.ndarray) -> np.ndarray:
@@ -572,8 +573,9 @@ class Graph:
 def hermite_kernel(function, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """E[f(h) f(h)^T] by Gauss-Hermite, the degree doubled from 64 until the error estimate (the change from half
     the degree) is below 1e-12 of the result, or 512 nodes per axis."""
-    for degree in (64, 128, 256, 512):
-        estimate = gauss_hermite_kernel(function, kernel, degree)
+    estimate = None
+    for degree in (64, 128, 256, 512):  # each rule's coarser one is the previous rule, computed once
+        estimate = gauss_hermite_kernel(function, kernel, degree, None if estimate is None else estimate.value)
         if estimate.error.max() <= 1e-12 * max(np.abs(estimate.value).max(), 1e-300):
             break
     return estimate.value, estimate.error.max(0)

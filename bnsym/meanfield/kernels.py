@@ -323,7 +323,8 @@ def _gauss_hermite_rule(s11: np.ndarray, s22: np.ndarray, s12: np.ndarray, phi: 
 
 
 def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndarray, s12: np.ndarray,
-                       degree: int = 64, psi: Activation | Function | None = None) -> Estimate:
+                       degree: int = 64, psi: Activation | Function | None = None,
+                       coarser: np.ndarray | None = None) -> Estimate:
     """E[phi(h_1) psi(h_2)], (h_1, h_2) ~ N(0, [[s11, s12], [s12, s22]]), by Gauss-Hermite quadrature.
 
     Factor h_1 = a u, h_2 = b u + c v with u, v iid N(0, 1), a = sqrt(s11), b = s12 / a, c = sqrt(s22 - b^2),
@@ -333,6 +334,7 @@ def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndar
 
     Returns an :class:`~bnsym.core.estimate.Estimate`: the rule with `degree` nodes and, entrywise, its distance
     to the rule with degree // 2 nodes (the error of the coarser rule, so a pessimistic estimate for smooth phi).
+    ``coarser``: that rule's values where the caller has them (doubling the degree), not computed again.
 
     Advice on `degree` (as for neural-tangents' ``ElementwiseNumerical``): meant for smooth phi, where the
     error falls geometrically, at a rate set by how steep phi is on the scale sqrt(s) of its argument (and, for
@@ -355,17 +357,20 @@ def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndar
     f = phi.numpy if isinstance(phi, Activation) else phi
     g = f if psi is None else psi.numpy if isinstance(psi, Activation) else psi
     value = _gauss_hermite_rule(s11, s22, s12, f, g, degree)
-    return Estimate(value, np.abs(value - _gauss_hermite_rule(s11, s22, s12, f, g, degree // 2)), "gauss_hermite")
+    if coarser is None:
+        coarser = _gauss_hermite_rule(s11, s22, s12, f, g, degree // 2)
+    return Estimate(value, np.abs(value - coarser), "gauss_hermite")
 
 
 def gauss_hermite_kernel(phi: Activation | Function, sigma: np.ndarray,
-                         degree: int = 64) -> Estimate:
+                         degree: int = 64, coarser: np.ndarray | None = None) -> Estimate:
     """V_phi(Sigma)_ij = E[phi(h_i) phi(h_j)], h ~ N(0, Sigma), for any phi (Yang et al. 2019, Sec. E.1).
 
     Each entry needs only the 2 x 2 block of Sigma on {i, j}: :func:`gauss_hermite_pair` on the upper
     triangle, vectorised over the entries and the leading axes of ``sigma`` (..., B, B). Returns an Estimate
-    whose value and error are (..., B, B), the error estimated entrywise by halving the degree; see
-    :func:`gauss_hermite_pair` for the advice on `degree` (smooth phi only).
+    whose value and error are (..., B, B), the error estimated entrywise by halving the degree (``coarser``: the
+    (..., B, B) rule with degree // 2 nodes where the caller has it); see :func:`gauss_hermite_pair` for the advice on
+    `degree` (smooth phi only).
     """
     sigma = np.asarray(sigma, dtype=float)
     if sigma.ndim < 2 or sigma.shape[-1] != sigma.shape[-2]:
@@ -376,7 +381,8 @@ def gauss_hermite_kernel(phi: Activation | Function, sigma: np.ndarray,
         raise ValueError("Sigma must be symmetric (a covariance matrix)")
     rows, cols = np.triu_indices(sigma.shape[-1])
     diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
-    value, error = gauss_hermite_pair(phi, diagonal[..., rows], diagonal[..., cols], sigma[..., rows, cols], degree)
+    value, error = gauss_hermite_pair(phi, diagonal[..., rows], diagonal[..., cols], sigma[..., rows, cols], degree,
+                                      coarser=None if coarser is None else coarser[..., rows, cols])
     full_value, full_error = np.empty_like(sigma), np.empty_like(sigma)
     for full, upper in ((full_value, value), (full_error, error)):
         full[..., rows, cols] = upper
