@@ -23,7 +23,7 @@ import numpy as np
 from ..core.activations import Activation as Phi
 from ..core.activations import identity
 from ..core.geometry import bsb1_mu, centring
-from ..meanfield.kernels import c_alpha, phi_kernel_derivative
+from ..meanfield.kernels import c_alpha, erf_kernel, phi_kernel_derivative
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
 from .graph import Graph, Moment, Node, divergent_spread, exchangeable, hermite_kernel
@@ -53,15 +53,23 @@ def _invariant(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """E[phi'(h) phi'(h)^T] = c_alpha (K_aa K_bb)^((alpha-1)/2) J_phi'(c) by Price's theorem (positive-homogeneous,
-    alpha > 1/2), or Gauss-Hermite (smooth phi)."""
+    alpha > 1/2), the derivative of the arcsine kernel (erf) or Gauss-Hermite (other smooth phi)."""
     if phi.is_homogeneous:
         diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
-        scale = np.sqrt(np.clip(diagonal[..., :, None], 0, None)) * np.sqrt(np.clip(diagonal[..., None, :], 0, None))
-        corr = np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
+        root = np.sqrt(np.clip(diagonal, 0, None))
+        scale = root[..., :, None] * root[..., None, :]
+        positive = bool((diagonal > 0).all())  # the usual case: no masking
+        corr = kernel / scale if positive else np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
         # the diagonal is exactly 1; rounding below it would cost J_phi' about sqrt(machine epsilon) there
         np.einsum("...ii->...i", corr)[...] = np.where(diagonal > 0, 1.0, 0.0)
-        value = c_alpha(phi.degree) * np.where(scale > 0, scale, 1.0) ** (phi.degree - 1)
-        return np.where(scale > 0, value * phi_kernel_derivative(phi, corr), 0.0), np.zeros(kernel.shape[1:])
+        value = phi_kernel_derivative(phi, corr)  # a new array: scaled in place
+        value *= c_alpha(phi.degree)
+        if phi.degree != 1:
+            value *= np.where(scale > 0, scale, 1.0) ** (phi.degree - 1)
+        return (value if positive else np.where(scale > 0, value, 0.0)), np.zeros(kernel.shape[1:])
+    closed = erf_kernel(phi, kernel, slope=True)
+    if closed is not None:
+        return closed, np.zeros(kernel.shape[1:])
     return None if phi.kinks else hermite_kernel(phi.numpy_derivative, kernel)
 
 
@@ -371,7 +379,7 @@ class _Backward:
         if slope is None:
             return False
         pis = self._pull_affines(chain)
-        rel = leaf.kernel().relative + float(slope[1].max()) / max(float(np.abs(slope[0]).max()), 1e-300)
+        rel = leaf.kernel().relative + Moment(*slope).relative
         for member, pi in zip(reversed(chain), reversed(pis)):
             self.rel[member] = max(self.rel[member], rel)
             self._record(member, np.trace(pi, axis1=-2, axis2=-1))

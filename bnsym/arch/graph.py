@@ -12,10 +12,10 @@ of independent Gaussian *sources* (the Dense outputs it depends on): a node of t
 
 Every node carries its kernel K = E[x x^T] and mean m = E[x], each from the first route that applies:
 
-* closed forms and quadratures: arc-cosine V_phi (positive-homogeneous phi) or Gauss-Hermite (smooth phi) for phi of a
-  Gaussian; the Laplace (eq. 11) or spherical (Thm 4) route of :mod:`bnsym.meanfield` for BN and BN -> phi of a
-  Gaussian; the derived affine map (:mod:`.derivations`) for LayerNorm and eval-mode BN; the derived sum rule for
-  independent parts; (B p / (B - 1)) G for phi -> BN (eps = 0) of an exchangeable Gaussian;
+* closed forms and quadratures: arc-cosine V_phi (positive-homogeneous phi), arcsine (erf) or Gauss-Hermite (other
+  smooth phi) for phi of a Gaussian; the Laplace (eq. 11) or spherical (Thm 4) route of :mod:`bnsym.meanfield` for BN
+  and BN -> phi of a Gaussian; the derived affine map (:mod:`.derivations`) for LayerNorm and eval-mode BN; the derived
+  sum rule for independent parts; (B p / (B - 1)) G for phi -> BN (eps = 0) of an exchangeable Gaussian;
 * otherwise randomised quasi-Monte Carlo over the node's *segment* (the connected non-Gaussian nodes with their
   Gaussian leaves): R independent runs (one scrambled Sobol set per source, principal components first, an
   independent digital shift per run), each an unbiased estimate; the reported error is their standard error. This
@@ -48,7 +48,7 @@ from ..core.activations import identity
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_mu, centring
 from ..meanfield.forward import bn_kernel_spherical
-from ..meanfield.kernels import gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel
+from ..meanfield.kernels import erf_kernel, gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel, is_odd
 from ..meanfield.laplace import bn_kernel_laplace
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
@@ -84,8 +84,21 @@ class Moment:
 
     @property
     def relative(self) -> float:
-        scale = float(np.abs(self.value).max())
-        return float(self.bound.max()) / scale if scale > 0 else 0.0
+        """max bound / max |value| (0 for a zero bound, without a pass over the values); kept after the first read
+        (functools.cached_property takes a lock per read on Python 3.11)."""
+        if "_relative" not in self.__dict__:
+            largest = float(self.bound.max()) if self.bound.size else 0.0
+            scale = float(np.abs(self.value).max()) if largest else 0.0
+            object.__setattr__(self, "_relative", largest / scale if scale > 0 else 0.0)
+        return self.__dict__["_relative"]
+
+
+def scaled_bound(relative: float, value: np.ndarray) -> np.ndarray:
+    """``relative`` times the largest |value| over the replicates (the leading axis): a relative error as a bound;
+    zeros, without a pass over the values, where ``relative`` is 0 (an exact route)."""
+    if relative == 0:
+        return np.zeros(value.shape[1:])
+    return relative * np.abs(value).max(0)
 
 
 def _each(function, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -304,7 +317,9 @@ class Graph:
         node = self._node("gaussian", link=("dense", x, weight_var), zero_mean=True)
         node.sources = frozenset({node})
         kernel = x.kernel()
-        node._kernel = Moment(weight_var * kernel.value + bias_var, weight_var * kernel.bound)
+        value = weight_var * kernel.value
+        value += bias_var
+        node._kernel = Moment(value, weight_var * kernel.bound)
         return node
 
     def apply(self, x: Node, op: Elementwise | TrainBN) -> Node:
@@ -318,7 +333,7 @@ class Graph:
             node = self._node("gaussian", link=("scale", x, scale), sources=x.sources, zero_mean=True)
             kernel = x.kernel()
             value = kernel.value / (scale[:, :, None] * scale[:, None, :])
-            node._kernel = Moment(value, kernel.relative * np.abs(value).max(0))
+            node._kernel = Moment(value, scaled_bound(kernel.relative, value))
             return node
         return self._node("map", (x,), op=Affine(shift, scale, centred), sources=x.sources, zero_mean=centred)
 
@@ -386,7 +401,7 @@ class Graph:
             return route
         x = node.samples()
         value = np.einsum("rpa,rpb->rab", x, x) / x.shape[1]
-        return Moment(value, self._inherited(node) * np.abs(value).max(0))
+        return Moment(value, scaled_bound(self._inherited(node), value))
 
     def mean_of(self, node: Node) -> Moment:
         if node.zero_mean:
@@ -396,7 +411,7 @@ class Graph:
             return route
         x = node.samples()
         value = x.mean(1)
-        return Moment(value, self._inherited(node) * np.abs(value).max(0))
+        return Moment(value, scaled_bound(self._inherited(node), value))
 
     def _inherited(self, node: Node) -> float:
         """The relative deterministic error a sampled node inherits: the largest of its segment's leaves."""
@@ -413,7 +428,7 @@ class Graph:
                 means = [x.mean().value, y.mean().value]
             value = lambdified("residual")(kx.value, ky.value, means[0][:, :, None], means[0][:, None, :],
                                            means[1][:, :, None], means[1][:, None, :], node.alpha)
-            bound = kx.bound + node.alpha**2 * ky.bound + (kx.relative + ky.relative) * np.abs(value).max(0)
+            bound = kx.bound + node.alpha**2 * ky.bound + scaled_bound(kx.relative + ky.relative, value)
             return Moment(value, bound)
         op, parent = node.op, node.parents[0]
         if isinstance(op, Affine):
@@ -421,19 +436,19 @@ class Graph:
             value = lambdified("affine")(k.value, m.value[:, :, None], m.value[:, None, :], op.shift[:, :, None],
                                          op.shift[:, None, :], op.scale[:, :, None], op.scale[:, None, :])
             value = np.where(np.isfinite(value), value, 0.0)
-            return Moment(value, (k.relative + m.relative) * np.abs(value).max(0))
+            return Moment(value, scaled_bound(k.relative + m.relative, value))
         if parent.kind == "gaussian":
             k = parent.kernel()
             if isinstance(op, Elementwise):
                 result = _activation_kernel(op.phi, k.value)
             else:
                 result = None if op.sizes else _bn_kernel(identity(), k.value, op.eps)
-            return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
+            return None if result is None else Moment(result[0], result[1] + scaled_bound(k.relative, result[0]))
         if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.parents[0].kind == "gaussian"
                 and not parent.op.sizes):
             k = parent.parents[0].kernel()
             result = _bn_kernel(op.phi, k.value, parent.op.eps)
-            return None if result is None else Moment(result[0], result[1] + k.relative * np.abs(result[0]).max(0))
+            return None if result is None else Moment(result[0], result[1] + scaled_bound(k.relative, result[0]))
         if (isinstance(op, TrainBN) and op.eps == 0 and isinstance(parent.op, Elementwise)
                 and parent.parents[0].kind == "gaussian" and not op.sizes):
             k = parent.parents[0].kernel()
@@ -452,17 +467,19 @@ class Graph:
         if isinstance(op, Affine):
             m = parent.mean()
             value = (m.value - op.shift) / op.scale
-            return Moment(np.where(np.isfinite(value), value, 0.0), m.relative * np.abs(value).max(0))
+            return Moment(np.where(np.isfinite(value), value, 0.0), scaled_bound(m.relative, value))
         if isinstance(op, Elementwise) and parent.kind == "gaussian":
             k = parent.kernel()
             diagonal = np.diagonal(k.value, axis1=-2, axis2=-1)
             if op.phi.is_homogeneous:
                 a, b = op.phi.ab
                 value = (a - b) * lambdified("gaussian_mean")(op.phi.degree, diagonal)
-                return Moment(value, k.relative * np.abs(value).max(0))
+                return Moment(value, scaled_bound(k.relative, value))
             if not op.phi.kinks:
+                if is_odd(op.phi):  # 0 by symmetry: quadrature's rounding-level mean would be its own size's error
+                    return Moment(np.zeros_like(diagonal), np.zeros(self.batch))
                 estimate = gauss_hermite_pair(op.phi, diagonal, 0.0, 0.0, psi=np.ones_like)
-                return Moment(estimate.value, estimate.error.max(0) + k.relative * np.abs(estimate.value).max(0))
+                return Moment(estimate.value, estimate.error.max(0) + scaled_bound(k.relative, estimate.value))
             return None
         if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.op.eps == 0
                 and parent.parents[0].kind == "gaussian" and not parent.op.sizes):
@@ -556,17 +573,22 @@ class Graph:
 def hermite_kernel(function, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """E[f(h) f(h)^T] by Gauss-Hermite, the degree doubled from 64 until the error estimate (the change from half
     the degree) is below 1e-12 of the result, or 512 nodes per axis."""
-    for degree in (64, 128, 256, 512):
-        estimate = gauss_hermite_kernel(function, kernel, degree)
+    estimate = None
+    for degree in (64, 128, 256, 512):  # each rule's coarser one is the previous rule, computed once
+        estimate = gauss_hermite_kernel(function, kernel, degree, None if estimate is None else estimate.value)
         if estimate.error.max() <= 1e-12 * max(np.abs(estimate.value).max(), 1e-300):
             break
     return estimate.value, estimate.error.max(0)
 
 
 def _activation_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """V_phi(K) per replicate: arc-cosine closed form (positive-homogeneous) or Gauss-Hermite (smooth phi)."""
+    """V_phi(K) per replicate: arc-cosine (positive-homogeneous) or arcsine (erf) closed form, or Gauss-Hermite (other
+    smooth phi)."""
     if phi.is_homogeneous:
         return gaussian_kernel(phi, kernel), np.zeros(kernel.shape[1:])
+    closed = erf_kernel(phi, kernel)
+    if closed is not None:
+        return closed, np.zeros(kernel.shape[1:])
     return None if phi.kinks else hermite_kernel(phi, kernel)
 
 

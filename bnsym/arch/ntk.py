@@ -22,17 +22,19 @@ equals the B(B+1)/2 per-entry backward recursions of Yang's reference computatio
 
 A plain [Dense (no bias), BN (train, eps = 0), phi (positive-homogeneous of degree 1 to 3)] * L MLP, on one batch or
 on batches of one size, takes the Laplace route (:mod:`bnsym.meanfield.ntk_laplace`: T as the derivative of the
-cross-batch Laplace integral in the cross covariance, near exact). Otherwise, routes per node: closed forms for
-Dense, sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for phi of a Gaussian (arc-cosine closed
-form for positive-homogeneous phi, Gauss-Hermite for smooth phi); a chain with one train-mode BN on one Gaussian
-leaf summed in closed form over the graph's quasi-Monte Carlo samples (:func:`~bnsym.arch.backward._sandwich` with
-the Jacobian transposed); any other segment by per-sample tangent columns. A train-mode BN with eps = 0 after an
-activation that is constant over the batch with positive probability, or after a Gaussian spread over at most 2
-dimensions, has an infinite tangent kernel (its Jacobian grows like 1/r, as for the gradient;
-:func:`~bnsym.arch.graph.divergent_spread`).
+cross-batch Laplace integral in the cross covariance, near exact). Otherwise, routes per node: closed forms for Dense,
+sums and affine maps; Price's theorem E[phi'(h) phi'(h)^T] o Theta for phi of a Gaussian (arc-cosine closed form for
+positive-homogeneous phi, the arcsine kernel's derivative for erf, Gauss-Hermite for other smooth phi); a chain with one
+train-mode BN on one Gaussian leaf summed in closed form over the graph's quasi-Monte Carlo samples
+(:func:`~bnsym.arch.backward._sandwich` with the Jacobian transposed); any other segment by per-sample tangent columns.
+A train-mode BN with eps = 0 after an activation that is constant over the batch with positive probability, or after a
+Gaussian spread over at most 2 dimensions, has an infinite tangent kernel (its Jacobian grows like 1/r, as for the
+gradient; :func:`~bnsym.arch.graph.divergent_spread`).
 """
 
 from __future__ import annotations
+
+from functools import cached_property
 
 import numpy as np
 
@@ -59,7 +61,17 @@ from .backward import (
     radial_weight,
 )
 from .derivations import lambdified
-from .graph import Divergent, Graph, Moment, Node, Sampling, divergent_spread, exchangeable, low_rank_spread
+from .graph import (
+    Divergent,
+    Graph,
+    Moment,
+    Node,
+    Sampling,
+    divergent_spread,
+    exchangeable,
+    low_rank_spread,
+    scaled_bound,
+)
 from .network import _estimate, _float64_range, build, check_inputs, check_sampling
 from .ops import Affine, Elementwise, TrainBN
 
@@ -83,7 +95,12 @@ class _Forward:
     def __init__(self, graph: Graph):
         self.graph, self.batch = graph, graph.batch
         self.theta: dict[Node, Moment] = {}
-        self.rng = np.random.default_rng([graph.sampling.seed, 0x7A6])
+
+    @cached_property
+    def rng(self) -> np.random.Generator:
+        """The random signs of :meth:`_columns`, seeded when a segment first needs them (a Generator costs more
+        than a small network's closed forms)."""
+        return np.random.default_rng([self.graph.sampling.seed, 0x7A6])
 
     def tangent(self, node: Node) -> Moment:
         """Theta at ``node``: the nodes it needs, found walking back, computed in the graph's (forward) order."""
@@ -123,15 +140,14 @@ class _Forward:
         if isinstance(node.op, Affine):  # a constant Jacobian diag(1 / scale)
             theta, scale = self.theta[parent], node.op.scale
             value = theta.value / (scale[:, :, None] * scale[:, None, :])
-            return Moment(np.where(np.isfinite(value), value, 0.0), theta.relative * np.abs(value).max(0))
+            return Moment(np.where(np.isfinite(value), value, 0.0), scaled_bound(theta.relative, value))
         if isinstance(node.op, Elementwise) and parent.kind == "gaussian":
             slope = _slope_kernel(node.op.phi, parent.kernel().value)
             if slope is not None:
                 theta = self.theta[parent]
                 value = slope[0] * theta.value
-                relative = theta.relative + parent.kernel().relative + float(slope[1].max()) / max(
-                    float(np.abs(slope[0]).max()), 1e-300)
-                return Moment(value, relative * np.abs(value).max(0))
+                relative = theta.relative + parent.kernel().relative + Moment(*slope).relative
+                return Moment(value, scaled_bound(relative, value))
         chain = self._chain(node)
         if chain is None:
             return self._columns(node)
@@ -161,7 +177,7 @@ class _Forward:
         value = (trace / batch - off)[:, None, None] * np.eye(batch) + off[:, None, None]
         relative = (self.theta[leaf].relative + leaf.kernel().relative
                     + error / max(float(np.abs(moments).max()), 1e-300))
-        return Moment(value, relative * np.abs(value).max(0))
+        return Moment(value, scaled_bound(relative, value))
 
     def _gaussian(self, node: Node) -> Moment:
         kind = node.link[0]
@@ -173,7 +189,7 @@ class _Forward:
         if kind == "scale":
             theta, scale = self.theta[node.link[1]], node.link[2]
             value = theta.value / (scale[:, :, None] * scale[:, None, :])
-            return Moment(value, theta.relative * np.abs(value).max(0))
+            return Moment(value, scaled_bound(theta.relative, value))
         parts = [(self.theta[part], coefficient**2) for part, coefficient in node.link[1]]
         return Moment(sum(c * t.value for t, c in parts), sum(c * t.bound for t, c in parts))
 
@@ -200,7 +216,7 @@ class _Forward:
         before, norm, after = chain_jacobian(chain)
         value = _sandwich(theta.value, after, norm, before)
         relative = theta.relative + self.graph._inherited(chain[-1])
-        return Moment(value, relative * np.abs(value).max(0))
+        return Moment(value, scaled_bound(relative, value))
 
     def _columns(self, node: Node) -> Moment:
         """Any segment: per-sample tangent columns t (R, P, B, B) pushed forward through the ops (each Jacobian is
@@ -234,7 +250,7 @@ class _Forward:
                 member.samples()
                 columns[member] = member.op.vjp(member._input, member._samples, column(parent))
             value = np.einsum("rpak,rpbk->rab", columns[member], columns[member]) / shape[1]
-            bound = (relative + self.graph._inherited(member)) * np.abs(value).max(0)
+            bound = scaled_bound(relative + self.graph._inherited(member), value)
             self.theta[member] = Moment(value, bound)
         return self.theta[node]
 

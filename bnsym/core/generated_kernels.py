@@ -195,6 +195,20 @@ KERNELS = {
          'x0*x16*x18*x2*x8 - 2*x11*x20 + (1/4)*x12*x23*x24*x3**4*x6**4 - 1/2*x13*x22 - x15**4*x17**4*x25 - '
          '1/2*x19*x21*x25)/x9**2,)\n'),
     ),
+    'bnsym.meanfield.kernels._erf_kernels:kernel': (
+        {'arcsin': ('numpy', 'arcsin'), 'pi': ('numpy', 'pi'), 'sqrt': ('numpy', 'sqrt')},
+        ('def _lambdifygenerated(gamma, K_aa, K_bb, K_ab):\n'
+         '    x0 = 2*gamma**2\n'
+         '    return 2*arcsin(K_ab*x0/sqrt(4*K_aa*K_bb*gamma**4 + K_aa*x0 + K_bb*x0 + 1))/pi\n'),
+    ),
+    'bnsym.meanfield.kernels._erf_kernels:slope': (
+        {'pi': ('numpy', 'pi'), 'sqrt': ('numpy', 'sqrt')},
+        ('def _lambdifygenerated(gamma, K_aa, K_bb, K_ab):\n'
+         '    x0 = gamma**2\n'
+         '    x1 = 2*x0\n'
+         '    x2 = 4*gamma**4\n'
+         '    return 4*x0/(pi*sqrt(K_aa*K_bb*x2 + K_aa*x1 - K_ab**2*x2 + K_bb*x1 + 1))\n'),
+    ),
     'bnsym.meanfield.kernels._integer_kernels:0': (
         {'arccos': ('numpy', 'arccos'), 'pi': ('numpy', 'pi')},
         'def _lambdifygenerated(c):\n    return (pi - arccos(c))/pi\n',

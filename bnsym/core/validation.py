@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -403,14 +405,18 @@ def check_covariance(sigma: object, batch_norm: bool = True) -> np.ndarray:
     if np.abs(unit - unit.T).max() > 1e-10:
         raise ValueError("Sigma must be symmetric (it is a covariance matrix)")
     unit = (unit + unit.T) / 2
-    eigenvalues = np.linalg.eigvalsh(unit)
-    if eigenvalues.min() < -1e-10:
-        raise ValueError(f"Sigma must be positive semi-definite (a covariance matrix); "
-                         f"its smallest eigenvalue is {eigenvalues.min() * scale:.3g}")
     batch = matrix.shape[0]
-    g = np.eye(batch) - 1.0 / batch
-    if batch_norm and np.abs(g @ unit @ g).max() <= 1e-12:
-        raise ValueError(same)
+    try:  # smallest eigenvalue >= -1e-10: a Cholesky factor of unit + 1e-10 I exists (a tenth of eigvalsh's work)
+        np.linalg.cholesky(unit + 1e-10 * np.eye(batch))
+    except np.linalg.LinAlgError:
+        smallest = np.linalg.eigvalsh(unit).min()
+        if smallest < -1e-10:
+            raise ValueError(f"Sigma must be positive semi-definite (a covariance matrix); "
+                             f"its smallest eigenvalue is {smallest * scale:.3g}") from None
+    if batch_norm:  # G unit G, G = I - 11^T / B, by its row and column means
+        rows = unit.mean(0)
+        if np.abs(unit - rows[:, None] - rows[None, :] + rows.mean()).max() <= 1e-12:
+            raise ValueError(same)
     return unit * scale
 
 
@@ -473,8 +479,10 @@ def check_joint_covariance(sigma: object, batch1: object) -> tuple[np.ndarray, i
     return matrix, batch1
 
 
+@lru_cache(maxsize=256)
 def _coordinate_rule(batch_size: int | None, kinks: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes x and weights (summing to about 1) for E[f(x)], x one BN coordinate (N(0, 1) for None), split at kinks.
+    """Nodes x and weights (summing to about 1) for E[f(x)], x one BN coordinate (N(0, 1) for None), split at kinks;
+    built once per (B, kinks), read-only.
 
     x = sqrt(B-1) t has density proportional to (1 - t^2)^((B-4)/2) on |x| <= sqrt(B-1); beyond |x| = 40 it (and
     N(0, 1)) is below e^-800. Gauss-Legendre on each piece, the density in log space, its mass exact (Beta).
@@ -485,10 +493,14 @@ def _coordinate_rule(batch_size: int | None, kinks: tuple[float, ...]) -> tuple[
     nodes = np.concatenate([lo + (hi - lo) * (s + 1) / 2 for lo, hi in zip(cuts, cuts[1:])])
     widths = np.concatenate([(hi - lo) / 2 * w for lo, hi in zip(cuts, cuts[1:])])
     if batch_size is None:
-        return nodes, widths * np.exp(-nodes**2 / 2) / math.sqrt(2 * math.pi)
-    radius, a = math.sqrt(batch_size - 1), (batch_size - 4) / 2
-    log_mass = math.log(radius) + gammaln(0.5) + gammaln(a + 1) - gammaln(a + 1.5)  # int (1 - x^2/R^2)^a dx
-    return nodes, widths * np.exp(a * np.log1p(-((nodes / radius) ** 2)) - log_mass)  # Gauss nodes lie inside
+        weights = widths * np.exp(-nodes**2 / 2) / math.sqrt(2 * math.pi)
+    else:
+        radius, a = math.sqrt(batch_size - 1), (batch_size - 4) / 2
+        log_mass = math.log(radius) + gammaln(0.5) + gammaln(a + 1) - gammaln(a + 1.5)  # int (1 - x^2/R^2)^a dx
+        weights = widths * np.exp(a * np.log1p(-((nodes / radius) ** 2)) - log_mass)  # Gauss nodes lie inside
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
 
 
 def check_activation(phi: Activation, batch_size: int | np.ndarray | None = None, slope: bool = False) -> Activation:
@@ -498,13 +510,30 @@ def check_activation(phi: Activation, batch_size: int | np.ndarray | None = None
     setting of :mod:`bnsym.dilution`). For an array of B it checks the smallest and largest (the sphere's range
     grows with B). Returns phi.
     """
-    if batch_size is None:
-        _check_usable(phi, None, slope)
-        return phi
-    sizes = np.atleast_1d(batch_size)
-    for batch in sorted({int(sizes.min()), int(sizes.max())}):
-        _check_usable(phi, batch, slope)
+    batches = [None] if batch_size is None else sorted({int(np.min(batch_size)), int(np.max(batch_size))})
+    for batch in batches:
+        verdict = _verdict(phi, batch, slope)
+        if verdict is not None:
+            raise ValueError(verdict)
     return phi
+
+
+_VERDICTS: weakref.WeakKeyDictionary[Activation, dict[tuple[int | None, bool], str | None]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _verdict(phi: Activation, batch_size: int | None, slope: bool) -> str | None:
+    """Why phi is not usable at ``batch_size`` (:func:`_check_usable`'s message), or None; decided once per
+    (phi, B, slope) and kept while phi lives: an Activation is immutable, and a network checks each of its
+    activation layers."""
+    verdicts = _VERDICTS.setdefault(phi, {})
+    if (batch_size, slope) not in verdicts:
+        try:
+            _check_usable(phi, batch_size, slope)
+            verdicts[batch_size, slope] = None
+        except ValueError as error:
+            verdicts[batch_size, slope] = str(error)
+    return verdicts[batch_size, slope]
 
 
 def _check_usable(phi: Activation, batch_size: int | None, slope: bool) -> None:

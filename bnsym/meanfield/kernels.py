@@ -17,10 +17,15 @@ The integer-order kernels are *derived* here in SymPy: Sheppard's orthant probab
 theorem, then the ladder d/dc E[rho_n(u) rho_n(v)] = n^2 E[rho_{n-1}(u) rho_{n-1}(v)] (Prop E.14).
 Real orders use the hypergeometric series (Sec. 2.1 of our catalogue), checked against the integer
 closed forms and against quadrature in the tests.
+
+erf(gamma z) has a closed form too (:func:`erf_kernel`, derived in :func:`derive_erf_kernels`): Williams' (1997)
+arcsine kernel, with its slope kernel E[phi'(h) phi'(h)^T], the NTK's derivative map. Other smooth phi go to
+Gauss-Hermite (:func:`gauss_hermite_kernel`).
 """
 
 from __future__ import annotations
 
+import weakref
 from functools import cache
 from typing import Callable
 
@@ -125,6 +130,13 @@ def gauss_hypergeometric(a: float, b: float, c: float, x: np.ndarray) -> np.ndar
     return out
 
 
+def _clip(x: np.ndarray, low: float, high: float) -> np.ndarray:
+    """x clipped to [low, high] by two ufuncs, the second in place (np.clip's Python layer costs more than the pass
+    at B = 32; a second temporary of B = 256 costs its page faults)."""
+    out = np.maximum(x, low)
+    return np.minimum(out, high, out=out) if isinstance(out, np.ndarray) else np.minimum(out, high)  # 0-d: a scalar
+
+
 def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     """J_alpha(c), vectorised over c in [-1, 1], for alpha > -1/2.
 
@@ -135,15 +147,15 @@ def arccos_kernel(alpha: float, corr: np.ndarray) -> np.ndarray:
     """
     if not alpha > -0.5:
         raise ValueError(f"the arccosine kernel J_alpha needs alpha > -1/2 (E[rho_alpha^2] finite), got {alpha}")
-    corr = np.clip(np.asarray(corr, dtype=float), -1.0, 1.0)
+    corr = _clip(np.asarray(corr, dtype=float), -1.0, 1.0)
     if float(alpha).is_integer() and alpha <= MAX_INTEGER_ORDER:
-        return np.clip(_integer_kernels()[str(int(alpha))](corr) + 0.0 * corr, 0.0, 1.0)
+        return _clip(_integer_kernels()[str(int(alpha))](corr), 0.0, 1.0)  # each J_n depends on c
     x = corr**2
     even = np.exp(alpha * np.log(2.0) + 2 * gammaln((alpha + 1) / 2) - np.log(np.pi)) * gauss_hypergeometric(
         -alpha / 2, -alpha / 2, 0.5, x)
     odd = np.exp((alpha + 1) * np.log(2.0) + 2 * gammaln(alpha / 2 + 1) - np.log(np.pi)) * corr * gauss_hypergeometric(
         (1 - alpha) / 2, (1 - alpha) / 2, 1.5, x)
-    return np.clip((even + odd) / (4 * c_alpha(alpha)), 0.0, 1.0)
+    return _clip((even + odd) / (4 * c_alpha(alpha)), 0.0, 1.0)
 
 
 def arccos_kernel_derivative(alpha: float, corr: np.ndarray) -> np.ndarray:
@@ -164,18 +176,20 @@ def _homogeneous_parts(phi: Activation) -> tuple[float, float, float]:
 def phi_kernel(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi(c) = (a^2 + b^2) J_alpha(c) - 2ab J_alpha(-c) (Cor E.19); J_phi(1) = a^2 + b^2."""
     alpha, a, b = _homogeneous_parts(phi)
-    value = (a * a + b * b) * arccos_kernel(alpha, corr)
+    value = arccos_kernel(alpha, corr)  # a new array: scaled in place
+    value *= a * a + b * b
     if a * b:  # relu^alpha has b = 0: no second kernel to evaluate
-        value = value - 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
+        value -= 2 * a * b * arccos_kernel(alpha, -np.asarray(corr))
     return value
 
 
 def phi_kernel_derivative(phi: Activation, corr: np.ndarray) -> np.ndarray:
     """J_phi'(c) = (a^2 + b^2) J_alpha'(c) + 2ab J_alpha'(-c)."""
     alpha, a, b = _homogeneous_parts(phi)
-    value = (a * a + b * b) * arccos_kernel_derivative(alpha, corr)
+    value = arccos_kernel_derivative(alpha, corr)  # a new array: scaled in place
+    value *= a * a + b * b
     if a * b:
-        value = value + 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
+        value += 2 * a * b * arccos_kernel_derivative(alpha, -np.asarray(corr))
     return value
 
 
@@ -187,7 +201,12 @@ def pair_kernel(phi: Activation, s11: np.ndarray, s22: np.ndarray, s12: np.ndarr
     Broadcasts over the arrays.
     """
     alpha, _, _ = _homogeneous_parts(phi)
-    scale = np.sqrt(np.clip(s11, 0.0, None)) * np.sqrt(np.clip(s22, 0.0, None))  # no overflow of s11 s22
+    scale = np.sqrt(np.maximum(s11, 0.0)) * np.sqrt(np.maximum(s22, 0.0))  # no overflow of s11 s22
+    if (np.asarray(s11) > 0).all() and (np.asarray(s22) > 0).all():  # the usual case: no masking, scaled in place
+        value = phi_kernel(phi, s12 / scale)
+        value *= c_alpha(alpha)
+        value *= scale if alpha == 1 else scale**alpha
+        return value
     corr = np.divide(s12, scale, out=np.zeros(np.broadcast(s12, scale).shape), where=scale > 0)
     return np.where(scale > 0, c_alpha(alpha) * scale**alpha * phi_kernel(phi, corr), 0.0)
 
@@ -199,6 +218,86 @@ def gaussian_kernel(phi: Activation, sigma: np.ndarray) -> np.ndarray:
     sigma = np.asarray(sigma, dtype=float)
     diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
     return pair_kernel(phi, diagonal[..., :, None], diagonal[..., None, :], sigma)
+
+
+def derive_erf_kernels() -> Derivation:
+    """E[phi(h_a) phi(h_b)] and E[phi'(h_a) phi'(h_b)], (h_a, h_b) ~ N(0, [[K_aa, K_ab], [K_ab, K_bb]]), for
+    phi = erf(gamma z) (each depends on gamma^2 only: -gamma flips the signs of phi and phi').
+
+    phi' = (2 gamma / sqrt(pi)) e^(-gamma^2 z^2), and the Gaussian integral E[e^(-h^T D h)] = det(I + 2 D K)^(-1/2)
+    gives the slope kernel (the NTK's derivative map). phi is odd, so E[phi phi] = 0 at K_ab = 0, and by Price's
+    theorem (d/dK_ab E[phi(h_a) phi(h_b)] = E[phi'(h_a) phi'(h_b)]) it is the slope kernel's integral over K_ab from
+    0: Williams' (1997) arcsine kernel. Named results "kernel" and "slope"."""
+    from ..core.symbols import K_aa, K_ab, K_bb
+
+    gamma, covariance = sp.Symbol("gamma", positive=True), sp.Symbol("t", real=True)
+    variances = sp.symbols("v_a v_b", positive=True)  # K_aa, K_bb (SymPy integrates with them known positive)
+    d = Derivation("The arcsine kernel of erf(gamma z) and its slope kernel")
+    determinant = sp.expand((sp.eye(2) + 2 * gamma**2 * sp.Matrix([[variances[0], covariance],
+                                                                   [covariance, variances[1]]])).det())
+    slope = 4 * gamma**2 / sp.pi / sp.sqrt(determinant)
+    positive = dict(zip(variances, (K_aa, K_bb)))
+    d.step("$\\phi'(h_a) \\phi'(h_b)$ is a Gaussian factor, and $E[e^{-h^T D h}] = \\det(I + 2 D K)^{-1/2}$:",
+           sp.Eq(sp.Symbol("E[phi'(h_a) phi'(h_b)]"), slope.subs(positive).subs(covariance, K_ab)), name="slope")
+    kernel = sp.integrate(slope, (covariance, 0, K_ab), conds="none").subs(positive)
+    d.step("Price's theorem, integrated from $K_{ab} = 0$ ($\\phi$ is odd):",
+           sp.Eq(sp.Symbol("E[phi(h_a) phi(h_b)]"), kernel), name="kernel")
+    d.result = {"kernel": d["kernel"], "slope": d["slope"]}
+    return d
+
+
+@lambdified()
+def _erf_kernels():
+    """Numeric forms of :func:`derive_erf_kernels`, each of (gamma, K_aa, K_bb, K_ab), named as its results."""
+    from ..core.symbols import K_aa, K_ab, K_bb
+
+    gamma = sp.Symbol("gamma", positive=True)
+    return {key: ((gamma, K_aa, K_bb, K_ab), value) for key, value in derive_erf_kernels().result.items()}
+
+
+_SCALES: weakref.WeakKeyDictionary[Activation, float | None] = weakref.WeakKeyDictionary()
+
+
+def erf_scale(phi: Activation) -> float | None:
+    """|gamma| where phi's expression is erf(gamma z) (the built-in erf, or a user's formula), else None; read once
+    per activation."""
+    if phi not in _SCALES:
+        from ..core.symbols import z
+
+        scale, found = sp.Wild("gamma", exclude=[z]), None
+        if not (phi.is_homogeneous or phi.kinks):
+            for sign in (1, -1):  # SymPy writes erf(-2 z) as -erf(2 z); both have the kernels of erf(2 z)
+                match = sp.sympify(sign * phi.expr).match(sp.erf(scale * z))
+                if match and match[scale].is_number and match[scale] != 0:
+                    found = abs(float(match[scale]))
+        _SCALES[phi] = found
+    return _SCALES[phi]
+
+
+_ODD: weakref.WeakKeyDictionary[Activation, bool] = weakref.WeakKeyDictionary()
+
+
+def is_odd(phi: Activation) -> bool:
+    """Whether phi(-z) = -phi(z) as SymPy writes phi(z) + phi(-z) (0 for tanh, erf, sin and their scalings; a
+    callable's unknown expression is not), decided once per activation: then E[phi(h)] = 0 for a centred Gaussian h."""
+    if phi not in _ODD:
+        from ..core.symbols import z
+
+        expression = sp.sympify(phi.expr)
+        _ODD[phi] = bool(sp.expand(expression + expression.subs(z, -z)) == 0)
+    return _ODD[phi]
+
+
+def erf_kernel(phi: Activation, sigma: np.ndarray, slope: bool = False) -> np.ndarray | None:
+    """E[phi(h) phi(h)^T] (``slope``: E[phi'(h) phi'(h)^T]), h ~ N(0, Sigma), in closed form for phi = erf(gamma z)
+    (:func:`derive_erf_kernels`), vectorised over every entry and the leading axes of ``sigma`` (..., B, B); None
+    for any other phi."""
+    gamma = erf_scale(phi)
+    if gamma is None:
+        return None
+    sigma = np.asarray(sigma, dtype=float)
+    diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
+    return _erf_kernels()["slope" if slope else "kernel"](gamma, diagonal[..., :, None], diagonal[..., None, :], sigma)
 
 
 @cache
@@ -224,7 +323,8 @@ def _gauss_hermite_rule(s11: np.ndarray, s22: np.ndarray, s12: np.ndarray, phi: 
 
 
 def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndarray, s12: np.ndarray,
-                       degree: int = 64, psi: Activation | Function | None = None) -> Estimate:
+                       degree: int = 64, psi: Activation | Function | None = None,
+                       coarser: np.ndarray | None = None) -> Estimate:
     """E[phi(h_1) psi(h_2)], (h_1, h_2) ~ N(0, [[s11, s12], [s12, s22]]), by Gauss-Hermite quadrature.
 
     Factor h_1 = a u, h_2 = b u + c v with u, v iid N(0, 1), a = sqrt(s11), b = s12 / a, c = sqrt(s22 - b^2),
@@ -234,6 +334,7 @@ def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndar
 
     Returns an :class:`~bnsym.core.estimate.Estimate`: the rule with `degree` nodes and, entrywise, its distance
     to the rule with degree // 2 nodes (the error of the coarser rule, so a pessimistic estimate for smooth phi).
+    ``coarser``: that rule's values where the caller has them (doubling the degree), not computed again.
 
     Advice on `degree` (as for neural-tangents' ``ElementwiseNumerical``): meant for smooth phi, where the
     error falls geometrically, at a rate set by how steep phi is on the scale sqrt(s) of its argument (and, for
@@ -256,17 +357,20 @@ def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndar
     f = phi.numpy if isinstance(phi, Activation) else phi
     g = f if psi is None else psi.numpy if isinstance(psi, Activation) else psi
     value = _gauss_hermite_rule(s11, s22, s12, f, g, degree)
-    return Estimate(value, np.abs(value - _gauss_hermite_rule(s11, s22, s12, f, g, degree // 2)), "gauss_hermite")
+    if coarser is None:
+        coarser = _gauss_hermite_rule(s11, s22, s12, f, g, degree // 2)
+    return Estimate(value, np.abs(value - coarser), "gauss_hermite")
 
 
 def gauss_hermite_kernel(phi: Activation | Function, sigma: np.ndarray,
-                         degree: int = 64) -> Estimate:
+                         degree: int = 64, coarser: np.ndarray | None = None) -> Estimate:
     """V_phi(Sigma)_ij = E[phi(h_i) phi(h_j)], h ~ N(0, Sigma), for any phi (Yang et al. 2019, Sec. E.1).
 
     Each entry needs only the 2 x 2 block of Sigma on {i, j}: :func:`gauss_hermite_pair` on the upper
     triangle, vectorised over the entries and the leading axes of ``sigma`` (..., B, B). Returns an Estimate
-    whose value and error are (..., B, B), the error estimated entrywise by halving the degree; see
-    :func:`gauss_hermite_pair` for the advice on `degree` (smooth phi only).
+    whose value and error are (..., B, B), the error estimated entrywise by halving the degree (``coarser``: the
+    (..., B, B) rule with degree // 2 nodes where the caller has it); see :func:`gauss_hermite_pair` for the advice on
+    `degree` (smooth phi only).
     """
     sigma = np.asarray(sigma, dtype=float)
     if sigma.ndim < 2 or sigma.shape[-1] != sigma.shape[-2]:
@@ -277,7 +381,8 @@ def gauss_hermite_kernel(phi: Activation | Function, sigma: np.ndarray,
         raise ValueError("Sigma must be symmetric (a covariance matrix)")
     rows, cols = np.triu_indices(sigma.shape[-1])
     diagonal = np.diagonal(sigma, axis1=-2, axis2=-1)
-    value, error = gauss_hermite_pair(phi, diagonal[..., rows], diagonal[..., cols], sigma[..., rows, cols], degree)
+    value, error = gauss_hermite_pair(phi, diagonal[..., rows], diagonal[..., cols], sigma[..., rows, cols], degree,
+                                      coarser=None if coarser is None else coarser[..., rows, cols])
     full_value, full_error = np.empty_like(sigma), np.empty_like(sigma)
     for full, upper in ((full_value, value), (full_error, error)):
         full[..., rows, cols] = upper

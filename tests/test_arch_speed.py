@@ -1,0 +1,83 @@
+"""bnsym.arch's speed, by counts rather than the clock: what a call recomputes (the activation check once per
+activation, phi and batch size, not once per layer and call)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import random_psd
+
+from bnsym import arch
+from bnsym.arch import Activation, Dense, repeat
+from bnsym.arch import graph as arch_graph
+from bnsym.core import validation
+from bnsym.core.activations import parse_activation
+from bnsym.meanfield import kernels
+
+
+@pytest.fixture
+def usable_calls(monkeypatch) -> list[tuple]:
+    """The arguments of every run of the activation check's body (``_check_usable``)."""
+    calls, check = [], validation._check_usable
+    monkeypatch.setattr(validation, "_check_usable", lambda *args: (calls.append(args), check(*args))[1])
+    return calls
+
+
+def test_activation_check_runs_once_per_activation_and_batch(usable_calls):
+    """A 10-layer network of one activation, called three times: one check (it ran 30 times)."""
+    phi = parse_activation("relu(beta=0.125)")  # a fresh object: no earlier test has checked it
+    net = repeat([Dense(2.0, 0.1), Activation(phi)], 10)
+    sigma = random_psd(8, 16, 0)
+    for _ in range(3):
+        arch.kernel(net, sigma)
+    assert usable_calls == [(phi, None, False)]
+    arch.ntk(net, sigma)  # the slope is checked too, once
+    assert usable_calls == [(phi, None, False), (phi, None, True)]
+
+
+def test_an_unusable_activation_is_refused_every_time(usable_calls):
+    """The kept verdict is the refusal itself: the same ValueError on every call, decided once."""
+    phi = parse_activation("relu(beta=-50)")  # identically 0 on the BN sphere of B = 8
+    messages = []
+    for _ in range(2):
+        with pytest.raises(ValueError, match="is constant") as raised:
+            validation.check_activation(phi, 8)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1] and len(usable_calls) == 1
+
+
+def test_the_coordinate_rule_is_shared_and_read_only():
+    nodes, weights = validation._coordinate_rule(8, (0.0,))
+    assert validation._coordinate_rule(8, (0.0,))[0] is nodes
+    assert not (nodes.flags.writeable or weights.flags.writeable)
+    assert np.isclose(weights.sum(), 1.0, rtol=1e-12)
+
+
+def test_covariance_check_factors_instead_of_eigenvalues(monkeypatch):
+    """Sigma0's PSD check is a Cholesky factor of Sigma/max|Sigma| + 1e-10 I (eigvalsh, ten times the work, only
+    to name the smallest eigenvalue of a refused one), and G Sigma G = 0 is found from row means, not two products."""
+    eigenvalues = np.linalg.eigvalsh
+    calls = []
+    monkeypatch.setattr(np.linalg, "eigvalsh", lambda a: (calls.append(a.shape), eigenvalues(a))[1])
+    sigma = random_psd(8, 3, 0)  # rank 3: PSD with five zero eigenvalues
+    validation.check_covariance(sigma)
+    assert calls == []
+    null = np.linalg.eigh(sigma)[1][:, 0]  # a unit vector of its null space
+    with pytest.raises(ValueError, match="smallest eigenvalue is -0.01"):
+        validation.check_covariance(sigma - 0.01 * np.outer(null, null))
+    with pytest.raises(ValueError, match="G Sigma G = 0"):
+        validation.check_covariance(np.full((8, 8), 2.0))
+    assert validation.check_covariance(np.full((8, 8), 2.0), batch_norm=False)[0, 0] == 2.0
+
+
+def test_hermite_doubling_computes_each_rule_once(monkeypatch):
+    """arch's Gauss-Hermite kernel doubles the nodes from 64 until its error estimate (the change from half the nodes)
+    is below 1e-12: each rule once (32, 64, ..., 512: 5 rules for tanh(gamma=2) at variance 4, where it was 8), with
+    the value and error of a fresh gauss_hermite_kernel at the last degree."""
+    degrees, rule = [], kernels._gauss_hermite_rule
+    monkeypatch.setattr(kernels, "_gauss_hermite_rule", lambda *args: (degrees.append(args[-1]), rule(*args))[1])
+    phi, sigma = parse_activation("tanh(gamma=2)"), 4.0 * random_psd(5, 8, 1)[None]
+    value, error = arch_graph.hermite_kernel(phi, sigma)
+    assert degrees == [64, 32, 128, 256, 512]
+    fresh = kernels.gauss_hermite_kernel(phi, sigma, 512)
+    assert np.array_equal(value, fresh.value) and np.array_equal(error, fresh.error.max(0))
