@@ -30,7 +30,7 @@ NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")
 SKIPS = ("none", "identity", "gaussian")
 Layer = Callable[[torch.Tensor], torch.Tensor]
-BATCH_ELEMENTS = 2**20  # activation entries per batch of networks in simulate_architecture (bounds its memory)
+BATCH_ELEMENTS = 2**19  # activation entries per batch of networks in simulate_architecture (bounds its memory)
 
 
 # --------------------------------------------------------------------------------------------
