@@ -140,6 +140,40 @@ def test_table1_small_run_shapes_and_lli():
     assert np.all(np.abs(res.gsc - 1) < 0.1)
 
 
+@pytest.mark.parametrize("arch", [Architecture("tanh", "batch", width="100/200"),
+                                  Architecture("relu", "batch", skip="gaussian"),
+                                  Architecture("relu", "layer", "looks-linear")])
+def test_table1_networks_of_a_batch_are_independent(arch, monkeypatch):
+    """Seeds run side by side (one batch, or batches of two) give each seed's own network: the same metrics as
+    the seed alone, to rounding (batch norm must normalise each network over its own datapoints)."""
+    from bnsym.sim import philipp
+
+    def fields(res):
+        return [res.gsc, res.std, res.sign_diversity, res.curves, res.std_curves, res.sign_curves]
+
+    together = simulate_architecture(arch, n_points=40, seeds=[0, 5, 9], depth=6, device=CPU)
+    monkeypatch.setattr(philipp, "BATCH_ELEMENTS", 2 * 40 * 200)
+    in_pairs = simulate_architecture(arch, n_points=40, seeds=[0, 5, 9], depth=6, device=CPU)
+    alone = [simulate_architecture(arch, n_points=40, seeds=[seed], depth=6, device=CPU) for seed in (0, 5, 9)]
+    for i, one in enumerate(alone):
+        for batched, paired, single in zip(fields(together), fields(in_pairs), fields(one)):
+            np.testing.assert_allclose(batched[i], single[0], rtol=1e-12)
+            np.testing.assert_allclose(paired[i], single[0], rtol=1e-12)
+
+
+def test_dataset_gsc_of_stacked_networks_is_each_network_s():
+    gen = generator(2, CPU)
+    w = torch.randn(3, 6, 5, generator=gen, dtype=torch.float64)
+    x = torch.randn(3, 20, 5, generator=gen, dtype=torch.float64).requires_grad_(True)
+    y = torch.randn(3, 20, 6, generator=gen, dtype=torch.float64)
+    hidden = x @ w.mT
+    out = normalize(torch.tanh(hidden), "batch")
+    stacked = dataset_gsc([hidden, out], (out * y).sum(-1))
+    for s in range(3):
+        alone = network_gsc([lambda v, s=s: v @ w[s].T, lambda v: normalize(torch.tanh(v), "batch")], x[s], y[s])
+        np.testing.assert_allclose(stacked[s], alone[:0:-1], rtol=1e-12)
+
+
 def test_resnet_and_alternating_width_run():
     for arch in (Architecture("tanh", "layer", skip="identity"), Architecture("selu", "none", width="100/200")):
         res = simulate_architecture(arch, n_points=100, seeds=[0], depth=6, device=CPU)

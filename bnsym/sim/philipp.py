@@ -30,6 +30,7 @@ NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")
 SKIPS = ("none", "identity", "gaussian")
 Layer = Callable[[torch.Tensor], torch.Tensor]
+BATCH_ELEMENTS = 2**19  # activation entries per batch of networks in simulate_architecture (bounds its memory)
 
 
 # --------------------------------------------------------------------------------------------
@@ -37,28 +38,36 @@ Layer = Callable[[torch.Tensor], torch.Tensor]
 
 
 def dataset_gsc(outputs: Sequence[torch.Tensor], error: torch.Tensor) -> np.ndarray:
-    """GSC_D(l, 0) of each layer output f_l (B, d_l) in ``outputs`` w.r.t. the per-datapoint error f_0 (B,).
+    """GSC_D(l, 0) of each layer output f_l (..., B, d_l) in ``outputs`` w.r.t. the per-datapoint error f_0 (..., B).
 
-    ``outputs`` must be in the autograd graph of ``error`` (the graph is freed afterwards).
+    Leading axes (...) index independent networks: one backward pass of the summed errors gives each network's
+    gradients. Returns (..., L). ``outputs`` must be in the autograd graph of ``error`` (the graph is freed afterwards).
     """
-    if error.ndim != 1:
-        raise ValueError(f"error must hold one value f_0 per datapoint, shape (B,), got {tuple(error.shape)}")
+    for f in outputs:
+        if error.ndim == 0 or f.shape[:-1] != error.shape:
+            raise ValueError(f"error must hold one value f_0 per datapoint, shape {tuple(f.shape[:-1])} for an "
+                             f"output of shape {tuple(f.shape)}, got {tuple(error.shape)}")
     grads = torch.autograd.grad(error.sum(), list(outputs))
     return gsc_from_gradients(outputs, grads, error)
 
 
 def gsc_from_gradients(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
                        error: torch.Tensor) -> np.ndarray:
-    """GSC_D(l, 0) from layer outputs f_l (B, d_l), their gradient rows d f_0 / d f_l and the error f_0 (B,)."""
-    q_error = error.detach().square().mean().sqrt()
-    if q_error == 0:
+    """GSC_D(l, 0) from layer outputs f_l (..., B, d_l), their gradient rows d f_0 / d f_l and the error f_0 (..., B).
+
+    Q_D ||J_l^0||_qm = ||d f_0 / d f_l||_F / sqrt(B d_l) and Q_D ||f_l||_2 = ||f_l||_F / sqrt(B), one pass each;
+    returns (..., L), leading axes as in :func:`dataset_gsc`.
+    """
+    q_error = error.detach().square().mean(-1).sqrt()
+    if (q_error == 0).any():
         raise ValueError("the GSC divides by Q_D |f_0|, which is 0 here")
     values = []
     for f, g in zip(outputs, grads):
-        q_grad = (g.square().sum(-1) / f.shape[-1]).mean().sqrt()  # Q_D ||J_l^0||_qm
-        q_norm = f.detach().square().sum(-1).mean().sqrt()  # Q_D ||f_l||_2
-        values.append((q_grad * q_norm / q_error).item())
-    return np.array(values)
+        n_points, width = f.shape[-2:]
+        q_grad = torch.linalg.vector_norm(g, dim=(-2, -1)) / math.sqrt(n_points * width)
+        q_norm = torch.linalg.vector_norm(f.detach(), dim=(-2, -1)) / math.sqrt(n_points)
+        values.append(q_grad * q_norm / q_error)
+    return torch.stack(values, -1).cpu().numpy()
 
 
 def network_gsc(layers: Sequence[Layer], inputs: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
@@ -198,23 +207,42 @@ def gaussian_noise(n_points: int, gen: torch.Generator, device, dim: int = 100) 
     return 10 * x / x.norm(dim=-1, keepdim=True), y
 
 
-def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator,
+def _draw_weights(arch: Architecture, depth: int, gen: torch.Generator, device, dim: int = 100) -> list[torch.Tensor]:
+    """One random network's weight matrices (I.1), in the order the network applies them and ``gen`` draws them.
+
+    Vanilla: ``depth`` linear layers. ResNet: a linear layer, then per skip [the Gaussian skip's matrix] and two
+    branch matrices.
+    """
+    relu = arch.phi == "relu"
+    if arch.skip == "none":
+        widths = _widths(arch.width, depth, dim)
+        specs = [(widths[j + 1], widths[j], relu and j > 0, _position(j, depth)) for j in range(depth)]
+    elif arch.matrix != "gaussian" or arch.width != "100":
+        raise ValueError("the paper's ResNets use Gaussian matrices and width 100")
+    else:
+        block = [(dim, dim, False, "")] * (arch.skip == "gaussian") + [(dim, dim, relu, "")] * 2
+        specs = [(dim, dim, False, "lowest"), *block * (depth // 2)]
+    return [weight(m, n, arch.matrix, after_relu, position, gen, device) for m, n, after_relu, position in specs]
+
+
+def _forward(arch: Architecture, x: torch.Tensor, weights: Sequence[torch.Tensor],
              depth: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Run one random network; returns (recorded layer outputs, lowest first; pre-activations of every
-    nonlinearity, lowest first).
+    """Run the networks with ``weights`` (..., m, n) on x (..., B, d); returns (recorded layer outputs, lowest
+    first; pre-activations of every nonlinearity, lowest first).
 
     Vanilla: ``depth`` linear layers, each followed by the norm, with phi between them (I.1).
     ResNet: a linear layer, ``depth // 2`` identity/Gaussian skips around [norm, phi, linear] x 2, a
     final norm; only values between skip connections are recorded (as in Fig. 3).
     """
-    phi, device = parse_activation(arch.phi).torch, x.device
-    relu = arch.phi == "relu"
+    phi, matrices = parse_activation(arch.phi).torch, iter(weights)
+
+    def linear(v: torch.Tensor) -> torch.Tensor:
+        return v @ next(matrices).mT
+
     if arch.skip == "none":
-        widths = _widths(arch.width, depth)
         outputs, pres = [], []
         for j in range(depth):
-            w = weight(widths[j + 1], widths[j], arch.matrix, relu and j > 0, _position(j, depth), gen, device)
-            x = x @ w.T
+            x = linear(x)
             outputs.append(x)
             if arch.norm != "none":
                 x = normalize(x, arch.norm)
@@ -224,16 +252,13 @@ def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator,
                 x = phi(x)
                 outputs.append(x)
         return outputs, pres
-    if arch.matrix != "gaussian" or arch.width != "100":
-        raise ValueError("the paper's ResNets use Gaussian matrices and width 100")
-    d = x.shape[-1]
-    x = x @ weight(d, d, "gaussian", False, "lowest", gen, device).T
+    x = linear(x)
     outputs, pres = [x], []
     for _ in range(depth // 2):
-        skip = x if arch.skip == "identity" else x @ weight(d, d, "gaussian", False, "", gen, device).T
+        skip = x if arch.skip == "identity" else linear(x)
         for _ in range(2):
             pres.append(normalize(x, arch.norm))
-            x = phi(pres[-1]) @ weight(d, d, "gaussian", relu, "", gen, device).T
+            x = linear(phi(pres[-1]))
         x = skip + x
         outputs.append(x)
     x = normalize(x, arch.norm)
@@ -241,35 +266,68 @@ def _forward(arch: Architecture, x: torch.Tensor, gen: torch.Generator,
     return outputs, pres
 
 
-def preactivation_std(pre: torch.Tensor) -> float:
-    """sqrt((1/d) sum_i Var_D f(i)): quadratic mean over neurons of the std over the datapoints (I.2)."""
-    return pre.var(0, unbiased=False).mean().sqrt().item()
+def _values(t: torch.Tensor) -> float | np.ndarray:
+    return t.item() if t.ndim == 0 else t.cpu().numpy()
 
 
-def sign_diversity(pre: torch.Tensor) -> float:
-    """(1/d) sum_i min(p_i, 1 - p_i), p_i the fraction of datapoints with f(i) > 0 (I.2); 0.5 = fully diverse."""
-    positive = (pre > 0).double().mean(0)
-    return torch.minimum(positive, 1 - positive).mean().item()
+def preactivation_std(pre: torch.Tensor) -> float | np.ndarray:
+    """sqrt((1/d) sum_i Var_D f(i)): quadratic mean over neurons of the std over the datapoints (I.2).
+
+    ``pre`` (B, d) gives a float; (..., B, d), independent networks on the leading axes, an array (...).
+    """
+    return _values(pre.var(-2, unbiased=False).mean(-1).sqrt())
+
+
+def sign_diversity(pre: torch.Tensor) -> float | np.ndarray:
+    """(1/d) sum_i min(p_i, 1 - p_i), p_i the fraction of datapoints with f(i) > 0 (I.2); 0.5 = fully diverse.
+
+    Shapes as in :func:`preactivation_std`.
+    """
+    positive = (pre > 0).sum(-2, dtype=torch.float64) / pre.shape[-2]
+    return _values(torch.minimum(positive, 1 - positive).mean(-1))
+
+
+def _simulate_batch(arch: Architecture, n_points: int, seeds: Sequence[int], depth: int,
+                    device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GSC_D curves (lowest recorded layer first), St. Dev. and Sign Div. curves (S, ...) of one network per seed.
+
+    Each seed's generator draws its dataset, then its weights; the networks then run side by side, as one
+    batch of weights (S, m, n) on inputs (S, n_points, d), with one backward pass of the summed errors.
+    """
+    inputs, labels, weights = [], [], []
+    for seed in seeds:
+        gen = generator(seed, device)
+        x, y = gaussian_noise(n_points, gen, device)
+        inputs.append(x)
+        labels.append(y)
+        weights.append(_draw_weights(arch, depth, gen, device))
+    outputs, pres = _forward(arch, torch.stack(inputs).requires_grad_(True), [torch.stack(w) for w in zip(*weights)],
+                             depth)
+    curves = dataset_gsc(outputs, (outputs[-1] * torch.stack(labels)).sum(-1))
+    return (curves, np.stack([preactivation_std(pre.detach()) for pre in pres], -1),
+            np.stack([sign_diversity(pre.detach()) for pre in pres], -1))
 
 
 def simulate_architecture(
     arch: Architecture, n_points: int, seeds: Sequence[int], depth: int = 50, device: torch.device | str | None = None
 ) -> RowResult:
-    """Table 1's metrics for one architecture on Gaussian noise, one fresh dataset and network per seed (I.2)."""
+    """Table 1's metrics for one architecture on Gaussian noise, one fresh dataset and network per seed (I.2).
+
+    The networks run in batches of seeds whose activations (seeds x n_points x width) stay within
+    ``BATCH_ELEMENTS``: the graph of a 50-layer network holds about 3 kB per activation entry.
+    """
+    if len(seeds) == 0:
+        raise ValueError("simulate_architecture needs at least one seed")
     configure_torch()
     device = device or default_device()
-    gscs, curves, std_curves, sign_curves = [], [], [], []
-    for seed in seeds:
-        gen = generator(seed, device)
-        x, y = gaussian_noise(n_points, gen, device)
-        outputs, pres = _forward(arch, x.requires_grad_(True), gen, depth)
-        curve = dataset_gsc(outputs, (outputs[-1] * y).sum(-1))
-        curves.append(curve[::-1])  # paper order: entry 0 is the highest recorded layer
-        gscs.append(curve[0])
-        std_curves.append([preactivation_std(pre.detach()) for pre in pres])
-        sign_curves.append([sign_diversity(pre.detach()) for pre in pres])
-    std_curves, sign_curves = np.array(std_curves), np.array(sign_curves)
-    return RowResult(np.array(gscs), std_curves[:, -1], sign_curves[:, -1], np.array(curves), std_curves, sign_curves)
+    width = 100 if arch.width == "100" else 200
+    per_batch = max(1, BATCH_ELEMENTS // (n_points * width))
+    batches = [_simulate_batch(arch, n_points, seeds[i:i + per_batch], depth, device)
+               for i in range(0, len(seeds), per_batch)]
+    curves, std_curves, sign_curves = (np.concatenate(parts) for parts in zip(*batches))
+    # paper order: entry 0 of a curve is the highest recorded layer; GSC_D(L, 0) is that of the lowest
+    return RowResult(curves[:, 0], std_curves[:, -1], sign_curves[:, -1], curves[:, ::-1].copy(), std_curves,
+                     sign_curves)
 
 
 # --------------------------------------------------------------------------------------------
