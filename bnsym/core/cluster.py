@@ -41,7 +41,8 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
 
     The LocalCluster has ``n_workers`` (default: one per core) single-threaded worker processes, which ignore
     SIGINT (a Ctrl-C reaches this process alone; a worker restarted later by ``bnsym.core.worker_setup``) and log
-    errors only (a task's failure is in its record; their warnings were noise, e.g. one per cell cancelled by a Ctrl-C);
+    critical errors only (a task's failure is in its record; their warnings and errors were noise: one per cell
+    cancelled by a Ctrl-C, and a heartbeat's traceback when the scheduler closes under a worker still running);
     it is closed on exit. An existing cluster is left running.
     """
     if scheduler is not None and not isinstance(scheduler, str):
@@ -64,7 +65,7 @@ def connect(scheduler: str | None = None, n_workers: int | None = None) -> Itera
     n_workers = n_workers or os.cpu_count() or 1
     with untrimmed_workers(), _workers_ignore_sigint():
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR, preload=[f"{__package__}.worker_setup"])
+                               silence_logs=logging.CRITICAL, preload=[f"{__package__}.worker_setup"])
     with cluster, Client(cluster) as client:
         yield client
 
