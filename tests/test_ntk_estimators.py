@@ -123,15 +123,20 @@ FEW_FEATURES_REASON = ("fits 2-feature data, whose batches span 2 dimensions: th
                        "(bnsym.nngp.ntk.check_spans), and the estimators raise a ValueError saying so")
 
 
+BATCH_ORDER = ("a train-mode BN network's output for x depends on which points share x's batch, so predictions "
+               "change when the points to predict are reordered or predicted in subsets (the module docstring)")
+
+
 @parametrize_with_checks(
-    [BatchNormNTKRegressor(depth=1, batch_size=16, nodes=12, n_batchings=1),
-     BatchNormNTKClassifier(depth=1, batch_size=16, nodes=12, n_batchings=1)])
+    [BatchNormNTKRegressor(depth=1, batch_size=16, nodes=12), BatchNormNTKClassifier(depth=1, batch_size=16, nodes=12)],
+    expected_failed_checks=lambda estimator: {"check_methods_sample_order_invariance": BATCH_ORDER,
+                                              "check_methods_subset_invariance": BATCH_ORDER})
 def test_scikit_learn_estimator_checks(estimator, check):
-    """Every check of scikit-learn's that applies, the row-order ones included (random batching, one batching for
-    speed: each test point has its own batch whatever their number), and those fitting
-    2-feature data must fail with the estimators' refusal of such data (then reported as expected failures). Twelve
-    nodes per axis keep this fast (4.6e-7 of the largest entry from the default rule on the checks' 200 x 10
-    regression data; 0.56 s against 4.4 s per kernel)."""
+    """Every check of scikit-learn's that applies; with the default batching="ordered" the two batch-order ones fail by
+    design (batching="random" passes them: test_nngp.py), and those fitting 2-feature data must fail with the
+    estimators' refusal of such data (then reported as expected failures). Twelve nodes per axis keep this fast
+    (4.6e-7 of the largest entry from the default rule on the checks' 200 x 10 regression data; 0.56 s against 4.4 s
+    per kernel)."""
     if getattr(check, "func", check).__name__ in FEW_FEATURES:
         with pytest.raises(ValueError, match="span at least 3 dimensions"):
             check(estimator)
@@ -156,12 +161,14 @@ CLASSIFIERS = [BatchNormNNGPClassifier, BatchNormNTKClassifier]
 @pytest.mark.slow
 @pytest.mark.parametrize("classifier", CLASSIFIERS)
 def test_wine_in_its_own_order_cross_validates(classifier):
-    """Issue 43: wine as it arrives (sorted by class), 5-fold cross_val_score at B = 16 and default settings is at
-    least 0.90 (logistic regression: 0.98). The old in-order batching cut the sorted rows into single-class batches,
-    which batch norm centres away: 0.57 (BN-NNGP) and 0.64 (BN-NTK), so the test can fail. CPU time on a loaded
-    2-core machine: ~80 s (BN-NNGP), ~280 s (BN-NTK)."""
+    """Issue 43: wine as it arrives (sorted by class), 5-fold cross_val_score at B = 16 with batching="random" (not
+    yet the default: its cost, see the estimators' docstring) is at least 0.90 (logistic regression: 0.98). The
+    in-order batching cuts the sorted rows into single-class batches, which batch norm centres away: 0.57 (BN-NNGP)
+    and 0.64 (BN-NTK), so the test can fail. One batching keeps it to ~1/4 of the CPU of the default four (~80 s
+    BN-NNGP, ~280 s BN-NTK on a loaded 2-core machine); the bound holds for each batching, not only for their mean."""
     X, y = load_wine(return_X_y=True)
-    model = make_pipeline(StandardScaler(), classifier(batch_size=16, random_state=0))
+    model = make_pipeline(StandardScaler(), classifier(batch_size=16, batching="random", n_batchings=1,
+                                                       random_state=0))
     assert cross_val_score(model, X, y).mean() >= 0.90
 
 
@@ -207,7 +214,8 @@ def test_batching_error_is_the_spread_of_the_batchings(sorted_wine):
     """batching_error: the standard deviation over the R batchings of their decision values over sqrt(R), which
     decision_function averages; inf for one random batching, 0 in order."""
     X_train, y_train, X_test, _ = sorted_wine
-    model = BatchNormNNGPClassifier(batch_size=16, n_batchings=3, random_state=1).fit(X_train, y_train)
+    model = BatchNormNNGPClassifier(batch_size=16, batching="random", n_batchings=3, random_state=1)
+    model.fit(X_train, y_train)
     each = np.stack([model._public(mean) for mean in model._batch_means(X_test[:5])])
     np.testing.assert_allclose(model.decision_function(X_test[:5]), each.mean(0), rtol=1e-12)
     np.testing.assert_allclose(model.batching_error(X_test[:5]), each.std(0, ddof=1) / np.sqrt(3), rtol=1e-12)
