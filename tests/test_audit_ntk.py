@@ -47,7 +47,7 @@ def test_the_default_ntk_at_batch_size_4_is_within_its_stated_error():
 def test_the_regressor_at_batch_size_4_fits_the_ntk_of_each_batch():
     """BatchNormNTKRegressor(batch_size=4).kernel_: each batch's block against the sampled route of that batch."""
     x = np.random.default_rng(1).standard_normal((8, 12))
-    model = BatchNormNTKRegressor(batch_size=4).fit(x, np.arange(8.0))
+    model = BatchNormNTKRegressor(batch_size=4, batching="ordered").fit(x, np.arange(8.0))
     for batch, rows in enumerate(model.train_rows_.reshape(-1, 4)):
         gram, where = x[rows] @ x[rows].T / 12, slice(4 * batch, 4 * batch + 4)
         sampled = arch.ntk(_mlp(2), gram, True, 2**12, 16, method="qmc")
@@ -76,7 +76,7 @@ def test_the_ntk_regressor_is_blind_to_subnormal_inputs_scale():
     """X of size 1e-310 (subnormal): before, the power-of-2 rescaling 2^1029 overflowed (OverflowError); eps = 0 BN
     is blind to the scale, so the predictions are those of X (the inputs lose ~8 of their 53 bits)."""
     x, y = np.random.default_rng(2).standard_normal((8, 5)), np.arange(8.0)
-    model = BatchNormNTKRegressor(batch_size=4)
+    model = BatchNormNTKRegressor(batch_size=4, batching="ordered")  # the batches of the rows, as measured
     expected = model.fit(x, y).predict(x[:4])
     np.testing.assert_allclose(model.fit(x * 1e-310, y).predict(x[:4] * 1e-310), expected, rtol=1e-6, atol=1e-6)
 

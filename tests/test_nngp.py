@@ -8,7 +8,11 @@ import torch
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 from sklearn.utils import get_tags
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.utils.estimator_checks import (
+    check_methods_sample_order_invariance,
+    check_methods_subset_invariance,
+    parametrize_with_checks,
+)
 
 import bnsym
 import bnsym.core.digits
@@ -84,10 +88,10 @@ def test_prior_is_the_infinite_width_limit_of_networks(data):
 
 def test_regressor_fits_predicts_and_reports(data):
     X, y = data
-    model = BatchNormNNGPRegressor(depth=2, batch_size=4, noise=1e-3).fit(X, y)
+    model = BatchNormNNGPRegressor(depth=2, batch_size=4, noise=1e-3, batching="ordered").fit(X, y)
     mean, std = model.predict(X[:5], return_std=True)
     assert mean.shape == std.shape == (5,) and np.all(std >= 0) and np.isfinite(model.log_marginal_likelihood_)
-    assert model.jitter_ == 0.0 and model.score(X, y) > 0.9
+    assert model.jitter_ == 0.0 and model.score(X, y) > 0.9  # in order, X is batched as its training copies
     assert clone(model).get_params() == model.get_params()
     assert model.set_params(depth=3).depth == 3
 
@@ -120,23 +124,23 @@ def test_a_singular_kernel_is_refused_not_looped_on(kernel):
 @pytest.mark.parametrize("params", [{"batch_size": 8}, {"phi": "identity"}, {"depth": 3}])
 def test_parameters_set_after_fit_change_nothing_until_the_next_fit(data, params):
     X, y = data
-    model = BatchNormNNGPRegressor(batch_size=4).fit(X, y)
+    model = BatchNormNNGPRegressor(batch_size=4, random_state=0).fit(X, y)
     before = model.predict(X[:6])
     np.testing.assert_array_equal(model.set_params(**params).predict(X[:6]), before)
     np.testing.assert_allclose(model.fit(X, y).predict(X[:6]), BatchNormNNGPRegressor(
-        **{"batch_size": 4, **params}).fit(X, y).predict(X[:6]), rtol=1e-10)
+        **{"batch_size": 4, "random_state": 0, **params}).fit(X, y).predict(X[:6]), rtol=1e-10)
 
 
 def test_huge_targets_are_normalised_without_overflow(data):
     """normalise_y divides by a power of 2 before the standard deviation, so 1e200 y does not give NaN."""
     X, y = data
-    model = BatchNormNNGPRegressor(batch_size=4, depth=1)
+    model = BatchNormNNGPRegressor(batch_size=4, depth=1, random_state=0)
     mean, std = model.fit(X, y).predict(X[:6], return_std=True)
     big_mean, big_std = model.fit(X, 1e200 * y).predict(X[:6], return_std=True)
     np.testing.assert_allclose(big_mean / 1e200, mean, rtol=1e-9)
     np.testing.assert_allclose(big_std / 1e200, std, rtol=1e-9)
     # unnormalised, the weights alpha are linear in y and finite; log p(y) ~ -1e400 is -inf (gp_posterior's doc)
-    raw = BatchNormNNGPRegressor(batch_size=4, depth=1, normalise_y=False)
+    raw = BatchNormNNGPRegressor(batch_size=4, depth=1, normalise_y=False, random_state=0)
     mean, std = raw.fit(X, y).predict(X[:6], return_std=True)
     big_mean, big_std = raw.fit(X, 1e200 * y).predict(X[:6], return_std=True)
     np.testing.assert_allclose(big_mean / 1e200, mean, rtol=1e-9)
@@ -211,9 +215,9 @@ def test_bad_data(data):
     with pytest.raises(ValueError, match="distinct"):
         BatchNormNNGPRegressor(batch_size=4).fit(np.ones((8, 2)), np.zeros(8))
     same_batch = X[:8].copy()
-    same_batch[:4] = same_batch[0]  # distinct inputs overall, but one batch of four identical ones
+    same_batch[:4] = same_batch[0]  # distinct inputs overall, but one batch of four identical ones in order
     with pytest.raises(ValueError, match="zero batch variance"):
-        BatchNormNNGPRegressor(batch_size=4, depth=1).fit(same_batch, y[:8])
+        BatchNormNNGPRegressor(batch_size=4, depth=1, batching="ordered").fit(same_batch, y[:8])
 
 
 def test_arccos_kernel_is_the_no_bn_limit(data):
@@ -342,6 +346,7 @@ def test_predict_proba_sums_to_one_and_agrees_with_predict():
     with pytest.raises(ValueError, match="theta must be None"):
         model.log_marginal_likelihood(np.zeros(2))
     assert get_tags(model).batch_order_dependent and get_tags(BatchNormNNGPRegressor()).batch_order_dependent
+    assert not get_tags(BatchNormNNGPRegressor(batching="random")).batch_order_dependent
 
 
 BATCH_ORDER = ("a train-mode BN network's output for x depends on which points share x's batch, so predictions "
@@ -354,9 +359,20 @@ BATCH_ORDER = ("a train-mode BN network's output for x depends on which points s
     expected_failed_checks=lambda estimator: {"check_methods_sample_order_invariance": BATCH_ORDER,
                                               "check_methods_subset_invariance": BATCH_ORDER})
 def test_scikit_learn_estimator_checks(estimator, check):
-    """Every check of scikit-learn's that applies; the two batch-order ones fail by design. Twelve nodes per axis in
-    the raw-feature first layer (the checks' data have few features; six leave the prior indefinite on iris-like
-    data) keep this fast; the default rule (24) passes too."""
+    """Every check of scikit-learn's that applies; with the default batching="ordered" the two batch-order ones fail
+    by design (batching="random" passes them: test_random_batching_passes_the_row_order_checks). Twelve nodes per
+    axis in the raw-feature first layer (the checks' data have few features; six leave the prior indefinite on
+    iris-like data) keep this fast; the default rule (24) passes too."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", KernelConditioningWarning)
         check(estimator)
+
+
+def test_random_batching_passes_the_row_order_checks():
+    """scikit-learn's two row-order checks, which the ordered batching fails (above): each test point has its own
+    batch, so predictions do not depend on the order or the subset of the points predicted together."""
+    estimator = BatchNormNNGPRegressor(depth=1, batch_size=16, nodes=12, n_batchings=1, batching="random")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KernelConditioningWarning)
+        for check in (check_methods_sample_order_invariance, check_methods_subset_invariance):
+            check(type(estimator).__name__, estimator)

@@ -67,8 +67,8 @@ def test_same_bits_with_two_workers(digits, reference, cluster):
     _assert_same(bn_nngp_priors("relu", X, DEPTHS, B, chunk_batches=CHUNK, client=client), reference[0])
     _assert_same(bn_nngp_priors("relu", X, DEPTHS, B, X_test=X_test, test_covariance=True, chunk_batches=CHUNK,
                                 client=client), reference[1])
-    here = BatchNormNNGPClassifier(depth=1, batch_size=B).fit(X, y)  # the estimator forwards its client
-    there = BatchNormNNGPClassifier(depth=1, batch_size=B, client=client).fit(X, y)
+    here = BatchNormNNGPClassifier(depth=1, batch_size=B, random_state=0).fit(X, y)  # the estimator forwards its client
+    there = BatchNormNNGPClassifier(depth=1, batch_size=B, client=client, random_state=0).fit(X, y)
     assert np.array_equal(here.predict_proba(X_test), there.predict_proba(X_test))
     assert here.log_marginal_likelihood() == there.log_marginal_likelihood()
     assert clone(there).client is client  # a Client cannot be deep-copied: clones share it
@@ -82,12 +82,12 @@ def test_ntk_same_bits_with_two_workers(digits, cluster):
     torch.set_num_threads(2)
     try:
         here = bn_ntk("relu", X, 2, B, X_test=X_test, chunk_batches=CHUNK)
-        fitted = BatchNormNTKRegressor(depth=1, batch_size=B).fit(X, y.astype(float))
+        fitted = BatchNormNTKRegressor(depth=1, batch_size=B, random_state=0).fit(X, y.astype(float))
     finally:
         torch.set_num_threads(previous)
     there = bn_ntk("relu", X, 2, B, X_test=X_test, chunk_batches=CHUNK, client=client)
     assert np.array_equal(here.cross, there.cross) and np.array_equal(here.test_diagonal, there.test_diagonal)
-    remote = BatchNormNTKRegressor(depth=1, batch_size=B, client=client).fit(X, y.astype(float))
+    remote = BatchNormNTKRegressor(depth=1, batch_size=B, client=client, random_state=0).fit(X, y.astype(float))
     assert np.array_equal(fitted.predict(X_test), remote.predict(X_test))
     assert clone(remote).client is client
 

@@ -8,8 +8,10 @@ the posterior goes through a Cholesky factor (SciPy).
 
 **Premises.** The network and the batching are the BN-NNGP's (:mod:`bnsym.nngp`): [Dense, BN, phi] * depth, eps =
 0, no bias, f = v . x^L / sqrt(N), every W^l and v trained in the NTK parametrisation; the training set is cut into
-fixed BN batches of B consecutive rows (the last wrapping around to the first rows: m = k B training copies), test
-points are batched among themselves; each batch's centred inputs must span at least 3 dimensions (at eps = 0 the NTK
+fixed BN batches of B rows (the last wrapping around to the first rows: m = k B training copies), and each test
+point is normalised with training points as its batch context, averaged over ``n_batchings`` random batchings
+(``batching="random"``, below), or, with ``batching="ordered"``, the training rows are batched in the order given and
+test points among themselves; each batch's centred inputs must span at least 3 dimensions (at eps = 0 the NTK
 is infinite below that: ``bnsym.nngp.ntk.check_spans``, a ValueError at ``fit`` or ``predict``); at most ``MAX_COPIES``
 training copies (the flow eigendecomposes their NTK) and the depths and sizes ``bnsym.nngp.ntk.check_cost`` allows.
 Training is full-batch gradient flow on the squared loss L = sum over the m copies of (f(x_i) - y_i)^2 / 2,
@@ -24,6 +26,32 @@ the NTK between the test batch holding x* and each training batch. With the eige
 are V g(Lambda) V^T y with g(lambda) = (1 - exp(-t lambda)) / lambda; at t = inf the directions with lambda below
 ``RCOND`` times the largest are left unlearnt (their limit: the joint kernel is PSD, so Theta(x*, X) has no part
 along them).
+
+**Batching** (both kinds of estimator). A train-mode BN network's output for x depends on the other points of x's
+batch, so the prior, and every prediction, depends on how points are batched. ``batching="random"`` makes
+predictions independent of the order of the rows and of which points are predicted together:
+
+* ``fit`` draws ``n_batchings`` = R independent orders of the training rows from ``random_state`` (scikit-learn's
+  convention), stratified for the classifiers (each class spread evenly along the order: class c's i-th point at
+  (i + u) / n_c, u uniform, i a random rank), and cuts each into batches of B consecutive rows (:func:`assignments`);
+* a test point x* is predicted in its own batch, [x*, c_1, ..., c_{B-1}], completed with the first B - 1 training
+  points of that batching (the first training batch's, so a stratified mix of classes), whose outputs are not
+  observed: its prior, K(x*, x*) and K(x*, training copies), does not depend on any other test point
+  (:func:`context_batches`);
+* the prediction is the mean over the R batchings of each batching's prediction (posterior mean, or NTK mean
+  prediction); the BN-NNGP's posterior variance is the mean of the batchings' variances.
+
+This is the limit of R wide train-mode BN networks, each trained on its own fixed random batching, that at test time
+normalise each test point with the batch statistics of it and B - 1 training points (no population statistics),
+their mean output averaged over initialisations and then over the R networks. The expectation over random
+batchings is the target; the R batchings estimate it with a Monte Carlo error, which ``batching_error(X)`` reports
+(the standard deviation of the R batchings' predictions over sqrt(R); inf for R = 1). The cost is that of R priors,
+each test point a batch of its own (B times the test batches of the ordered scheme). ``batching="ordered"`` keeps
+the fixed in-order batching (one batching; ``n_batchings`` and ``random_state`` unused), which the book's chapters
+compare with finite networks trained on the same fixed batches; its predictions change when the points to predict
+are reordered or predicted in subsets (the tag ``batch_order_dependent`` is then True). "ordered" is still the
+default: "random" costs R (B + 1) / B times as many blocks per test point, about 30 times the CPU of "ordered" on
+breast_cancer at R = 1, and becomes the default once a test point's row is computed alone.
 """
 
 from __future__ import annotations
@@ -31,6 +59,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
@@ -56,13 +85,56 @@ from ..core.validation import (
     check_whole_number,
 )
 from .ntk import MAX_DEPTH, bn_ntk
-from .prior import _check_depth, _check_nodes, _homogeneous, bn_nngp_prior
+from .prior import BatchedPrior, _check_depth, _check_nodes, _homogeneous, bn_nngp_prior
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 ARGMAX_NODES = 64  # Gauss-Hermite nodes of the class probabilities
 
 RCOND = 1e-12  # eigenvalues of Theta below this times the largest are rounding: unlearnt at t = inf
 MAX_COPIES = 2**14  # training copies m: the flow eigendecomposes the m x m NTK, O(m^3), three m x m float64 arrays
+BATCHINGS = ("random", "ordered")
+N_BATCHINGS = 4  # default random batchings: wine (B = 16), one batching's accuracy spread ~0.02, the mean's half that
+MAX_BATCHINGS = 1024
+TEST_CHUNK = 256  # test points per prior call (random batching): their cross blocks (B t, m) are held at once
+
+
+def check_batching(batching: object, n_batchings: object) -> tuple[str, int]:
+    """``batching`` one of ``BATCHINGS``, and the number of batchings it averages (1 for "ordered")."""
+    if not isinstance(batching, str) or batching not in BATCHINGS:
+        raise ValueError(f"batching must be one of {BATCHINGS}: 'random' (seeded random batches, each test point with "
+                         f"training points as its batch context) or 'ordered' (rows batched in the order given), "
+                         f"got {batching!r:.80}")
+    count = check_whole_number(n_batchings, "n_batchings", 1, MAX_BATCHINGS, "random batchings, one prior each")
+    return batching, 1 if batching == "ordered" else count
+
+
+def assignments(n: int, labels: np.ndarray | None, n_batchings: int, random_state: object) -> list[np.ndarray]:
+    """``n_batchings`` random orders of the n training rows (``labels`` (n,) integer codes, or None), each to be cut
+    into batches of consecutive rows: uniform permutations, or stratified with labels, where class c's point of
+    random rank i (of n_c) sits at (i + u) / n_c, u ~ U(0, 1), so each class is spread evenly along the order and
+    every batch holds each class in about its proportion."""
+    rng = check_random_state(random_state)
+    orders = []
+    for _ in range(n_batchings):
+        if labels is None:
+            orders.append(rng.permutation(n))
+            continue
+        key = np.empty(n)
+        for code in np.unique(labels):
+            members = np.flatnonzero(labels == code)
+            key[members] = (rng.permutation(len(members)) + rng.uniform(size=len(members))) / len(members)
+        orders.append(np.argsort(key, kind="stable"))
+    return orders
+
+
+def context_batches(X_test: np.ndarray, context: np.ndarray) -> np.ndarray:
+    """The rows (t B, d) of t batches [x*_i, context] (``context`` (B - 1, d) training inputs): each test point alone
+    in a batch completed by the same training points, so its prior does not depend on the other test points. The
+    test point's row of batch i is row i B."""
+    t, batch = len(X_test), len(context) + 1
+    rows = np.empty((t, batch, X_test.shape[1]))
+    rows[:, 0], rows[:, 1:] = X_test, context
+    return rows.reshape(t * batch, -1)
 
 
 class KernelConditioningWarning(UserWarning):
@@ -180,18 +252,40 @@ def check_distinct(X: np.ndarray, what: str) -> None:
 
 @dataclass
 class BatchOrderTags(Tags):
-    """scikit-learn's tags, and ``batch_order_dependent``: predictions depend on which test points share a batch."""
+    """scikit-learn's tags, and ``batch_order_dependent``: predictions depend on which test points share a batch
+    (True with ``batching="ordered"``)."""
 
     batch_order_dependent: bool = True
 
 
+KernelCall = Callable[[np.ndarray, np.ndarray, bool], BatchedPrior]
+
+
+def test_kernel(kernel: KernelCall, X_train: np.ndarray, X: np.ndarray, batch_size: int, own_batches: bool,
+                covariance: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(cross (t, m), test_diagonal (t,), test (t, t) with ``covariance``) of the test points X against the training
+    copies of ``X_train`` (rows in batch order), from ``kernel(X_train, X_test, covariance)``: X batched among
+    itself, or with ``own_batches`` each point in a batch of its own completed by ``X_train``'s first B - 1 rows
+    (:func:`context_batches`; in chunks of ``TEST_CHUNK`` points without ``covariance``)."""
+    if not own_batches:
+        prior = kernel(X_train, X, covariance)
+        return prior.cross, prior.test_diagonal, prior.test
+    context = X_train[np.arange(batch_size - 1) % len(X_train)]
+    chunks = [X] if covariance else [X[start:start + TEST_CHUNK] for start in range(0, len(X), TEST_CHUNK)]
+    priors = [kernel(X_train, context_batches(chunk, context), covariance) for chunk in chunks]
+    cross = np.concatenate([np.asarray(prior.cross[::batch_size]) for prior in priors])
+    diagonal = np.concatenate([prior.test_diagonal[::batch_size] for prior in priors])
+    return cross, diagonal, np.asarray(priors[0].test[::batch_size, ::batch_size]) if covariance else None
+
+
 class BatchedEstimator(BaseEstimator):
-    """What the BN-NNGP and BN-NTK estimators share: the batch-order tag, a clone that shares ``client``, and the
-    check of where and how finely the kernel is computed (``nodes``, ``device``)."""
+    """What the BN-NNGP and BN-NTK estimators share: the batchings (module docstring), the batch-order tag, a clone
+    that shares ``client``, and the check of where and how finely the kernel is computed (``nodes``, ``device``)."""
 
     def __sklearn_tags__(self) -> BatchOrderTags:
         tags = super().__sklearn_tags__()
-        return BatchOrderTags(**{field.name: getattr(tags, field.name) for field in fields(tags)})
+        return BatchOrderTags(**{field.name: getattr(tags, field.name) for field in fields(tags)},
+                              batch_order_dependent=self.batching != "random")
 
     def __sklearn_clone__(self) -> BatchedEstimator:
         """An unfitted copy with copies of the parameters, sharing ``client`` (a ``distributed.Client`` cannot be
@@ -204,6 +298,34 @@ class BatchedEstimator(BaseEstimator):
         _check_nodes(self.nodes)
         if self.device is not None:
             check_device(self.device)
+        check_batching(self.batching, self.n_batchings)
+
+    def _draw_batchings(self, n: int, labels: np.ndarray | None) -> list[np.ndarray]:
+        """The training rows in batch order, one array (n,) per batching (kept as ``batch_orders_`` (R, n)), and the
+        fitted ``batching_``."""
+        self.batching_, count = check_batching(self.batching, self.n_batchings)
+        orders = [np.arange(n)] if self.batching_ == "ordered" else assignments(n, labels, count, self.random_state)
+        self.batch_orders_ = np.stack(orders)
+        return orders
+
+    def _keep(self, **fitted: list) -> None:
+        """Each batching's fitted arrays as attributes ``name_``: the one array itself with ``batching="ordered"``,
+        else their stack (R, ...) (a tuple for objects)."""
+        for name, values in fitted.items():
+            ordered = self.batching_ == "ordered"
+            stacked = tuple(values) if not isinstance(values[0], np.ndarray) else np.stack(values)
+            setattr(self, f"{name}_", values[0] if ordered else stacked)
+
+    def batching_error(self, X: np.ndarray) -> np.ndarray:
+        """The Monte Carlo standard error of ``predict``'s mean (regressors) or ``decision_function`` (classifiers) at
+        X over the random batchings: the standard deviation of the R batchings' values over sqrt(R) (module
+        docstring); inf for one random batching (not estimable), 0 for ``batching="ordered"`` (deterministic)."""
+        check_is_fitted(self, "batch_orders_")
+        X = _validate_data(self, X, reset=False, dtype=float)
+        values = np.stack([self._public(mean) for mean in self._batch_means(X)])
+        if len(values) == 1:
+            return np.full(values.shape[1:], 0.0 if self.batching_ == "ordered" else np.inf)
+        return values.std(0, ddof=1) / math.sqrt(len(values))
 
 
 class _BatchNormNNGP(BatchedEstimator):
@@ -217,45 +339,73 @@ class _BatchNormNNGP(BatchedEstimator):
         check_flag(getattr(self, "normalise_y", False), "normalise_y")
         return phi
 
-    def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
-        """The prior and posterior of (X, targets); the parameters they used are kept as the fitted ``phi_``,
-        ``depth_``, ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until refit;
-        ``device`` and ``client`` say where to compute, and are read anew by each call)."""
+    def _fit_targets(self, X: np.ndarray, targets: np.ndarray, labels: np.ndarray | None = None) -> None:
+        """The prior and posterior of (X, targets) in each batching (stratified by ``labels`` where given); the
+        parameters they used are kept as the fitted ``phi_``, ``depth_``, ``batch_size_``, ``nodes_``, which
+        ``predict`` reads (set_params changes nothing until refit; ``device`` and ``client`` say where to compute,
+        and are read anew by each call). ``train_rows_``, ``posterior_`` and ``jitter_`` are each batching's (stacked
+        over R random batchings: ``jitter_`` their largest), ``log_marginal_likelihood_`` the mean of their log
+        evidences."""
         phi = self._validate()
         check_distinct(X, "the BN-NNGP")
         self.phi_, self.depth_, self.nodes_ = self.phi, _check_depth(self.depth), self.nodes
         self.batch_size_ = check_batch_size(self.batch_size)
         self.X_train_ = X
-        prior = bn_nngp_prior(phi, X, self.depth_, self.batch_size_, nodes=self.nodes_, device=self.device,
-                              client=self.client)
-        self.train_rows_ = prior.train_rows
-        self.posterior_ = gp_posterior(prior.train, targets[prior.train_rows], self.noise)
-        self.jitter_ = self.posterior_.jitter
-        self.log_marginal_likelihood_ = self.posterior_.log_marginal_likelihood
+        rows, posteriors = [], []
+        for order in self._draw_batchings(len(X), labels):
+            prior = bn_nngp_prior(phi, X[order], self.depth_, self.batch_size_, nodes=self.nodes_,
+                                  device=self.device, client=self.client)
+            rows.append(order[prior.train_rows])
+            posteriors.append(gp_posterior(prior.train, targets[rows[-1]], self.noise))
+        self._posteriors = posteriors
+        self._keep(train_rows=rows, posterior=posteriors)
+        self.jitter_ = max(p.jitter for p in posteriors)
+        self.log_marginal_likelihood_ = float(np.mean([p.log_marginal_likelihood for p in posteriors]))
 
     def log_marginal_likelihood(self, theta: None = None) -> float:
-        """log p(y | X) of the fitted prior, ``log_marginal_likelihood_`` (summed over output columns). The prior
-        has no hyperparameter vector theta: compare the evidence of other parameters by fitting them."""
+        """log p(y | X) of the fitted prior, ``log_marginal_likelihood_`` (summed over output columns; the mean over
+        the batchings). The prior has no hyperparameter vector theta: compare the evidence of other parameters by
+        fitting them."""
         if theta is not None:
             raise ValueError("theta must be None: the BN-NNGP prior has no hyperparameter vector; fit an estimator "
                              "with other parameters (depth, batch_size, noise) to compare their evidence")
         check_is_fitted(self, "posterior_")
         return self.log_marginal_likelihood_
 
+    def _kernel(self, X_train: np.ndarray, X_test: np.ndarray, covariance: bool) -> BatchedPrior:
+        return bn_nngp_prior(self.phi_, X_train, self.depth_, self.batch_size_, X_test=X_test, nodes=self.nodes_,
+                             device=self.device, client=self.client, test_covariance=covariance)
+
+    def _batchings(self, X: np.ndarray, return_std: bool = False,
+                   return_cov: bool = False) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Each batching's posterior mean (t, outputs) of the latent function at X, and its standard deviation (t,)
+        or covariance (t, t) (shared by every output column: one kernel, one noise)."""
+        results = []
+        for order, posterior in zip(self.batch_orders_, self._posteriors):
+            cross, diagonal, test = test_kernel(self._kernel, self.X_train_[order], X, self.batch_size_,
+                                                self.batching_ == "random", return_cov)
+            mean = cross @ posterior.alpha
+            if not (return_std or return_cov):
+                results.append((mean, None))
+                continue
+            v = solve_triangular(posterior.factor[0], cross.T, lower=True)
+            spread = test - v.T @ v if return_cov else np.clip(diagonal - np.sum(v * v, axis=0), 0.0, None)
+            results.append((mean, spread))
+        return results
+
+    def _batch_means(self, X: np.ndarray) -> list[np.ndarray]:
+        return [mean for mean, _ in self._batchings(X)]
+
     def _predict_latent(self, X: np.ndarray, return_std: bool = False,
                         return_cov: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """The posterior mean (t, outputs) of the latent function at X, and its standard deviation (t,) or
-        covariance (t, t) (shared by every output column: one kernel, one noise)."""
-        prior = bn_nngp_prior(self.phi_, self.X_train_, self.depth_, self.batch_size_, X_test=X, nodes=self.nodes_,
-                              device=self.device, client=self.client, test_covariance=return_cov)
-        mean = prior.cross @ self.posterior_.alpha
+        covariance (t, t): the means over the batchings of each batching's mean and variance (or covariance)."""
+        results = self._batchings(X, return_std, return_cov)
+        mean = np.mean([mean for mean, _ in results], axis=0)
         if not (return_std or return_cov):
             return mean, None
-        v = solve_triangular(self.posterior_.factor[0], prior.cross.T, lower=True)
-        if return_cov:
-            return mean, prior.test - v.T @ v
-        variance = prior.test_diagonal - np.sum(v * v, axis=0)
-        return mean, np.sqrt(np.clip(variance, 0.0, None))
+        spread = np.mean([spread for _, spread in results], axis=0)
+        return mean, spread if return_cov else np.sqrt(spread)
 
 
 class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
@@ -270,15 +420,25 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         nodes: Gauss-Jacobi nodes per axis of the Laplace integral, every layer (None: the default rules).
         device: the torch device of the prior's tasks (None: CUDA where there is one, else the CPU).
         client: where the prior is computed: None (here), True (a local Dask cluster), an address, a Client.
+        batching: "random": the mean over ``n_batchings`` seeded random batchings of the training rows, each
+            test point in a batch of its own with B - 1 training points as context, so predictions do not depend on
+            the rows' order nor on which points are predicted together; "ordered": rows batched in the order given,
+            test points among themselves (module docstring, **Batching**); the default until "random" costs less.
+        n_batchings: R, the random batchings averaged (R priors: R times the cost); ``batching_error(X)`` gives the
+            Monte Carlo standard error of the mean prediction over them.
+        random_state: the seed of the random batchings (scikit-learn's convention: None, an int, a RandomState).
 
-    Predictions depend on which test points share a batch: the points to predict are cut into batches of
-    ``batch_size`` in the order given, so reordering them, or predicting a subset, changes the result (the tag
-    ``batch_order_dependent`` says so). Any ``client`` gives the same result bit for bit (:func:`bn_nngp_priors`).
+    The posterior mean is the mean of the batchings' posterior means, the posterior variance (``return_std``,
+    ``return_cov``, ``sample_y``) the mean of their variances; ``log_marginal_likelihood_`` the mean of their log
+    evidences. With ``batching="ordered"`` the points to predict are cut into batches of ``batch_size`` in the order
+    given, so reordering them, or predicting a subset, changes the result (the tag ``batch_order_dependent`` is then
+    True). Any ``client`` gives the same result bit for bit (:func:`bn_nngp_priors`).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
                  normalise_y: bool = True, nodes: int | None = None, device: str | None = None,
-                 client: object = None) -> None:
+                 client: object = None, batching: str = "ordered", n_batchings: int = N_BATCHINGS,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
@@ -287,6 +447,9 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         self.nodes = nodes
         self.device = device
         self.client = client
+        self.batching = batching
+        self.n_batchings = n_batchings
+        self.random_state = random_state
 
     def __sklearn_tags__(self) -> BatchOrderTags:
         tags = super().__sklearn_tags__()
@@ -298,10 +461,14 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         self._fit_targets(*regression_targets(self, X, y))
         return self
 
+    def _public(self, mean: np.ndarray) -> np.ndarray:
+        return target_units(self, mean, "the posterior mean")
+
     def predict(self, X: np.ndarray, return_std: bool = False, return_cov: bool = False):
         """Posterior mean (t, ...) of y at X; with ``return_std`` also the latent function's posterior standard
         deviation (t, ...), or with ``return_cov`` its posterior covariance (t, t) ((t, t, outputs) for 2-D y), in
-        the targets' units, as scikit-learn's GaussianProcessRegressor (not both). Batch order matters (below)."""
+        the targets' units, as scikit-learn's GaussianProcessRegressor (not both). Batch order matters only with
+        ``batching="ordered"`` (below)."""
         check_is_fitted(self, "posterior_")
         if check_flag(return_std, "return_std") and check_flag(return_cov, "return_cov"):
             raise ValueError("return_std and return_cov: ask for one (the standard deviations are the square roots "
@@ -338,12 +505,14 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     """Classification by BN-NNGP regression on centred one-hot targets; ``predict`` returns the argmax label.
 
-    Args as :class:`BatchNormNNGPRegressor` (without ``normalise_y``); predictions depend on which test points
-    share a batch, as there.
+    Args as :class:`BatchNormNNGPRegressor` (without ``normalise_y``), batchings as there, the random ones
+    stratified by class (each batch holds each class in about its proportion).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
-                 nodes: int | None = None, device: str | None = None, client: object = None) -> None:
+                 nodes: int | None = None, device: str | None = None, client: object = None,
+                 batching: str = "ordered", n_batchings: int = N_BATCHINGS,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
@@ -351,11 +520,18 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
         self.nodes = nodes
         self.device = device
         self.client = client
+        self.batching = batching
+        self.n_batchings = n_batchings
+        self.random_state = random_state
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPClassifier:
         """Condition the prior on one-hot codes of the labels y, centred by 1 / (number of classes)."""
-        self._fit_targets(*classification_targets(self, X, y))
+        X, codes = classification_targets(self, X, y)
+        self._fit_targets(X, codes, np.argmax(codes, axis=1))
         return self
+
+    def _public(self, scores: np.ndarray) -> np.ndarray:
+        return scores[:, 1] - scores[:, 0] if len(self.classes_) == 2 else scores
 
     def _latent(self, X: np.ndarray, return_std: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         check_is_fitted(self, "posterior_")
@@ -365,8 +541,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """The posterior mean of the centred one-hot code, (n, classes); for two classes the difference
         (second minus first), as scikit-learn's binary classifiers return."""
-        scores = self._latent(X)[0]
-        return scores[:, 1] - scores[:, 0] if len(self.classes_) == 2 else scores
+        return self._public(self._latent(X)[0])
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """The label with the largest posterior mean."""
@@ -376,8 +551,8 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """P(class c has the largest latent value at x | data), (n, classes): :func:`argmax_probabilities` of the
         posterior means m_c(x) and the common posterior standard deviation s(x) (the class outputs are independent
-        GPs with one kernel and one noise, so at one point they are independent normals of one variance). Its
-        argmax is ``predict``'s label."""
+        GPs with one kernel and one noise, so at one point they are independent normals of one variance), both as
+        averaged over the batchings (``_predict_latent``). Its argmax is ``predict``'s label."""
         mean, std = self._latent(X, return_std=True)
         return argmax_probabilities(mean, std)
 
@@ -432,16 +607,17 @@ class _BatchNormNTK(BatchedEstimator):
         self._check_placement()
         return phi
 
-    def _kernel(self, X: np.ndarray | None = None):
-        return bn_ntk(self.phi_, self.X_train_, self.depth_, self.batch_size_, X_test=X, points=self.points_,
+    def _kernel(self, X_train: np.ndarray, X_test: np.ndarray | None = None, covariance: bool = False):
+        return bn_ntk(self.phi_, X_train, self.depth_, self.batch_size_, X_test=X_test, points=self.points_,
                       replicates=self.replicates_, seed=self.seed_, nodes=self.nodes_, device=self.device,
                       client=self.client)
 
-    def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
-        """The NTK of the training copies (``kernel_``) and the gradient-flow weights; the parameters they used are
-        kept as the fitted ``phi_``, ``depth_``, ``batch_size_``, ``t_``, ``points_``, ``replicates_``, ``seed_``,
-        ``nodes_``, which ``predict`` reads (set_params changes nothing until refit; ``device`` and ``client`` say where
-        to compute, and are read anew by each call)."""
+    def _fit_targets(self, X: np.ndarray, targets: np.ndarray, labels: np.ndarray | None = None) -> None:
+        """The NTK of the training copies (``kernel_``) and the gradient-flow weights (``weights_``) of each
+        batching (stratified by ``labels`` where given; ``kernel_``, ``weights_``, ``train_rows_`` stacked over R
+        random batchings); the parameters they used are kept as the fitted ``phi_``, ``depth_``, ``batch_size_``,
+        ``t_``, ``points_``, ``replicates_``, ``seed_``, ``nodes_``, which ``predict`` reads (set_params changes nothing
+        until refit; ``device`` and ``client`` say where to compute, and are read anew by each call)."""
         self._validate()
         self.phi_ = self.phi  # as given (a name pickles; a parsed activation holds local functions)
         check_distinct(X, "the BN-NTK")
@@ -456,13 +632,24 @@ class _BatchNormNTK(BatchedEstimator):
         self.points_, self.replicates_, self.seed_ = int(self.points), int(self.replicates), int(self.seed)
         self.nodes_ = self.nodes
         self.X_train_ = X
-        kernel = self._kernel()
-        self.train_rows_, self.kernel_ = kernel.train_rows, kernel.train
-        self.weights_ = check_finite_result(flow_weights(kernel.train, targets[kernel.train_rows], self.t_),
-                                            "the gradient-flow weights (centre and scale the targets)")
+        rows, kernels, weights = [], [], []
+        for order in self._draw_batchings(len(X), labels):
+            kernel = self._kernel(X[order])
+            rows.append(order[kernel.train_rows])
+            kernels.append(kernel.train)
+            weights.append(check_finite_result(flow_weights(kernel.train, targets[rows[-1]], self.t_),
+                                               "the gradient-flow weights (centre and scale the targets)"))
+        self._weights = weights
+        self._keep(train_rows=rows, kernel=kernels, weights=weights)
+
+    def _batch_means(self, X: np.ndarray) -> list[np.ndarray]:
+        """Each batching's mean prediction (t, outputs) at X."""
+        return [test_kernel(self._kernel, self.X_train_[order], X, self.batch_size_, self.batching_ == "random")[0]
+                @ weights for order, weights in zip(self.batch_orders_, self._weights)]
 
     def _predict_latent(self, X: np.ndarray) -> np.ndarray:
-        return self._kernel(X).cross @ self.weights_
+        """The mean over the batchings of their mean predictions."""
+        return np.mean(self._batch_means(X), axis=0)
 
 
 class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
@@ -481,14 +668,19 @@ class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
         BN-NNGP's rule, 6 at B >= 16, gives ~1e-5 on digits at a quarter to a third of the time).
         device: the torch device of the Laplace route's tasks (None: CUDA where there is one, else the CPU).
         client: where the Laplace route's tasks run: None (here), True (a local Dask cluster), an address, a Client.
+        batching, n_batchings, random_state: as for :class:`bnsym.nngp.BatchNormNNGPRegressor` (module docstring,
+            **Batching**): with "random", the mean over R random batchings of each batching's mean prediction, each test
+            point in a batch of its own with training points as context; ``batching_error(X)`` its Monte Carlo error.
 
-    Predictions depend on which test points share a batch, as for :class:`bnsym.nngp.BatchNormNNGPRegressor` (the
-    tag ``batch_order_dependent`` says so).
+    With ``batching="ordered"`` predictions depend on which test points share a batch (the tag
+    ``batch_order_dependent`` is then True).
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, t: float = math.inf,
                  normalise_y: bool = True, points: int = 2**12, replicates: int = 16, seed: int = 0,
-                 nodes: int | None = None, device: str | None = None, client: object = None) -> None:
+                 nodes: int | None = None, device: str | None = None, client: object = None,
+                 batching: str = "ordered", n_batchings: int = N_BATCHINGS,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
@@ -500,6 +692,9 @@ class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
         self.nodes = nodes
         self.device = device
         self.client = client
+        self.batching = batching
+        self.n_batchings = n_batchings
+        self.random_state = random_state
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -511,8 +706,11 @@ class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
         self._fit_targets(*regression_targets(self, X, y))
         return self
 
+    def _public(self, mean: np.ndarray) -> np.ndarray:
+        return target_units(self, mean, "the mean prediction")
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """The mean prediction at time t, test points batched among themselves."""
+        """The mean prediction at time t (batched as the module docstring says)."""
         check_is_fitted(self, "weights_")
         X = _validate_data(self, X, reset=False, dtype=float)
         return target_units(self, self._predict_latent(X), "the mean prediction")
@@ -521,12 +719,14 @@ class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
 class BatchNormNTKClassifier(ClassifierMixin, _BatchNormNTK):
     """Classification by BN-NTK regression on centred one-hot targets; ``predict`` returns the argmax label.
 
-    Args as :class:`BatchNormNTKRegressor` (without ``normalise_y``).
+    Args as :class:`BatchNormNTKRegressor` (without ``normalise_y``); random batchings stratified by class.
     """
 
     def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, t: float = math.inf,
                  points: int = 2**12, replicates: int = 16, seed: int = 0,
-                 nodes: int | None = None, device: str | None = None, client: object = None) -> None:
+                 nodes: int | None = None, device: str | None = None, client: object = None,
+                 batching: str = "ordered", n_batchings: int = N_BATCHINGS,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
@@ -537,18 +737,24 @@ class BatchNormNTKClassifier(ClassifierMixin, _BatchNormNTK):
         self.nodes = nodes
         self.device = device
         self.client = client
+        self.batching = batching
+        self.n_batchings = n_batchings
+        self.random_state = random_state
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNTKClassifier:
         """Train on the centred one-hot codes of the labels y."""
-        self._fit_targets(*classification_targets(self, X, y))
+        X, codes = classification_targets(self, X, y)
+        self._fit_targets(X, codes, np.argmax(codes, axis=1))
         return self
+
+    def _public(self, scores: np.ndarray) -> np.ndarray:
+        return scores[:, 1] - scores[:, 0] if len(self.classes_) == 2 else scores
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """The mean prediction of the centred one-hot code, (n, classes); for two classes the difference (second
         minus first), as scikit-learn's binary classifiers return."""
         check_is_fitted(self, "weights_")
-        scores = self._predict_latent(_validate_data(self, X, reset=False, dtype=float))
-        return scores[:, 1] - scores[:, 0] if len(self.classes_) == 2 else scores
+        return self._public(self._predict_latent(_validate_data(self, X, reset=False, dtype=float)))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """The label with the largest mean prediction."""
