@@ -117,7 +117,7 @@ class Dense:
         check_choice(self.init, "Dense init", INITS)
 
     def spec_options(self) -> list[str]:
-        """The options :func:`describe` writes (none at the defaults)."""
+        """The options ``describe`` writes (none at the defaults)."""
         default = (self.weight_var, self.bias_var) == (1, 0)
         variances = [] if default else [f"{self.weight_var:g}", f"{self.bias_var:g}"]
         return variances + ([] if self.init == "gaussian" else [f"init={self.init}"])

@@ -33,11 +33,11 @@ predictions independent of the order of the rows and of which points are predict
 
 * ``fit`` draws ``n_batchings`` = R independent orders of the training rows from ``random_state`` (scikit-learn's
   convention), stratified for the classifiers (each class spread evenly along the order: class c's i-th point at
-  (i + u) / n_c, u uniform, i a random rank), and cuts each into batches of B consecutive rows (:func:`assignments`);
+  (i + u) / n_c, u uniform, i a random rank), and cuts each into batches of B consecutive rows (``assignments``);
 * a test point x* is predicted in its own batch, [x*, c_1, ..., c_{B-1}], completed with the first B - 1 training
   points of that batching (the first training batch's, so a stratified mix of classes), whose outputs are not
   observed: its prior, K(x*, x*) and K(x*, training copies), does not depend on any other test point
-  (:func:`context_batches`);
+  (``context_batches``);
 * the prediction is the mean over the R batchings of each batching's prediction (posterior mean, or NTK mean
   prediction); the BN-NNGP's posterior variance is the mean of the batchings' variances.
 
@@ -266,7 +266,7 @@ def test_kernel(kernel: KernelCall, X_train: np.ndarray, X: np.ndarray, batch_si
     """(cross (t, m), test_diagonal (t,), test (t, t) with ``covariance``) of the test points X against the training
     copies of ``X_train`` (rows in batch order), from ``kernel(X_train, X_test, covariance)``: X batched among
     itself, or with ``own_batches`` each point in a batch of its own completed by ``X_train``'s first B - 1 rows
-    (:func:`context_batches`; in chunks of ``TEST_CHUNK`` points without ``covariance``)."""
+    (``context_batches``; in chunks of ``TEST_CHUNK`` points without ``covariance``)."""
     if not own_batches:
         prior = kernel(X_train, X, covariance)
         return prior.cross, prior.test_diagonal, prior.test
@@ -421,11 +421,11 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         device: the torch device of the prior's tasks (None: CUDA where there is one, else the CPU).
         client: where the prior is computed: None (here), True (a local Dask cluster), an address, a Client.
         batching: "random": the mean over ``n_batchings`` seeded random batchings of the training rows, each
-            test point in a batch of its own with B - 1 training points as context, so predictions do not depend on
-            the rows' order nor on which points are predicted together; "ordered": rows batched in the order given,
-            test points among themselves (module docstring, **Batching**); the default until "random" costs less.
+        test point in a batch of its own with B - 1 training points as context, so predictions do not depend on
+        the rows' order nor on which points are predicted together; "ordered": rows batched in the order given,
+        test points among themselves (module docstring, **Batching**); the default until "random" costs less.
         n_batchings: R, the random batchings averaged (R priors: R times the cost); ``batching_error(X)`` gives the
-            Monte Carlo standard error of the mean prediction over them.
+        Monte Carlo standard error of the mean prediction over them.
         random_state: the seed of the random batchings (scikit-learn's convention: None, an int, a RandomState).
 
     The posterior mean is the mean of the batchings' posterior means, the posterior variance (``return_std``,
@@ -669,8 +669,8 @@ class BatchNormNTKRegressor(RegressorMixin, _BatchNormNTK):
         device: the torch device of the Laplace route's tasks (None: CUDA where there is one, else the CPU).
         client: where the Laplace route's tasks run: None (here), True (a local Dask cluster), an address, a Client.
         batching, n_batchings, random_state: as for :class:`bnsym.nngp.BatchNormNNGPRegressor` (module docstring,
-            **Batching**): with "random", the mean over R random batchings of each batching's mean prediction, each test
-            point in a batch of its own with training points as context; ``batching_error(X)`` its Monte Carlo error.
+        **Batching**): with "random", the mean over R random batchings of each batching's mean prediction, each test
+        point in a batch of its own with training points as context; ``batching_error(X)`` its Monte Carlo error.
 
     With ``batching="ordered"`` predictions depend on which test points share a batch (the tag
     ``batch_order_dependent`` is then True).

@@ -64,7 +64,7 @@ class Optimizer:
     momentum rule forms g + weight_decay x p as Bjorck et al.'s runs do, which may differ from torch's fused weight
     decay in the last bit), a tensor (M,) of one step size per network, or (M, G) of one per network and parameter
     group (layer-wise steps; ``groups`` gives each parameter's group, default its index). Divergence parking: with
-    a ``limit``, a network whose loss is not finite or exceeds it stops updating from that step on (:attr:`alive`
+    a ``limit``, a network whose loss is not finite or exceeds it stops updating from that step on (``alive``
     is False; its gradient is not taken), so it never feeds a NaN into a later step and is reported by its caller
     as diverged.
     """
