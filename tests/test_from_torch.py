@@ -135,7 +135,7 @@ def test_norm_layers_with_one_affine_map_for_every_neuron():
                           nn.RMSNorm(4, eps=0.1), nn.RMSNorm(4, elementwise_affine=False).double())
     assert [describe(layer) for layer in from_torch(model)][1:] == [
         "bn(eps=0.01,scale=0.5,shift=0.25)", "tanh", "ln(eps=0.001,scale=-2,shift=0)", "bn(eps=1e-05)",
-        "ln(eps=1e-05)", "ln(eps=0.1,centre=false)", f"ln(eps={torch.finfo(torch.float32).eps:g},centre=false)"]
+        "ln(eps=1e-05)", "rms(eps=0.1)", f"rms(eps={torch.finfo(torch.float32).eps:g})"]
 
 
 class _Plain(nn.Module):

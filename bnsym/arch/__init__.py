@@ -1,5 +1,6 @@
 """Architectures as data (Yang et al. 2019 for batch norm; De & Smith 2020; Brock et al. 2021): the infinite-width
-kernels and gradient statistics of any stack of Dense, BatchNorm, LayerNorm, activations and residual blocks.
+kernels and gradient statistics of any stack of Dense, BatchNorm, LayerNorm, RMSNorm, activations and residual
+blocks.
 
 A network is a value (the layers of :mod:`bnsym.core.layers`, re-exported here)::
 
@@ -21,6 +22,9 @@ Conventions (a contract between this theory and the torch twin :func:`bnsym.sim.
   (scale, shift): constants after the normalisation, not trained by :func:`ntk`.
 * **LayerNorm**: per example over the features, population variance, no affine map; ``centre=False`` leaves out the
   mean.
+* **RMSNorm**: x / sqrt(mean over the features of x^2 + eps) per example, the uncentred LayerNorm (``RMSNorm(eps,
+  affine)`` is ``LayerNorm(eps, centre=False, affine)`` by another name, one map): its kernel map is K_ab /
+  sqrt((K_aa + eps)(K_bb + eps)) whatever the input's mean.
 * **Residual(branch, alpha, skip)**: skip(x) + alpha branch(x), skip the identity or layers (a Dense projection
   draws weights independent of the branch's).
 * The **kernel** after a layer is K_ab = lim E[x_a . x_b / n] over its output; the **gradient statistic** is
@@ -43,6 +47,7 @@ from ..core.layers import (
     Dense,
     LayerNorm,
     Residual,
+    RMSNorm,
     Serial,
     describe,
     parse_architecture,
@@ -68,6 +73,7 @@ __all__ = [
     "BatchNorm",
     "Dense",
     "LayerNorm",
+    "RMSNorm",
     "Residual",
     "Serial",
     "SignalPropagation",

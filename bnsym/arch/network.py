@@ -16,6 +16,7 @@ from ..core.layers import (
     Layer,
     LayerNorm,
     Residual,
+    RMSNorm,
     Serial,
     describe,
     parse_architecture,
@@ -196,9 +197,10 @@ def _scaled(graph: Graph, x: Node, affine: tuple[float, float] | None) -> Node:
                         x.zero_mean and shift == 0)
 
 
-@theory_map.register
+@theory_map.register(LayerNorm)
+@theory_map.register(RMSNorm)
 def _layer_norm(layer: LayerNorm, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
-    """Each example over its features (derive_layer_norm)."""
+    """Each example over its features (derive_layer_norm); RMSNorm is the uncentred one (c_a = 0)."""
     kernel, mean = x.kernel().value, x.mean().value
     diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
     shift = mean if layer.centre else np.zeros_like(mean)

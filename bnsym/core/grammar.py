@@ -11,6 +11,8 @@ A network spec is a comma-separated list of layers, read left to right:
                                          BatchNorm (defaults eps 0, mode train = statistics=batch, eval =
                                          statistics=population; centred; no affine map unless scale/shift)
   ln | ln(eps=E,centre=true|false)       LayerNorm (centre=false: x / sqrt(mean x^2 + eps), no centring)
+  rms | rms(eps=E,scale=G,shift=C)       RMSNorm: x / sqrt(mean x^2 + eps) over the features, the same as
+                                         ln(centre=false) (no affine map unless scale/shift)
   res([alpha=A,][skip=LAYER,]LAYERS)     residual block skip(x) + A * branch(x), the branch a spec itself (A = 1;
                                          skip the identity, or a layer or a (group) such as dense)
   (LAYERS)                               a group

@@ -1,7 +1,7 @@
 """Architectures as values: the layers a network description is built from, shared by theory and simulator.
 
 A network is a :class:`Serial` of layers, each a frozen value (the premise "network" of the book's flow, beside
-the activation): :class:`Dense`, :class:`BatchNorm`, :class:`LayerNorm`, :class:`Activation` and
+the activation): :class:`Dense`, :class:`BatchNorm`, :class:`LayerNorm`, :class:`RMSNorm`, :class:`Activation` and
 :class:`Residual`, composed with :func:`serial` and :func:`repeat`. The infinite-width theory
 (:mod:`bnsym.arch`) and the finite torch twin (:mod:`bnsym.sim.arch`) read the same value; the conventions
 they share (a contract) are stated in :mod:`bnsym.arch`.
@@ -11,6 +11,7 @@ they share (a contract) are stated in :mod:`bnsym.arch`.
     dense,bn,relu*20                       20 blocks of Dense, BatchNorm, relu
     dense,res(bn,relu,dense)*50            a Dense, then 50 pre-activation residual blocks
     dense(2,0.1),relu,ln                   weight_var 2, bias_var 0.1; LayerNorm after the activation
+    dense,tanh,rms                         RMSNorm (the uncentred LayerNorm) after the activation
     dense,res(alpha=0.2,relu,dense)*10     SkipInit-style alpha
 """
 
@@ -228,6 +229,30 @@ class LayerNorm:
         return cls(_option_number(values, "eps", 0.0), _option_flag(values, "centre"), _affine_from_spec(values))
 
 
+@layer_kind("rms", ("eps", "scale", "shift"), "RMS norm over the features of each example (no centring)",
+            "rms(eps=0.001,scale=2,shift=0.5)")
+@dataclass(frozen=True)
+class RMSNorm(LayerNorm):
+    """RMS norm (Zhang & Sennrich 2019; torch's ``nn.RMSNorm``) over the features of each example: y = scale x /
+    sqrt(mean_j x_j^2 + eps) + shift, no centring; ``affine`` as for :class:`LayerNorm`.
+
+    It is the uncentred :class:`LayerNorm`, ``LayerNorm(eps, centre=False, affine)``, named: a subclass with
+    ``centre`` fixed to False, so the infinite-width map (K_ab / sqrt((K_aa + eps)(K_bb + eps)) on any input law,
+    :func:`~bnsym.arch.derive_layer_norm` with c = 0), the gradient and the twin are LayerNorm's, one source; only
+    its spec name (``rms``) and its torch reader (``nn.RMSNorm``) are its own."""
+
+    eps: float = 0.0
+    centre: bool = field(default=False, init=False, repr=False)
+    affine: tuple[float, float] | None = None
+
+    def spec_options(self) -> list[str]:
+        return ([f"eps={self.eps:g}"] if self.eps else []) + _affine_options(self.affine)
+
+    @classmethod
+    def from_spec(cls, values: dict[str, str]) -> RMSNorm:
+        return cls(_option_number(values, "eps", 0.0), _affine_from_spec(values))
+
+
 @layer_kind("PHI", (), "phi coordinatewise, spelled as for `bnsym predict --phi`", "tanh(gamma=0.5)")
 @dataclass(frozen=True)
 class Activation:
@@ -278,8 +303,8 @@ class Residual:
             raise ValueError("a Residual needs a branch with at least one layer (x + alpha * x is a scaling)")
 
 
-Layer = Union[Dense, BatchNorm, LayerNorm, Activation, Residual]
-LAYER_TYPES = (Dense, BatchNorm, LayerNorm, Activation, Residual)  # the kinds declared here (KINDS may grow)
+Layer = Union[Dense, BatchNorm, LayerNorm, RMSNorm, Activation, Residual]
+LAYER_TYPES = (Dense, BatchNorm, LayerNorm, RMSNorm, Activation, Residual)  # the kinds declared here (KINDS may grow)
 
 
 def serial(*layers: Layer | Serial | Iterable) -> Serial:

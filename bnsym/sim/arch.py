@@ -4,13 +4,13 @@
 :mod:`bnsym.arch` state (this module does not import the theory; it reads the same description): Dense layers
 with standard normal weights and biases scaled by sqrt(weight_var / n_in) and sqrt(bias_var), train-mode batch norm
 by ``bnsym.sim.batch_norm`` (the one batch-norm forward), eval-mode batch norm with the population
-statistics of its input (all n x B entries of a network, held constant for the gradient), LayerNorm over the
-features, activations by their torch form. Tensors are (M, B, n): networks, batch, features.
+statistics of its input (all n x B entries of a network, held constant for the gradient), LayerNorm and RMSNorm over
+the features, activations by their torch form. Tensors are (M, B, n): networks, batch, features.
 
 :func:`simulate_signal_propagation` measures, for M networks, each top-level layer's Gram x x^T / n and the
 gradient statistic S^l (the sum over examples a of the squared norm of df(x_a)/dx^l) by autograd, one backward pass
 per example a, f = v . x_out / sqrt(n) with v standard normal. :func:`from_torch` reads a user's ``nn.Sequential``
-(nn.Linear, nn.BatchNorm1d, nn.LayerNorm, activations, :class:`ResidualBlock` and modules whose forward is
+(nn.Linear, nn.BatchNorm1d, nn.LayerNorm, nn.RMSNorm, activations, :class:`ResidualBlock` and modules whose forward is
 ``return x + self.f(x)``) into a description.
 
 Each layer kind has its twin module (:func:`twin_module`) and its torch reader (``READERS``, or a reason in
@@ -35,7 +35,19 @@ from torch import nn
 from ..core.activations import Activation as Phi
 from ..core.device import configure_torch, default_device, generator, haar_orthogonal
 from ..core.estimate import Estimate
-from ..core.layers import Activation, BatchNorm, Dense, Layer, LayerNorm, Residual, Serial, describe, serial, walk
+from ..core.layers import (
+    Activation,
+    BatchNorm,
+    Dense,
+    Layer,
+    LayerNorm,
+    Residual,
+    RMSNorm,
+    Serial,
+    describe,
+    serial,
+    walk,
+)
 from ..core.statistics import extrapolate_to_infinite_width, mean_and_se
 from ..core.validation import check_whole_number
 from .networks import batch_norm, chunk_budget, inputs_with_gram
@@ -189,7 +201,8 @@ def _batch_norm(layer: BatchNorm, n_in: int, width: int, networks: int, gen: tor
     return BatchNormLayer(layer), n_in
 
 
-@twin_module.register
+@twin_module.register(LayerNorm)
+@twin_module.register(RMSNorm)
 def _layer_norm(layer: LayerNorm, n_in: int, width: int, networks: int, gen: torch.Generator, device: torch.device,
                 dtype: torch.dtype) -> tuple[nn.Module, int]:
     return LayerNormLayer(layer), n_in
@@ -532,7 +545,7 @@ def _read_batch_norm(module: nn.BatchNorm1d, name: str, where: str,
 
 def _read_layer_norm(module: nn.LayerNorm | nn.RMSNorm, name: str, where: str,
                      width: int | None) -> tuple[list[Layer], int | None]:
-    """nn.LayerNorm, or nn.RMSNorm as the uncentred LayerNorm (its eps None: torch's machine epsilon of the
+    """nn.LayerNorm as a LayerNorm, nn.RMSNorm as an RMSNorm (its eps None: torch's machine epsilon of the
     input's dtype, read as that of its weight, or of torch's default dtype without one)."""
     if len(module.normalized_shape) != 1:
         raise ValueError(f"cannot read {name}: it normalises over {tuple(module.normalized_shape)}; a "
@@ -542,8 +555,8 @@ def _read_layer_norm(module: nn.LayerNorm | nn.RMSNorm, name: str, where: str,
     if eps is None:
         weight = getattr(module, "weight", None)
         eps = torch.finfo(torch.get_default_dtype() if weight is None else weight.dtype).eps
-    centre = not _plain(module, nn.RMSNorm)
-    return [LayerNorm(eps, centre, affine=_affine_of(module, name))], width
+    affine = _affine_of(module, name)
+    return [RMSNorm(eps, affine) if _plain(module, nn.RMSNorm) else LayerNorm(eps, affine=affine)], width
 
 
 def _read_activation(module: nn.Module, name: str, where: str, width: int | None) -> tuple[list[Layer], int | None]:
@@ -583,7 +596,8 @@ class Reader:
 READERS: dict[type, Reader] = {
     Dense: Reader(lambda m: _plain(m, nn.Linear), _read_linear),
     BatchNorm: Reader(lambda m: _plain(m, nn.BatchNorm1d), _read_batch_norm),
-    LayerNorm: Reader(lambda m: _plain(m, nn.LayerNorm) or _plain(m, nn.RMSNorm), _read_layer_norm),
+    LayerNorm: Reader(lambda m: _plain(m, nn.LayerNorm), _read_layer_norm),
+    RMSNorm: Reader(lambda m: _plain(m, nn.RMSNorm), _read_layer_norm),
     Activation: Reader(lambda m: type(m) in _ACTIVATIONS, _read_activation),
     Residual: Reader(lambda m: _plain(m, ResidualBlock) or residual_pattern(m) is not None, _read_residual),
 }
@@ -622,11 +636,11 @@ def from_torch(module: object) -> Serial:
     """The description of a torch model: an ``nn.Sequential`` (nested ones too; or one module) of nn.Linear
     (weight_var = n_in times the mean square of its weights, bias_var = the mean square of its bias: the variances
     of the law its parameters were drawn from, estimated from them), nn.BatchNorm1d in train mode (any eps; or in
-    eval mode without running statistics), nn.LayerNorm and nn.RMSNorm (the uncentred LayerNorm), each with no
-    affine map or one whose weight and bias are each the same for every neuron (the description's ``affine``; none
-    at the identity, as initialised), the activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh, nn.Sigmoid,
-    nn.GELU (approximate 'none' or 'tanh'), nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the default
-    threshold), nn.Mish, nn.Hardtanh (clipping to [-1, 1]) and nn.Identity, and residuals skip(x) + alpha f(x).
+    eval mode without running statistics), nn.LayerNorm and nn.RMSNorm (an RMSNorm: the uncentred LayerNorm),
+    each with no affine map or one whose weight and bias are each the same for every neuron (the description's
+    ``affine``; none at the identity, as initialised), the activations nn.ReLU, nn.LeakyReLU (its slope), nn.Tanh,
+    nn.Sigmoid, nn.GELU (approximate 'none' or 'tanh'), nn.SiLU, nn.ELU (its alpha), nn.Softplus (its beta; the
+    default threshold), nn.Mish, nn.Hardtanh (clipping to [-1, 1]) and nn.Identity, and residuals skip(x) + alpha f(x).
 
     A model's own forward is never run. A residual is read from :class:`ResidualBlock` (``ResidualBlock(f, alpha,
     skip)``, or a subclass that keeps its forward) or from a small module of the documented pattern, read from its
