@@ -188,6 +188,14 @@ class Products:
 
 
 @dataclass(frozen=True)
+class Normalization:
+    """Chapter 14, normalization layers beyond batch norm."""
+
+    kernel_maps: Sizes  # the correlation of two inputs through depth blocks: n_networks twins per width, extrapolated
+    float32: Sizes  # the float32 depth rule: n_networks sigmoid networks of width, depth blocks, float32 and float64
+
+
+@dataclass(frozen=True)
 class Scale:
     """Sizes of the Monte Carlo runs: network width N, number of independent networks and depth, shared by
     chapters 1-4 and 13, and one record per later chapter."""
@@ -206,6 +214,7 @@ class Scale:
     trainability: Trainability
     rank_collapse: RankCollapse
     products: Products
+    normalization: Normalization
 
 
 ARCHITECTURES = {
@@ -410,11 +419,21 @@ PRODUCTS = {
         landscape=Sizes(n_networks=64)),
 }
 
+NORMALIZATION = {
+    "test": Normalization(kernel_maps=Sizes(widths=(64, 128, 256), n_networks=12, depth=6),
+                          float32=Sizes(width=256, n_networks=8, depth=24)),
+    "book": Normalization(kernel_maps=Sizes(widths=(128, 256, 512), n_networks=32, depth=8),
+                          float32=Sizes(width=512, n_networks=16, depth=24)),
+    "paper": Normalization(kernel_maps=Sizes(widths=(256, 512, 1024, 2048), n_networks=128, depth=12),
+                           float32=Sizes(width=2048, n_networks=64, depth=24)),
+}
+
 SCALES = {
     name: Scale(name, width=width, n_networks=n_networks, depth=depth, architectures=ARCHITECTURES[name],
                 dilution=DILUTION[name], explode=EXPLODE[name],
                 epsilon=EPSILON[name], cross_batch=CROSS_BATCH[name], nngp=NNGP[name], bn_ntk=BN_NTK[name],
-                trainability=TRAINABILITY[name], rank_collapse=RANK_COLLAPSE[name], products=PRODUCTS[name])
+                trainability=TRAINABILITY[name], rank_collapse=RANK_COLLAPSE[name], products=PRODUCTS[name],
+                normalization=NORMALIZATION[name])
     for name, width, n_networks, depth in (("test", 256, 8, 12), ("book", 1024, 32, 30), ("paper", 1000, 200, 50))
 }
 
