@@ -243,10 +243,10 @@ def _moments(phi: Phi, terms: int) -> HermiteMoments:
     fine, coarse = _panels(phi.kinks, NODES), _panels(phi.kinks, NODES // 2)
 
     def integrals(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # a phi that overflows makes the result inf: refused below
             value, slope = phi.numpy(x), phi.numpy_derivative(x)
-        value, slope = np.where(w > 0, value, 0.0), np.where(w > 0, slope, 0.0)  # no inf * 0 far out
-        return np.concatenate([_hermite_rows(x, terms) @ (w * value), [w @ value**2, w @ slope**2]])
+            value, slope = np.where(w > 0, value, 0.0), np.where(w > 0, slope, 0.0)  # no inf * 0 far out
+            return np.concatenate([_hermite_rows(x, terms) @ (w * value), [w @ value**2, w @ slope**2]])
 
     high, low = integrals(*fine), integrals(*coarse)
     if not np.all(np.isfinite(high)):
