@@ -422,7 +422,7 @@ PRODUCTS = {
 NORMALIZATION = {
     "test": Normalization(kernel_maps=Sizes(widths=(64, 128, 256), n_networks=12, depth=6),
                           float32=Sizes(width=256, n_networks=8, depth=24)),
-    "book": Normalization(kernel_maps=Sizes(widths=(128, 256, 512), n_networks=32, depth=8),
+    "book": Normalization(kernel_maps=Sizes(widths=(64, 128, 256), n_networks=24, depth=8),
                           float32=Sizes(width=512, n_networks=16, depth=24)),
     "paper": Normalization(kernel_maps=Sizes(widths=(256, 512, 1024, 2048), n_networks=128, depth=12),
                            float32=Sizes(width=2048, n_networks=64, depth=24)),
