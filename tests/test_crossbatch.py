@@ -167,3 +167,26 @@ def test_predict_json_has_cross_batch_keys():
     assert result["rate"] == bnsym.cross_batch_rate("relu", 8)
     assert result["gradient_correlation_rate"] == result["rate"] / bnsym.gradient_rate("relu", 8)
     assert _cross_batch_predictions("relu", 8, 0.1) is None
+
+
+@pytest.mark.parametrize("spec, batch", [("relu", 8), ("relu^1.5", 32), ("tanh", 8), ("identity", 16)])
+def test_gegenbauer_rate_matches_the_other_routes(spec, batch):
+    """Cor I.6: the rate from phi's Gegenbauer coefficients equals the closed form (or the spherical quadrature,
+    tanh) within the two routes' error bounds (plus rounding)."""
+    from bnsym.meanfield.crossbatch import cross_rate_gegenbauer
+
+    series = cross_rate_gegenbauer(bnsym.parse_activation(spec), batch)
+    other = bnsym.cross_batch_rate(spec, batch, with_error=True)
+    assert 0 < series.error < 1e-8
+    assert abs(series.value - other.value) <= series.error + other.error + 1e-12
+
+
+def test_gegenbauer_form_is_the_identity_rate_times_the_degree_one_share():
+    """Cor I.6's form: with R = 0 (linear phi) it is the bound of Thms H.13-H.14, and R > 0 lowers it."""
+    from bnsym.meanfield.crossbatch import derive_cross_rate, derive_cross_rate_gegenbauer
+
+    form = derive_cross_rate_gegenbauer()
+    a1, rest = sp.Symbol("a_1", positive=True), sp.Symbol("R", nonnegative=True)
+    assert sp.simplify(form.result.subs(rest, 0) / derive_cross_rate()["bound"]) == 1
+    value = form.result.subs({symbols.B: 8, a1: 1})
+    assert float(value.subs(rest, 0.5)) < float(value.subs(rest, 0)) < 1

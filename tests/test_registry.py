@@ -64,3 +64,30 @@ def test_a_recorded_item_is_in_the_registry_with_its_evidence(record):
     label = re.escape(record["evidence"])
     assert re.search(rf"^\({label}\)=$|:label: {label}$|name: {label}$", record["text"], re.MULTILINE), \
         f"the chapter has no label {record['evidence']}"
+
+
+def _shown() -> dict[tuple[str, str], str]:
+    """The status the reproduction-status page shows for each recorded item (the book's own rule)."""
+    pytest.importorskip("sphinx")
+    import sys
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from bnsym_book.pages import item_status
+
+    from bnsym.report import Item
+    by_item: dict[tuple[str, str], list[Item]] = {}
+    for r in RECORDS:
+        by_item.setdefault((r["paper"], r["item"]), []).append(
+            Item(r["chapter"], r["paper"], r["item"], r["status"], r["evidence"]))
+    return {key: item_status(records) for key, records in by_item.items()}
+
+
+def test_an_item_shows_its_weakest_link():
+    """A derived theory does not hide a substituted experiment (Yang Figs 5a-d: chapter 5 derives the depth
+    scales, chapter 10 trains on digits; Daneshmand Claim 9: chapter 11 derives, chapter 11b trains on digits)."""
+    shown = _shown()
+    for item in ("Fig. 5a", "Fig. 5b", "Fig. 5c", "Fig. 5d"):
+        assert shown[("yang2019meanfield", item)] == "substituted", item
+    assert shown[("daneshmand2020batch", "Claim 9")] == "substituted"
+    for key, status in shown.items():
+        others = {r["status"] for r in RECORDS if (r["paper"], r["item"]) == key} - {"derived"}
+        assert status in others or not others, (key, status)

@@ -541,6 +541,60 @@ def cross_rate_spherical(phi: Activation, batch_size: int) -> Estimate:
     return Estimate(value, value * relative, "spherical")
 
 
+# --- Cor I.6: the cross-batch rate in the Gegenbauer basis ------------------------------------------------
+
+
+@cache
+def derive_cross_rate_gegenbauer() -> Derivation:
+    """Cor I.6: lambda_x^2 = lambda_id^2(B) c_1 a_1^2 / sum_l c_l a_l^2, the identity's rate times the share of the
+    degree-1 Gegenbauer component in mu*; below 1 for every phi, equal to lambda_id^2 only for linear phi.
+
+    psi_1(x) = x, so a_1 = E[x_1 phi(x_1)] of :func:`derive_cross_rate` is phi's degree-1 Gegenbauer coefficient,
+    and mu* = sum_l c_l a_l^2 (Thm F.13, :mod:`bnsym.meanfield.gegenbauer`).
+    """
+    from ..core.symbols import B, mu_star, t
+    from .gegenbauer import normalised_gegenbauer_symbolic, psi_symbolic
+
+    d = Derivation("Cor I.6: the cross-batch rate in the Gegenbauer basis")
+    x = sp.Symbol("x", real=True)
+    psi1 = sp.simplify(psi_symbolic(1).subs(sp.Symbol("lambda", positive=True), (B - 3) / 2)
+                       .subs(t, x / sp.sqrt(B - 1)))
+    d.step("The degree-1 basis function is the coordinate itself, so $a_1 = E[x_1\\phi(x_1)]$ of the rate is "
+           "$\\phi$'s degree-1 Gegenbauer coefficient:", sp.Eq(sp.Symbol("psi_1(x)"), psi1), name="psi_1")
+    c1 = sp.simplify(1 - normalised_gegenbauer_symbolic(1, -1 / (B - 1)).subs(sp.Symbol("lambda", positive=True),
+                                                                                 (B - 3) / 2))
+    d.step("Its weight $c_1 = 1 - \\hat C_1(-1/(B-1))$ in $\\mu^* = \\sum_l c_l a_l^2$ (Thm F.13):",
+           sp.Eq(sp.Symbol("c_1"), c1), name="c_1")
+    a1, rest = sp.Symbol("a_1", positive=True), sp.Symbol("R", nonnegative=True)  # R = sum_{l >= 2} c_l a_l^2
+    rate = derive_cross_rate()["lambda_x2"]
+    identity = sp.simplify(rate.subs(mu_star, c1 * a1**2))
+    d.step("A linear $\\phi$ has only $a_1$ ($c_0 = 0$ drops the constant): its rate does not depend on $a_1$,",
+           sp.Eq(sp.Symbol("lambda_id^2"), identity), name="identity")
+    share = c1 * a1**2 / (c1 * a1**2 + rest)
+    general = rate.subs(mu_star, c1 * a1**2 + rest)
+    assert sp.simplify(general / (identity * share)) == 1, "Cor I.6: the Gegenbauer form does not factor"
+    d.step("With $R = \\sum_{l\\ge2} c_l a_l^2 \\ge 0$ (each $c_l \\ge 0$ since $|\\hat C_l| \\le 1$), "
+           "checked by simplify:", sp.Eq(sp.Symbol("lambda_x^2"), sp.Symbol("lambda_id^2") * share), name="form")
+    d.step("So $\\lambda_\\times^2 \\le \\lambda_{id}^2 < 1$ for every $\\phi$, with equality iff $R = 0$ "
+           "($\\phi$ linear): stacking batch norm always decorrelates two batches, forward and backward.",
+           sp.Le(sp.Symbol("lambda_x^2"), sp.Symbol("lambda_id^2")))
+    d.result = identity * share
+    return d
+
+
+def cross_rate_gegenbauer(phi: Activation, batch_size: int, tol: float = 1e-8) -> Estimate:
+    """lambda_x^2 of Cor I.6 from phi's Gegenbauer coefficients: a_1 and mu* = sum_l c_l a_l^2 (tail-corrected,
+    :func:`bnsym.meanfield.gegenbauer.gegenbauer_sums`), error from the truncation and quadrature bounds."""
+    from .gegenbauer import _converged_sums, coefficients
+
+    sums = _converged_sums(phi, batch_size, tol, 2048, lambda s: (s.cross_error + s.energy_error) / s.weighted)
+    n = 2 * sums.terms + 64
+    a1, a1_coarse = coefficients(phi, batch_size, 1, n)[1], coefficients(phi, batch_size, 1, n // 2)[1]
+    value = float(_rate()(float(batch_size), a1, sums.weighted))
+    relative = 2 * abs(a1 - a1_coarse) / max(abs(a1), 1e-300) + (sums.cross_error + sums.energy_error) / sums.weighted
+    return Estimate(value, value * relative, "gegenbauer")
+
+
 def _log_gamma(expr: sp.Expr) -> sp.Expr:
     """Gamma ratios Gamma(x + m)^p / Gamma(x)^p whose shift m does not grow with B -> RisingFactorial(x, m)^p
     (SciPy's ``poch``, accurate to rounding at any B, where exp(log Gamma(x + m) - log Gamma(x)) loses log Gamma's

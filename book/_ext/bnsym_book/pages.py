@@ -90,13 +90,11 @@ def load_registry(path: Path = REGISTRY) -> dict[str, list[dict]]:
     return yaml.safe_load(path.read_text())
 
 
-#: The statuses from the strongest evidence to none: an item recorded by several chapters shows the strongest.
-STRENGTH = ("checked against simulation", "derived", "substituted", "not reproducible", "missing")
-
-
 def item_status(records: Sequence[Item]) -> str:
-    """The status an item shows: the strongest any chapter recorded (:data:`STRENGTH`), else missing."""
-    return min((r.status for r in records), key=STRENGTH.index) if records else "missing"
+    """The status an item shows: the last of :data:`~bnsym.report.ITEM_STATUSES` that any chapter records (its
+    weakest link), else missing. An item whose theory is derived but whose experiment is a substitute shows as
+    substituted; a derivation and a simulation check of it together show as checked."""
+    return max((r.status for r in records), key=ITEM_STATUSES.index) if records else "missing"
 
 
 def status(env: BuildEnvironment, items: list[Item], registry: dict[str, list[dict]]) -> str:
