@@ -35,9 +35,10 @@ predictions independent of the order of the rows and of which points are predict
   convention), stratified for the classifiers (each class spread evenly along the order: class c's i-th point at
   (i + u) / n_c, u uniform, i a random rank), and cuts each into batches of B consecutive rows (``assignments``);
 * a test point x* is predicted in its own batch, [x*, c_1, ..., c_{B-1}], completed with the first B - 1 training
-  points of that batching (the first training batch's, so a stratified mix of classes), whose outputs are not
-  observed: its prior, K(x*, x*) and K(x*, training copies), does not depend on any other test point
-  (``context_batches``);
+  points of that batching that differ from x* (the first training batch's, so a stratified mix of classes; a
+  training point predicted again is not batched with its own copy, which would take one dimension from the batch's
+  centred span: at B = 4 the eps = 0 BN-NTK of such a batch is infinite), whose outputs are not observed: its
+  prior, K(x*, x*) and K(x*, training copies), does not depend on any other test point (``context_batches``);
 * the prediction is the mean over the R batchings of each batching's prediction (posterior mean, or NTK mean
   prediction); the BN-NNGP's posterior variance is the mean of the batchings' variances.
 
@@ -127,14 +128,21 @@ def assignments(n: int, labels: np.ndarray | None, n_batchings: int, random_stat
     return orders
 
 
-def context_batches(X_test: np.ndarray, context: np.ndarray) -> np.ndarray:
-    """The rows (t B, d) of t batches [x*_i, context] (``context`` (B - 1, d) training inputs): each test point alone
-    in a batch completed by the same training points, so its prior does not depend on the other test points. The
-    test point's row of batch i is row i B."""
-    t, batch = len(X_test), len(context) + 1
-    rows = np.empty((t, batch, X_test.shape[1]))
-    rows[:, 0], rows[:, 1:] = X_test, context
-    return rows.reshape(t * batch, -1)
+def context_batches(X_test: np.ndarray, X_train: np.ndarray, batch_size: int) -> np.ndarray:
+    """The rows (t B, d) of t batches [x*_i, c_i1, ..., c_i(B-1)]: each test point alone in a batch completed by the
+    first B - 1 rows of ``X_train`` (in batch order) that differ from it (cycling through those if there are fewer),
+    so its prior does not depend on the other test points. The test point's row of batch i is row i B."""
+    rows = np.empty((len(X_test), batch_size, X_test.shape[1]))
+    rows[:, 0] = X_test
+    for point, batch in zip(X_test, rows):
+        window = batch_size - 1  # the first rows that differ from x* lie among the first B - 1 + (its copies)
+        while True:
+            differ = np.flatnonzero((X_train[:window] != point).any(1))
+            if len(differ) >= batch_size - 1 or window >= len(X_train):
+                break
+            window = min(2 * window, len(X_train))
+        batch[1:] = X_train[differ[np.arange(batch_size - 1) % len(differ)]]
+    return rows.reshape(len(X_test) * batch_size, -1)
 
 
 class KernelConditioningWarning(UserWarning):
@@ -266,13 +274,12 @@ def test_kernel(kernel: KernelCall, X_train: np.ndarray, X: np.ndarray, batch_si
     """(cross (t, m), test_diagonal (t,), test (t, t) with ``covariance``) of the test points X against the training
     copies of ``X_train`` (rows in batch order), from ``kernel(X_train, X_test, covariance)``: X batched among
     itself, or with ``own_batches`` each point in a batch of its own completed by ``X_train``'s first B - 1 rows
-    (``context_batches``; in chunks of ``TEST_CHUNK`` points without ``covariance``)."""
+    that differ from it (``context_batches``; in chunks of ``TEST_CHUNK`` points without ``covariance``)."""
     if not own_batches:
         prior = kernel(X_train, X, covariance)
         return prior.cross, prior.test_diagonal, prior.test
-    context = X_train[np.arange(batch_size - 1) % len(X_train)]
     chunks = [X] if covariance else [X[start:start + TEST_CHUNK] for start in range(0, len(X), TEST_CHUNK)]
-    priors = [kernel(X_train, context_batches(chunk, context), covariance) for chunk in chunks]
+    priors = [kernel(X_train, context_batches(chunk, X_train, batch_size), covariance) for chunk in chunks]
     cross = np.concatenate([np.asarray(prior.cross[::batch_size]) for prior in priors])
     diagonal = np.concatenate([prior.test_diagonal[::batch_size] for prior in priors])
     return cross, diagonal, np.asarray(priors[0].test[::batch_size, ::batch_size]) if covariance else None
