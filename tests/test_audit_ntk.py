@@ -13,7 +13,7 @@ from bnsym.api import gradient_rate
 from bnsym.arch import Activation, BatchNorm, Dense, repeat
 from bnsym.core.activations import parse_activation
 from bnsym.core.statistics import mc_tolerance
-from bnsym.nngp.estimators import BatchNormNTKRegressor
+from bnsym.nngp.estimators import BatchNormNTKRegressor, context_batches
 from bnsym.nngp.ntk import bn_ntk, check_cost
 from bnsym.sim.arch import from_torch
 
@@ -79,6 +79,21 @@ def test_the_ntk_regressor_is_blind_to_subnormal_inputs_scale():
     model = BatchNormNTKRegressor(batch_size=4, batching="ordered")  # the batches of the rows, as measured
     expected = model.fit(x, y).predict(x[:4])
     np.testing.assert_allclose(model.fit(x * 1e-310, y).predict(x[:4] * 1e-310), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_random_batching_does_not_batch_a_training_point_with_its_own_copy():
+    """A training point predicted again under batching="random" took the first B - 1 training rows of the batching
+    as its context, which could hold the point itself: at B = 4 the batch then spanned 2 centred dimensions and the
+    BN-NTK refused it (ValueError "spans 2", at any scale, the subnormal 1e-310 too). Its context is now the first
+    B - 1 rows that differ from it, and the predictions are blind to the inputs' scale (as for ordered batches)."""
+    x, y = np.random.default_rng(2).standard_normal((8, 5)), np.arange(8.0)
+    rows = context_batches(x[[1, 5]], np.concatenate([x[:1], x[1:2], x[1:2], x[2:]]), 4).reshape(2, 4, 5)
+    np.testing.assert_array_equal(rows[0], x[[1, 0, 2, 3]])  # both copies of x_1 skipped
+    np.testing.assert_array_equal(rows[1], x[[5, 0, 1, 1]])
+    np.testing.assert_array_equal(context_batches(x[:1], x[:3], 4).reshape(4, 5), x[[0, 1, 2, 1]])  # cycles
+    model = BatchNormNTKRegressor(batch_size=4, batching="random", random_state=0)
+    expected = model.fit(x, y).predict(x)
+    np.testing.assert_allclose(model.fit(x * 1e-310, y).predict(x * 1e-310), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_the_ntk_regressor_refuses_string_targets_with_a_value_error():

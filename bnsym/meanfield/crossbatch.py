@@ -255,36 +255,52 @@ def _node_sum(phi: Activation, z: torch.Tensor, rows: torch.Tensor, inverse2: to
               tangents: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """sum over the (nx, ny) nodes of left_a J_phi(corr_ab) right_b with corr_ab = rows_a sum_k z_ak inverse2_k t2_bk
     columns_b (z (n, nx, B1, r2), rows (n, nx, ny, B1), inverse2 (n, nx, ny, r2), t2 (n, nx, B2, r2)): one GEMM per
-    input and x-node, and the (n, nx, ny, B1, B2) arrays in pieces of a few inputs on the CPU, so that they stay in
-    cache. With ``tangents``, the derivatives along one direction of z, log rows, inverse2, t2, columns, left and
-    right: (the sum, its derivative)."""
+    input and x-node, and the (n, nx, ny, B1, B2) arrays on the CPU in pieces of a few inputs, or of a few x-nodes of
+    one input, so that they stay in cache. With ``tangents``, the derivatives along one direction of z, log rows,
+    inverse2, t2, columns, left and right: (the sum, its derivative)."""
+    n, nx, ny, b1 = rows.shape
+    b2 = t2.shape[-2]
+    per_node = ny * b1 * b2
+    size = n if z.is_cuda else max(1, _NODE_ELEMENTS // (nx * per_node))
+    step = nx if z.is_cuda or size > 1 else max(1, _NODE_ELEMENTS // per_node)
+    out = z.new_zeros(n, b1, b2)
+    derivative = None if tangents is None else z.new_zeros(n, b1, b2)
+    for lo in range(0, n, size):
+        for x_lo in range(0, nx, step):
+            part = (slice(lo, lo + size), slice(x_lo, x_lo + step))
+            pieces = [array[part] for array in (z, rows, inverse2, t2, columns, left, right)]
+            piece = _node_piece(phi, *pieces, None if tangents is None else [array[part] for array in tangents])
+            if tangents is None:
+                out[part[0]] += piece
+            else:
+                out[part[0]] += piece[0]
+                derivative[part[0]] += piece[1]
+    return out if tangents is None else (out, derivative)
+
+
+def _node_piece(phi: Activation, z: torch.Tensor, rows: torch.Tensor, inverse2: torch.Tensor, t2: torch.Tensor,
+                columns: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                tangents: list[torch.Tensor] | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_node_sum` over one piece of inputs and x-nodes (its arguments sliced alike)."""
     n, nx, ny, b1 = rows.shape
     b2, r2 = t2.shape[-2:]
-    size = n if z.is_cuda else max(1, _NODE_ELEMENTS // (nx * ny * b1 * b2))
-    out = z.new_empty(n, b1, b2)
-    derivative = None if tangents is None else z.new_empty(n, b1, b2)
-    for lo in range(0, n, size):
-        part = slice(lo, lo + size)
-        tilt = rows[part][..., :, None] * inverse2[part][..., None, :]
-        tilted = (z[part, :, None] * tilt).reshape(-1, nx, ny * b1, r2)
-        corr = (tilted @ t2[part].mT).view(-1, nx, ny, b1, b2)
-        if tangents is None:
-            kernel = phi_kernel_torch(phi, corr.mul_(columns[part][..., None, :]))
-            kernel.mul_(right[part][..., None, :]).mul_(left[part][..., None])
-            out[part] = kernel.sum((-4, -3))
-            continue
-        dz, dlog_rows, dinverse2, dt2, dcolumns, dleft, dright = (tangent[part] for tangent in tangents)
-        dtilted = (dz[:, :, None] * tilt).addcmul_(z[part, :, None] * rows[part][..., :, None],
-                                                   dinverse2[..., None, :]).reshape(-1, nx, ny * b1, r2)
-        dcorr = (torch.cat([dtilted, tilted], -1) @ torch.cat([t2[part], dt2], -1).mT).view(-1, nx, ny, b1, b2)
-        dcorr.addcmul_(corr, dlog_rows[..., None]).mul_(columns[part][..., None, :])
-        dcorr.addcmul_(corr, dcolumns[..., None, :])
-        kernel, slope = phi_kernel_and_slope_torch(phi, corr.mul_(columns[part][..., None, :]))
-        slope = (slope * dcorr).mul_(right[part][..., None, :]).addcmul_(kernel, dright[..., None, :])
-        kernel = kernel * right[part][..., None, :]
-        out[part] = (kernel * left[part][..., None]).sum((-4, -3))
-        derivative[part] = slope.mul_(left[part][..., None]).addcmul_(kernel, dleft[..., None]).sum((-4, -3))
-    return out if tangents is None else (out, derivative)
+    tilt = rows[..., :, None] * inverse2[..., None, :]
+    tilted = (z[:, :, None] * tilt).reshape(-1, nx, ny * b1, r2)
+    corr = (tilted @ t2.mT).view(-1, nx, ny, b1, b2)
+    if tangents is None:
+        kernel = phi_kernel_torch(phi, corr.mul_(columns[..., None, :]))
+        return kernel.mul_(right[..., None, :]).mul_(left[..., None]).sum((-4, -3))
+    dz, dlog_rows, dinverse2, dt2, dcolumns, dleft, dright = tangents
+    dtilted = (dz[:, :, None] * tilt).addcmul_(z[:, :, None] * rows[..., :, None],
+                                              dinverse2[..., None, :]).reshape(-1, nx, ny * b1, r2)
+    dcorr = (torch.cat([dtilted, tilted], -1) @ torch.cat([t2, dt2], -1).mT).view(-1, nx, ny, b1, b2)
+    dcorr.addcmul_(corr, dlog_rows[..., None]).mul_(columns[..., None, :])
+    dcorr.addcmul_(corr, dcolumns[..., None, :])
+    kernel, slope = phi_kernel_and_slope_torch(phi, corr.mul_(columns[..., None, :]))
+    slope = (slope * dcorr).mul_(right[..., None, :]).addcmul_(kernel, dright[..., None, :])
+    kernel = kernel * right[..., None, :]
+    return ((kernel * left[..., None]).sum((-4, -3)),
+            slope.mul_(left[..., None]).addcmul_(kernel, dleft[..., None]).sum((-4, -3)))
 
 
 def _as_tensor(sigma: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, bool]:
