@@ -36,7 +36,7 @@ from .validation import (
 
 MODES = ("train", "eval")
 STATISTICS = ("batch", "population")  # BatchNorm's statistics, in the order of MODES
-INITS = ("gaussian", "orthogonal", "looks_linear")
+INITS = ("gaussian", "orthogonal", "looks_linear", "uniform", "uniform_positive")
 MAX_REPEATS = 10_000  # a description longer than this is a typo, not a network
 MAX_SERIAL = 10**6  # top-level layers of one Serial: repeats of repeats multiply, and each is held in a list
 MAX_NESTING = 100  # parentheses and res( ) inside each other in a spec: the reader recurses once per level
@@ -104,7 +104,14 @@ class Dense:
     * ``"looks_linear"`` (Balduzzi et al. 2017; Philipp et al.'s intermediate layers): neurons in pairs (2i, 2i + 1),
       W = [[Q', -Q'], [-Q', Q']] on each pair of inputs and pair of outputs, Q' = sqrt(max(n_out, n_in) / 2) Q, and
       b = (b', -b') per pair: each pair holds (h, -h), so relu(h) - relu(-h) = h makes a relu network linear at
-      initialisation; widths must be even. The theory has no map for it (its neurons are not independent).
+      initialisation; widths must be even. The theory has no map for it (its neurons are not independent);
+    * ``"uniform"``: W and b uniform on [-sqrt(3), sqrt(3)] (nn.Linear's default is ``Dense(1/3, 1/(3 n_in),
+      "uniform")``); each preactivation sums n_in independent terms of the same variance as the Gaussian ones, so by
+      the central limit theorem its infinite-width limit is the Gaussian one;
+    * ``"uniform_positive"`` (Daneshmand et al.'s asymmetric init, their Fig. 5): W uniform on [0, 2 sqrt(3)] (mean
+      sqrt(3), variance 1), b as for ``"uniform"``. The theory refuses it: the mean of the weights adds
+      sqrt(3 weight_var n_in) times the mean of the input features to every neuron, a common term that grows like
+      sqrt(n_in) rather than a per-neuron Gaussian of fixed variance.
     """
 
     weight_var: float = 1.0

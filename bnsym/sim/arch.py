@@ -69,6 +69,13 @@ def _mirrored(pairs: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.stack([pairs, -pairs], dim=axis).flatten(axis - 1, axis)
 
 
+def _uniform(shape: tuple[int, ...], positive: bool, gen: torch.Generator, device: torch.device,
+             dtype: torch.dtype) -> torch.Tensor:
+    """Entries of variance 1: uniform on [-sqrt(3), sqrt(3)], or on [0, 2 sqrt(3)] (mean sqrt(3)) if ``positive``."""
+    u = torch.rand(shape, generator=gen, device=device, dtype=dtype)
+    return math.sqrt(3) * (2 * u if positive else 2 * u - 1)
+
+
 class DenseLayer(nn.Module):
     """sqrt(weight_var / n_in) x W^T + sqrt(bias_var) b for M networks: W (M, n_out, n_in) and b (M, n_out) with
     entries of variance 1 as the layer's ``init`` says (:class:`~bnsym.core.layers.Dense`)."""
@@ -80,6 +87,9 @@ class DenseLayer(nn.Module):
         if layer.init == "gaussian":
             weight = torch.randn(networks, n_out, n_in, generator=gen, device=device, dtype=dtype)
             bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
+        elif layer.init in ("uniform", "uniform_positive"):
+            weight = _uniform((networks, n_out, n_in), layer.init == "uniform_positive", gen, device, dtype)
+            bias = _uniform((networks, 1, n_out), False, gen, device, dtype)
         elif layer.init == "orthogonal":
             weight = math.sqrt(max(n_out, n_in)) * haar_frames(networks, n_out, n_in, gen, device, dtype)
             bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
@@ -94,6 +104,15 @@ class DenseLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * torch.matmul(x, self.weight.mT) + self.bias_scale * self.bias
+
+
+def dense_parameters(layer: Dense, n_in: int, n_out: int, networks: int, gen: torch.Generator,
+                     device: torch.device | str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weights sqrt(weight_var / n_in) W (networks, n_out, n_in) and biases sqrt(bias_var) b (networks, n_out)
+    of the twin of ``layer`` from n_in to n_out features, drawn from ``gen`` as :class:`DenseLayer` draws them: how
+    a network laid out otherwise (features x examples, its own forward) takes its weights from a description."""
+    dense = DenseLayer(layer, n_in, n_out, networks, gen, torch.device(device), dtype)
+    return (dense.scale * dense.weight).detach(), (dense.bias_scale * dense.bias).detach()[:, 0]
 
 
 class BatchNormLayer(nn.Module):

@@ -16,22 +16,24 @@ test examples.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
 
 from ..core.activations import Activation
+from ..core.layers import Dense
 from ..sim import batch_norm
+from ..sim.arch import dense_parameters
 
 
 def init_weights(n_seeds: int, depth: int, width: int, n_features: int, n_classes: int,
                  gen: torch.Generator, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu") -> list[torch.Tensor]:
-    """W^1..W^L and the read-out W^{L+1}, each (S, fan_out, fan_in) with entries N(0, 1/fan_in), requiring grad."""
+    """W^1..W^L and the read-out W^{L+1}, each (S, fan_out, fan_in) with entries N(0, 1/fan_in), requiring grad:
+    the weights of the twin of ``Dense()`` (:func:`bnsym.sim.arch.dense_parameters`), layer by layer."""
     shapes = [(width, n_features)] + [(width, width)] * (depth - 1) + [(n_classes, width)]
-    return [(torch.randn(n_seeds, out, fan_in, generator=gen, dtype=dtype, device=device) / math.sqrt(fan_in))
-            .requires_grad_() for out, fan_in in shapes]
+    return [dense_parameters(Dense(), fan_in, out, n_seeds, gen, device, dtype)[0].requires_grad_()
+            for out, fan_in in shapes]
 
 
 def forward(weights: Sequence[torch.Tensor], x: torch.Tensor, phi: Activation, eps: float,
