@@ -1,4 +1,5 @@
-"""The networks converted to descriptions (issue 42, item 3) draw their weights with the law of their old inits.
+"""The networks converted to descriptions (issue 42, item 3) draw their weights with the law of their old inits, and
+Yang's MLPs (train and eval mode) compute what the twin of their description computes.
 
 Each old init is written here as it was (the reference law); the twin's Dense of the description now used draws
 the same generator's numbers in the same order for one layer, so each layer is compared exactly (float64, to
@@ -10,13 +11,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from bnsym.core.layers import Dense
+from bnsym import arch
+from bnsym.core.activations import parse_activation
+from bnsym.core.layers import Dense, parse_architecture
 from bnsym.sim import daneshmand_mlp, digit_resnet
-from bnsym.sim.arch import dense_parameters
-from bnsym.train.networks import init_weights
+from bnsym.sim.arch import DenseLayer, dense_parameters, torch_network
+from bnsym.train.networks import description, forward, init_weights, predict
 
 ROUNDING = 1e-12  # float64: sqrt(a / b) * x against x * sqrt(c), the same number scaled in another order
 C = 3  # networks
@@ -84,3 +88,46 @@ def test_yang_mlp_layers_are_the_twins_in_order():
     for weight, (n_in, n_out) in zip(weights, [(64, 12), (12, 12), (12, 12), (12, 10)]):
         assert weight.requires_grad
         assert torch.equal(weight.detach(), dense_parameters(Dense(), n_in, n_out, C, gen, "cpu", torch.float64)[0])
+
+
+def _yang_twin(weights: list[torch.Tensor], phi: str, eps: float, statistics: str):
+    """The twin of Yang's description carrying ``weights`` (its Dense weights are sqrt(1 / n_in) W: W = weight /
+    scale)."""
+    net = torch_network(description(len(weights) - 1, phi, eps, statistics), weights[1].shape[-1], len(weights[0]),
+                        in_features=weights[0].shape[-1], out_features=weights[-1].shape[-2], device="cpu")
+    dense = [module for module in net.layers if isinstance(module, DenseLayer)]
+    with torch.no_grad():
+        for module, weight in zip(dense, weights, strict=True):
+            module.weight.copy_(weight / module.scale)
+    return net
+
+
+@pytest.mark.parametrize("phi", ["tanh", "relu"])
+def test_yang_mlp_forward_and_evaluation_are_the_twin_of_its_description(phi):
+    """Training (statistics="batch") and evaluation with the training set's per-neuron statistics
+    (statistics="reference") of the twin equal train.networks' forward and predict on the same weights."""
+    weights = [w.detach() for w in init_weights(C, 3, 12, 8, 4, _gen(5), torch.float64)]
+    x_train, x_test = (torch.randn(n, 8, generator=_gen(n), dtype=torch.float64) for n in (16, 5))
+    logits, _ = forward(weights, x_train.T.expand(C, -1, -1), parse_activation(phi), 1e-3)
+    twin = _yang_twin(weights, phi, 1e-3, "batch")(x_train.expand(C, -1, -1))
+    torch.testing.assert_close(twin, logits.mT, rtol=ROUNDING, atol=ROUNDING)
+    evaluated = _yang_twin(weights, phi, 1e-3, "reference")(x_test.expand(C, -1, -1),
+                                                             reference=x_train.expand(C, -1, -1))
+    torch.testing.assert_close(evaluated, predict(weights, x_train, x_test, parse_activation(phi), 1e-3).mT,
+                               rtol=ROUNDING, atol=ROUNDING)
+
+
+def test_reference_statistics_are_per_neuron_and_need_the_reference_set():
+    """statistics="reference" differs from "population" (all neurons pooled) and from the test batch's own
+    statistics; without reference inputs the twin refuses to guess them."""
+    net = parse_architecture("dense(1,1),bn(statistics=reference)")
+    x, reference = (torch.randn(2, n, 6, generator=_gen(n), dtype=torch.float64) for n in (4, 9))
+    twin = torch_network(net, 6, 2, seed=3, device="cpu")
+    h = twin.layers[0](torch.cat([reference, x], -2))
+    h_ref, h_x = h[:, :9], h[:, 9:]
+    expected = (h_x - h_ref.mean(-2, keepdim=True)) / h_ref.var(-2, unbiased=False, keepdim=True).sqrt()
+    torch.testing.assert_close(twin(x, reference=reference), expected, rtol=ROUNDING, atol=ROUNDING)
+    with pytest.raises(ValueError, match="statistics='reference'.*layer_outputs\\(x, reference=...\\)"):
+        twin(x)
+    with pytest.raises(ValueError, match="statistics='reference'"):
+        arch.kernel(net, np.eye(4) + 0.5)

@@ -46,7 +46,8 @@ K = mc_tolerance(NETWORKS, COMPARED)
 @pytest.mark.parametrize("spec", [
     "dense(2,0.1,init=orthogonal)", "dense(init=looks_linear)", "dense(0.5,0.1,init=uniform)",
     "dense(init=uniform_positive)", "bn(eps=0.001,mode=eval,centre=false,scale=0.5,"
-    "shift=0.1)", "bn(scale=0,shift=0)", "ln(centre=false)", "ln(eps=0.1,centre=false)", "ln(scale=-2,shift=0.5)",
+    "shift=0.1)", "bn(scale=0,shift=0)", "bn(eps=0.1,statistics=reference)", "ln(centre=false)",
+    "ln(eps=0.1,centre=false)", "ln(scale=-2,shift=0.5)",
     "res(alpha=0.5,skip=dense(2,0),bn,relu,dense)", "res(skip=(dense,bn),relu,dense)"])
 def test_options_round_trip(spec):
     (layer,) = parse_architecture(spec).layers
@@ -66,6 +67,10 @@ def test_mode_and_statistics_are_one_choice():
     assert BatchNorm(statistics="population").mode == "eval" and BatchNorm(mode="train").statistics == "batch"
     with pytest.raises(ValueError, match="mode='train' means statistics='batch', but statistics='population'"):
         BatchNorm(mode="train", statistics="population")
+    assert BatchNorm(mode="eval", statistics="reference") == BatchNorm(statistics="reference")
+    assert BatchNorm(statistics="reference").mode == "eval"
+    with pytest.raises(ValueError, match="mode='train' means statistics='batch', but statistics='reference'"):
+        BatchNorm(mode="train", statistics="reference")
 
 
 @pytest.mark.parametrize(("make", "match"), [
@@ -87,6 +92,7 @@ def test_bad_options_are_refused_by_name(make, match):
 @pytest.mark.parametrize(("spec", "field"), [
     ("dense,relu,dense(init=looks_linear)", "init='looks_linear'"),
     ("dense(init=uniform_positive),relu", "init='uniform_positive'"),
+    ("dense,bn(statistics=reference),relu", "statistics='reference'"),
     ("dense,bn(centre=false)", "centre=False with statistics='batch'"),
     ("dense,res(skip=bn(scale=0,shift=1),relu)", r"affine=\(0.0, 1.0\)"),
 ])

@@ -8,9 +8,10 @@ A network spec is a comma-separated list of layers, read left to right:
   dense | dense(weight_var[,bias_var][,init=gaussian|orthogonal|looks_linear|uniform|uniform_positive])
                                          Dense (defaults 1, 0, gaussian; keywords weight_var=, bias_var= too;
                                          entries of variance 1, uniform_positive on [0, 2 sqrt(3)])
-  bn | bn(eps=E,mode=train|eval,centre=true|false,scale=G,shift=C)
+  bn | bn(eps=E,mode=train|eval,centre=true|false,scale=G,shift=C,statistics=batch|population|reference)
                                          BatchNorm (defaults eps 0, mode train = statistics=batch, eval =
-                                         statistics=population; centred; no affine map unless scale/shift)
+                                         statistics=population; reference: per neuron over a reference set;
+                                         centred; no affine map unless scale/shift)
   ln | ln(eps=E,centre=true|false)       LayerNorm (centre=false: x / sqrt(mean x^2 + eps), no centring)
   res([alpha=A,][skip=LAYER,]LAYERS)     residual block skip(x) + A * branch(x), the branch a spec itself (A = 1;
                                          skip the identity, or a layer or a (group) such as dense)
