@@ -131,3 +131,30 @@ def test_reference_statistics_are_per_neuron_and_need_the_reference_set():
         twin(x)
     with pytest.raises(ValueError, match="statistics='reference'"):
         arch.kernel(net, np.eye(4) + 0.5)
+
+
+@pytest.mark.parametrize("norm", [digit_resnet.PLAIN_BN, digit_resnet.Norm(), digit_resnet.Norm.keeping(()),
+                                  digit_resnet.Norm.keeping(("mu", "sigma"), top=1, head=True)])
+def test_digit_resnet_forward_is_the_twin_of_its_description(norm):
+    """digit_resnet.forward at initialisation equals the twin of description(blocks, width, norm) carrying the same
+    weights (float64)."""
+    blocks, width = 2, 12
+    params = [p.double() for p in digit_resnet.init_params(C, blocks, width, _gen(6), "cpu")]
+    net = torch_network(digit_resnet.description(blocks, width, norm), width, C, in_features=64, out_features=10,
+                        device="cpu")
+    dense = [m for m in net.modules() if isinstance(m, DenseLayer)]
+    weights = [params[0], *(params[1][:, b, j] for b in range(blocks) for j in (0, 1)), params[2]]
+    with torch.no_grad():
+        for module, weight in zip(dense, weights, strict=True):
+            module.weight.copy_(weight / module.scale)
+    x = torch.randn(C, 16, 64, generator=_gen(8), dtype=torch.float64)
+    logits, _ = digit_resnet.forward(params, x, norm)
+    torch.testing.assert_close(net(x), logits, rtol=ROUNDING, atol=ROUNDING)
+
+
+@pytest.mark.parametrize(("norm", "match"), [
+    (digit_resnet.Norm.keeping(("mu",)), "mu without sigma"), (digit_resnet.Norm.keeping(("sigma",)), "sigma without"),
+    (digit_resnet.Norm(alternate=True), "alternate=True")])
+def test_digit_resnet_norms_without_a_description_are_refused(norm, match):
+    with pytest.raises(ValueError, match=match):
+        digit_resnet.description(2, 8, norm)

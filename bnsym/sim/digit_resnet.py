@@ -24,7 +24,7 @@ import torch
 from ..core.batchnorm import batch_norm_forward
 from ..core.device import default_device, generator
 from ..core.digits import N_CLASSES
-from ..core.layers import Dense
+from ..core.layers import Activation, BatchNorm, Dense, Residual, Serial, serial
 from .arch import dense_parameters
 
 EPS = 1e-5  # batch norm's epsilon (PyTorch's default, the paper's framework)
@@ -98,6 +98,33 @@ def init_params(n_networks: int, blocks: int, width: int, gen: torch.Generator, 
     sites = (n_networks, 2 * blocks + 1, width)
     return [w_in, w_blocks, weight(width, N_CLASSES), torch.zeros(n_networks, N_CLASSES, device=device),
             torch.ones(sites, device=device), torch.zeros(sites, device=device)]
+
+
+def description(blocks: int, width: int, norm: Norm = PLAIN_BN) -> Serial:
+    """The digit ResNet at initialisation as a description: :func:`xavier` Dense 64 -> n, ``blocks`` x
+    [Residual([Dense, N, relu, Dense, N]), relu], the head's N, the Dense read-out n -> 10 (the twin's
+    ``out_features``), N = BatchNorm(EPS) at the sites ``norm`` puts one (gamma = 1 and beta = 0, their initial
+    values, are no affine map; none where ``norm`` keeps neither mu nor sigma). :func:`forward` runs it in
+    (C, B, n) with the sites' options (stale statistics, BN in some networks only) that a description has not.
+    ValueError for what no BatchNorm describes: mu without sigma (h - mu), sigma without mu (h over the centred
+    standard deviation), alternating statistics (a training schedule)."""
+    if norm.mu != norm.sigma:
+        kept = "mu without sigma (h - mu)" if norm.mu else "sigma without mu (h / sqrt(var h + eps), not centred)"
+        raise ValueError(f"a digit ResNet whose batch norm keeps {kept} has no description: a BatchNorm normalises "
+                         "by both (centre=False divides by the uncentred sqrt(mean h^2 + eps))")
+    if norm.alternate:
+        raise ValueError("alternate=True recomputes the statistics every other training step: a schedule of "
+                         "training, not a layer of the network at initialisation")
+    sites = norm.sites(blocks) if norm.normalises else [False] * (2 * blocks + 1)
+
+    def site(k: int) -> list[BatchNorm]:
+        return [BatchNorm(EPS)] if sites[k] else []
+
+    relu, square = Activation("relu"), xavier(width, width)
+    layers = [xavier(N_FEATURES, width)]
+    for block in range(blocks):
+        layers += [Residual([square, *site(2 * block), relu, square, *site(2 * block + 1)]), relu]
+    return serial(layers, site(2 * blocks), xavier(width, N_CLASSES))
 
 
 def init_resnets(configs: int, blocks: int, width: int, seed: int, device=None) -> list[torch.Tensor]:
