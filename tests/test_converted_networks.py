@@ -158,3 +158,24 @@ def test_digit_resnet_forward_is_the_twin_of_its_description(norm):
 def test_digit_resnet_norms_without_a_description_are_refused(norm, match):
     with pytest.raises(ValueError, match=match):
         digit_resnet.description(2, 8, norm)
+
+
+@pytest.mark.parametrize(("init", "bn", "centre"), [("torch", True, True), ("asymmetric", True, False),
+                                                    ("he", False, True), ("gaussian", True, True)])
+def test_daneshmand_forward_is_the_twin_of_its_description(init, bn, centre):
+    """daneshmand_mlp.forward (features x samples) equals the twin of description(...) carrying the same weights
+    and biases (a missing bias is 0, as the training harness holds it)."""
+    depth, width, sizes = 3, 12, [64, 12, 12, 12, 10]
+    gen, params = _gen(9), []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        w, b = daneshmand_mlp.init_layer(gen, C, fan_in, fan_out, init if fan_out != 10 else "torch", torch.float64)
+        params.append((w, torch.zeros(C, fan_out, 1, dtype=torch.float64) if b is None else b))
+    net = torch_network(daneshmand_mlp.description(depth, width, init, bn, centre), width, C, in_features=64,
+                        out_features=10, device="cpu")
+    with torch.no_grad():
+        for module, (w, b) in zip([m for m in net.layers if isinstance(m, DenseLayer)], params, strict=True):
+            module.weight.copy_(w / module.scale)
+            module.bias.copy_(b.mT / module.bias_scale if module.bias_scale else b.mT)
+    x = torch.randn(64, 16, generator=_gen(10), dtype=torch.float64)
+    logits, _ = daneshmand_mlp.forward(params, x, bn, centre)
+    torch.testing.assert_close(net(x.T.expand(C, -1, -1)), logits.mT, rtol=ROUNDING, atol=ROUNDING)

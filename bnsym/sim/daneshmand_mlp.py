@@ -1,5 +1,6 @@
 """Daneshmand et al.'s MLPs (2020): n networks at once, H d features x N samples as in the paper, weights
-(n, d_out, d_in); the init of one layer and the forward of a whole network. The networks at initialisation are
+(n, d_out, d_in); the init of one layer, the network as a description (:func:`description`, the twin's layout) and
+its forward in the paper's. The networks at initialisation are
 :mod:`bnsym.sim.daneshmand`, their training :mod:`bnsym.train.daneshmand`.
 
 Inits (fan_in = layer input size), each a Dense description (:func:`dense`) whose twin draws the layer
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..core.batchnorm import batch_norm
-from ..core.layers import Dense
+from ..core.layers import Activation, BatchNorm, Dense, Serial, serial
 from .arch import dense_parameters
 
 INITS = ("torch", "asymmetric", "he", "gaussian")
@@ -39,6 +40,17 @@ def init_layer(gen: torch.Generator, n: int, fan_in: int, fan_out: int, init: st
     layer = dense(init, fan_in)
     w, b = dense_parameters(layer, fan_in, fan_out, n, gen, gen.device, dtype)
     return w, (b[..., None] if layer.bias_var else None)
+
+
+def description(depth: int, width: int, init: str, bn: bool, centre: bool = True, n_features: int = 64) -> Serial:
+    """The MLP as a description: ``depth`` x [:func:`dense` of ``init``, BatchNorm (uncentred without ``centre``;
+    eps 0) if ``bn``, relu] on ``n_features`` inputs, then the read-out ``dense("torch", width)`` (the twin's
+    ``out_features``): what :func:`forward` computes, in the twin's layout."""
+    layers, fan_in = [], n_features
+    for _ in range(depth):
+        layers += [dense(init, fan_in), *([BatchNorm(centre=centre)] if bn else []), Activation("relu")]
+        fan_in = width
+    return serial(layers, dense("torch", width))
 
 
 def forward(params: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, bn: bool, centre: bool = True
