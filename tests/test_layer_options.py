@@ -1,7 +1,8 @@
 """The options of the layer descriptions (issue 42, item 2), each defaulting to the old meaning: Dense ``init``
-(gaussian | orthogonal | looks_linear), BatchNorm ``centre``, ``affine`` and ``statistics`` (= ``mode``), LayerNorm
-``centre`` and ``affine``, and Residual ``skip``. Spec strings round-trip; the twin implements every option; the
-theory maps those with an infinite-width limit and refuses the others with a ValueError naming the field.
+(gaussian | orthogonal | looks_linear | uniform | uniform_positive), BatchNorm ``centre``, ``affine`` and
+``statistics`` (= ``mode``), LayerNorm ``centre`` and ``affine``, and Residual ``skip``. Spec strings round-trip;
+the twin implements every option; the theory maps those with an infinite-width limit and refuses the others with a
+ValueError naming the field.
 
 Theory against the twin: M networks per width at widths 64, 128 and 256 (``extrapolated_signal_propagation``:
 each per-layer statistic's mean over the networks, its SE std / sqrt(M), fitted as a + b / width by weighted least
@@ -36,14 +37,17 @@ CASES = {
     "uncentred LayerNorm": "dense,relu,ln(centre=false),dense,tanh",
     "LayerNorm with affine": "dense,relu,ln(eps=0.01,scale=-2,shift=0.5),tanh,dense",
     "Residual with a Dense skip": "dense,res(alpha=0.5,skip=dense(0.8),bn,relu,dense),tanh",
+    "uniform Dense (the Gaussian limit by the CLT)": "dense(init=uniform),relu,dense(2,0.3,init=uniform),bn,tanh",
 }
 COMPARED = sum(len(MEASURED) * len(parse_architecture(spec)) for spec in CASES.values())
 K = mc_tolerance(NETWORKS, COMPARED)
 
 
 @pytest.mark.parametrize("spec", [
-    "dense(2,0.1,init=orthogonal)", "dense(init=looks_linear)", "bn(eps=0.001,mode=eval,centre=false,scale=0.5,"
-    "shift=0.1)", "bn(scale=0,shift=0)", "ln(centre=false)", "ln(eps=0.1,centre=false)", "ln(scale=-2,shift=0.5)",
+    "dense(2,0.1,init=orthogonal)", "dense(init=looks_linear)", "dense(0.5,0.1,init=uniform)",
+    "dense(init=uniform_positive)", "bn(eps=0.001,mode=eval,centre=false,scale=0.5,"
+    "shift=0.1)", "bn(scale=0,shift=0)", "bn(eps=0.1,statistics=reference)", "ln(centre=false)",
+    "ln(eps=0.1,centre=false)", "ln(scale=-2,shift=0.5)",
     "res(alpha=0.5,skip=dense(2,0),bn,relu,dense)", "res(skip=(dense,bn),relu,dense)"])
 def test_options_round_trip(spec):
     (layer,) = parse_architecture(spec).layers
@@ -63,10 +67,15 @@ def test_mode_and_statistics_are_one_choice():
     assert BatchNorm(statistics="population").mode == "eval" and BatchNorm(mode="train").statistics == "batch"
     with pytest.raises(ValueError, match="mode='train' means statistics='batch', but statistics='population'"):
         BatchNorm(mode="train", statistics="population")
+    assert BatchNorm(mode="eval", statistics="reference") == BatchNorm(statistics="reference")
+    assert BatchNorm(statistics="reference").mode == "eval"
+    with pytest.raises(ValueError, match="mode='train' means statistics='batch', but statistics='reference'"):
+        BatchNorm(mode="train", statistics="reference")
 
 
 @pytest.mark.parametrize(("make", "match"), [
-    (lambda: Dense(init="uniform"), "Dense init must be one of 'gaussian', 'orthogonal', 'looks_linear'"),
+    (lambda: Dense(init="xavier"), "Dense init must be one of 'gaussian', 'orthogonal', 'looks_linear', 'uniform', "
+                                   "'uniform_positive'"),
     (lambda: BatchNorm(statistics="running"), "BatchNorm statistics must be one of 'batch', 'population'"),
     (lambda: BatchNorm(centre="no"), "BatchNorm centre must be True or False"),
     (lambda: LayerNorm(centre=1), "LayerNorm centre must be True or False"),
@@ -82,6 +91,8 @@ def test_bad_options_are_refused_by_name(make, match):
 
 @pytest.mark.parametrize(("spec", "field"), [
     ("dense,relu,dense(init=looks_linear)", "init='looks_linear'"),
+    ("dense(init=uniform_positive),relu", "init='uniform_positive'"),
+    ("dense,bn(statistics=reference),relu", "statistics='reference'"),
     ("dense,bn(centre=false)", "centre=False with statistics='batch'"),
     ("dense,res(skip=bn(scale=0,shift=1),relu)", r"affine=\(0.0, 1.0\)"),
 ])

@@ -31,11 +31,6 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("sim/batches.py", "simulate_batched_gram"): "the Gram sampler on several batches (App. H), a fast path",
     ("sim/bjorck.py", "gaussian_factors"): "Gaussian factors of a random matrix product, no network",
     ("sim/bjorck.py", "minibatch_noise"): "draws minibatch indices, no weights",
-    ("sim/digit_resnet.py", "init_params"): "the one Xavier init of the digit ResNet; Xavier gain and BN with "
-                                               "parts switched off are not description fields yet",
-    ("sim/digit_resnet.py", "xavier"): "inside init_params",
-    ("sim/daneshmand_mlp.py", "init_layer"): "nn.Linear's uniform init and the asymmetric U(0, 2/sqrt(n)) "
-                                              "init: no Dense init field draws uniform weights",
     ("sim/daneshmand.py", "gaussian_relu_cosines"): "a Gram fast path (rows drawn from their N x N covariance)",
     ("sim/daneshmand.py", "representations"): "h / rms(h) over all entries is a rank-neutral rescaling of networks "
                                               "without batch norm, not a batch norm",
@@ -47,8 +42,6 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("sim/philipp.py", "_gaussian_matrix"): "Philipp's Gaussian layers of the dilution experiments (App. D)",
     ("sim/philipp.py", "normalised_unit_gsc"): "draws a stationary input and Gaussian labels, no weights",
     ("sim/philipp.py", "gaussian_weights"): "Philipp's Gaussian layers of the dilution experiments (App. D)",
-    ("train/networks.py", "init_weights"): "Yang's BN MLPs with population-statistics evaluation (the eval meaning "
-                                           "of batch norm is a description field still to come)",
 }
 DRAWS = {"randn", "rand", "randn_like", "rand_like", "normal_", "uniform_", "Linear", "orthogonal_",
          "xavier_normal_", "xavier_uniform_", "kaiming_normal_", "kaiming_uniform_", "trunc_normal_"}

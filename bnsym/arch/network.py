@@ -140,6 +140,15 @@ def refused_field(layer: object) -> str | None:
         return ("Dense init='looks_linear' has no infinite-width map in bnsym.arch: its neurons come in mirrored "
                 "pairs (h, -h), not independent ones, so the per-neuron law the theory propagates does not describe "
                 "them; use init='gaussian' or 'orthogonal' (the same limit)")
+    if isinstance(layer, Dense) and layer.init == "uniform_positive":
+        return ("Dense init='uniform_positive' has no infinite-width map in bnsym.arch: its weights have a non-zero "
+                "mean, which adds sqrt(3 weight_var n_in) times the input's feature mean to every neuron, a common "
+                "term growing like sqrt(n_in), not a per-neuron Gaussian of fixed variance; use init='uniform' (the "
+                "Gaussian limit)")
+    if isinstance(layer, BatchNorm) and layer.statistics == "reference":
+        return ("BatchNorm statistics='reference' (per-neuron statistics of a reference set, a trained network's "
+                "eval mode) has no map in bnsym.arch: its limit depends on the reference set, which a description "
+                "does not hold; statistics='population' is the eval mode at initialisation")
     if isinstance(layer, BatchNorm) and layer.statistics == "batch" and not layer.centre:
         return ("BatchNorm centre=False with statistics='batch' (x / sqrt(mean x^2 + eps) over the batch) has no "
                 "map in bnsym.arch: its per-neuron op is not derived here; centre=True, or statistics='population'")
@@ -153,8 +162,8 @@ def refused_field(layer: object) -> str | None:
 
 @theory_map.register
 def _dense(layer: Dense, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
-    """Gaussian and orthogonal weights of the same entry variance have the same limit (the kernel and the gradient's
-    second moment depend on the weights' variance only)."""
+    """Gaussian, orthogonal and uniform weights of the same entry variance have the same limit (the kernel and the
+    gradient's second moment depend on the weights' variance only; uniform ones by the central limit theorem)."""
     return graph.dense(x, layer.weight_var, layer.bias_var), None
 
 
@@ -174,8 +183,8 @@ def _normalised(graph: Graph, x: Node, shift: np.ndarray, variance: np.ndarray, 
 
 @theory_map.register
 def _batch_norm(layer: BatchNorm, graph: Graph, x: Node, sizes: tuple[int, ...] | None) -> tuple[Node, None]:
-    """Train mode: the per-neuron op over the batch; eval mode: population statistics over the examples and
-    neurons (derive_eval_batch_norm)."""
+    """Train mode: the per-neuron op over the batch; eval mode with population statistics: over the examples and
+    neurons (derive_eval_batch_norm); reference statistics are refused (:func:`refused_field`)."""
     if layer.statistics == "batch":
         normed = graph.apply(x, TrainBN(layer.eps, sizes))
     else:

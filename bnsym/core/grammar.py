@@ -5,11 +5,13 @@ the command line's help needs no theory. One line per layer kind, starting with 
 SPEC_GRAMMAR = """\
 A network spec is a comma-separated list of layers, read left to right:
 
-  dense | dense(weight_var[,bias_var][,init=gaussian|orthogonal|looks_linear])
-                                         Dense (defaults 1, 0, gaussian; keywords weight_var=, bias_var= too)
-  bn | bn(eps=E,mode=train|eval,centre=true|false,scale=G,shift=C)
+  dense | dense(weight_var[,bias_var][,init=gaussian|orthogonal|looks_linear|uniform|uniform_positive])
+                                         Dense (defaults 1, 0, gaussian; keywords weight_var=, bias_var= too;
+                                         entries of variance 1, uniform_positive on [0, 2 sqrt(3)])
+  bn | bn(eps=E,mode=train|eval,centre=true|false,scale=G,shift=C,statistics=batch|population|reference)
                                          BatchNorm (defaults eps 0, mode train = statistics=batch, eval =
-                                         statistics=population; centred; no affine map unless scale/shift)
+                                         statistics=population; reference: per neuron over a reference set;
+                                         centred; no affine map unless scale/shift)
   ln | ln(eps=E,centre=true|false)       LayerNorm (centre=false: x / sqrt(mean x^2 + eps), no centring)
   rms | rms(eps=E,scale=G,shift=C)       RMSNorm: x / sqrt(mean x^2 + eps) over the features, the same as
                                          ln(centre=false) (no affine map unless scale/shift)

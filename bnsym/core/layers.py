@@ -36,8 +36,9 @@ from .validation import (
 )
 
 MODES = ("train", "eval")
-STATISTICS = ("batch", "population")  # BatchNorm's statistics, in the order of MODES
-INITS = ("gaussian", "orthogonal", "looks_linear")
+STATISTICS = ("batch", "population", "reference")  # BatchNorm's statistics: MODE_OF names their torch mode
+MODE_OF = {"batch": "train", "population": "eval", "reference": "eval"}
+INITS = ("gaussian", "orthogonal", "looks_linear", "uniform", "uniform_positive")
 MAX_REPEATS = 10_000  # a description longer than this is a typo, not a network
 MAX_SERIAL = 10**6  # top-level layers of one Serial: repeats of repeats multiply, and each is held in a list
 MAX_NESTING = 100  # parentheses and res( ) inside each other in a spec: the reader recurses once per level
@@ -105,7 +106,14 @@ class Dense:
     * ``"looks_linear"`` (Balduzzi et al. 2017; Philipp et al.'s intermediate layers): neurons in pairs (2i, 2i + 1),
       W = [[Q', -Q'], [-Q', Q']] on each pair of inputs and pair of outputs, Q' = sqrt(max(n_out, n_in) / 2) Q, and
       b = (b', -b') per pair: each pair holds (h, -h), so relu(h) - relu(-h) = h makes a relu network linear at
-      initialisation; widths must be even. The theory has no map for it (its neurons are not independent).
+      initialisation; widths must be even. The theory has no map for it (its neurons are not independent);
+    * ``"uniform"``: W and b uniform on [-sqrt(3), sqrt(3)] (nn.Linear's default is ``Dense(1/3, 1/(3 n_in),
+      "uniform")``); each preactivation sums n_in independent terms of the same variance as the Gaussian ones, so by
+      the central limit theorem its infinite-width limit is the Gaussian one;
+    * ``"uniform_positive"`` (Daneshmand et al.'s asymmetric init, their Fig. 5): W uniform on [0, 2 sqrt(3)] (mean
+      sqrt(3), variance 1), b as for ``"uniform"``. The theory refuses it: the mean of the weights adds
+      sqrt(3 weight_var n_in) times the mean of the input features to every neuron, a common term that grows like
+      sqrt(n_in) rather than a per-neuron Gaussian of fixed variance.
     """
 
     weight_var: float = 1.0
@@ -152,19 +160,25 @@ def _affine_from_spec(values: dict[str, str]) -> tuple[float, float] | None:
 
 
 @layer_kind("bn", ("eps", "mode", "centre", "scale", "shift", "statistics"),
-            "batch norm per neuron, over the batch (train) or the population (eval)",
+            "batch norm per neuron, over the batch (train), the population or a reference set (eval)",
             "bn(eps=0.001,mode=eval,centre=false,scale=0.5,shift=0.1)")
 @dataclass(frozen=True)
 class BatchNorm:
     """Batch norm per neuron: y = scale (x - m) / sqrt(v + eps) + shift.
 
-    * ``statistics`` "batch" (m, v the mean and biased variance of the neuron over the batch, differentiated
-      through) or "population" (constants for the gradient). ``mode`` is the same choice under its first name:
-      "train" is "batch", "eval" is "population"; give either. Two population statistics exist in bnsym: this
-      description's (and its twin :func:`bnsym.sim.arch.torch_network`'s) are the mean and variance of **all n x B
-      entries** of the layer's input (its limit :func:`~bnsym.arch.derive_eval_batch_norm`); a trained network's
-      eval mode (``bnsym.train.networks``, torch's running statistics) uses **per-neuron reference statistics**,
-      which a description does not hold.
+    * ``statistics``: "batch" (train mode: m, v the mean and biased variance of the neuron over the batch,
+      differentiated through), or one of the two eval meanings, which bnsym keeps apart by name:
+
+      - "population": m, v the mean and variance of **all n x B entries** of the layer's input, constants for the
+        gradient: the network at initialisation, whose neurons are exchangeable (its infinite-width limit
+        :func:`~bnsym.arch.derive_eval_batch_norm`);
+      - "reference": m, v **per neuron**, over a reference set (a trained network's eval mode, the role of torch's
+        running statistics; Yang et al.'s trainability runs evaluate with the training set's): the twin takes the
+        reference inputs beside the inputs (:meth:`bnsym.sim.arch.ArchNetwork.layer_outputs`). The theory refuses
+        it (its limit depends on the reference set's own Gram, which a description does not hold).
+
+      ``mode`` is the torch name of the choice: "train" is "batch", "eval" is "population", the eval meaning a
+      description needs where one is enough; give either (mode="eval" with statistics="reference" agrees).
     * ``centre``: False leaves out m (x / sqrt(mean x^2 + eps)).
     * ``affine``: None (no affine map) or constants (scale, shift), the same for every neuron; not parameters (the
       tangent kernel of :mod:`bnsym.arch` trains the Dense layers only).
@@ -183,17 +197,18 @@ class BatchNorm:
         if self.statistics is not None:
             check_choice(self.statistics, "BatchNorm statistics", STATISTICS)
         by_mode = None if self.mode is None else STATISTICS[MODES.index(self.mode)]
-        if None not in (by_mode, self.statistics) and by_mode != self.statistics:
+        if None not in (by_mode, self.statistics) and self.mode != MODE_OF[self.statistics]:
             raise ValueError(f"BatchNorm mode={self.mode!r} means statistics={by_mode!r}, but statistics="
                              f"{self.statistics!r} is given: give one of them")
         statistics = self.statistics or by_mode or "batch"
         object.__setattr__(self, "statistics", statistics)
-        object.__setattr__(self, "mode", MODES[STATISTICS.index(statistics)])
+        object.__setattr__(self, "mode", MODE_OF[statistics])
         object.__setattr__(self, "centre", check_flag(self.centre, "BatchNorm centre"))
         object.__setattr__(self, "affine", _affine(self.affine))
 
     def spec_options(self) -> list[str]:
-        return (([f"eps={self.eps:g}"] if self.eps else []) + (["mode=eval"] if self.mode == "eval" else [])
+        statistics = {"batch": [], "population": ["mode=eval"], "reference": ["statistics=reference"]}
+        return (([f"eps={self.eps:g}"] if self.eps else []) + statistics[self.statistics]
                 + ([] if self.centre else ["centre=false"]) + _affine_options(self.affine))
 
     @classmethod

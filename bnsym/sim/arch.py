@@ -81,6 +81,13 @@ def _mirrored(pairs: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.stack([pairs, -pairs], dim=axis).flatten(axis - 1, axis)
 
 
+def _uniform(shape: tuple[int, ...], positive: bool, gen: torch.Generator, device: torch.device,
+             dtype: torch.dtype) -> torch.Tensor:
+    """Entries of variance 1: uniform on [-sqrt(3), sqrt(3)], or on [0, 2 sqrt(3)] (mean sqrt(3)) if ``positive``."""
+    u = torch.rand(shape, generator=gen, device=device, dtype=dtype)
+    return math.sqrt(3) * (2 * u if positive else 2 * u - 1)
+
+
 class DenseLayer(nn.Module):
     """sqrt(weight_var / n_in) x W^T + sqrt(bias_var) b for M networks: W (M, n_out, n_in) and b (M, n_out) with
     entries of variance 1 as the layer's ``init`` says (:class:`~bnsym.core.layers.Dense`)."""
@@ -92,6 +99,9 @@ class DenseLayer(nn.Module):
         if layer.init == "gaussian":
             weight = torch.randn(networks, n_out, n_in, generator=gen, device=device, dtype=dtype)
             bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
+        elif layer.init in ("uniform", "uniform_positive"):
+            weight = _uniform((networks, n_out, n_in), layer.init == "uniform_positive", gen, device, dtype)
+            bias = _uniform((networks, 1, n_out), False, gen, device, dtype)
         elif layer.init == "orthogonal":
             weight = math.sqrt(max(n_out, n_in)) * haar_frames(networks, n_out, n_in, gen, device, dtype)
             bias = torch.randn(networks, 1, n_out, generator=gen, device=device, dtype=dtype)
@@ -108,26 +118,52 @@ class DenseLayer(nn.Module):
         return self.scale * torch.matmul(x, self.weight.mT) + self.bias_scale * self.bias
 
 
+def dense_parameters(layer: Dense, n_in: int, n_out: int, networks: int, gen: torch.Generator,
+                     device: torch.device | str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weights sqrt(weight_var / n_in) W (networks, n_out, n_in) and biases sqrt(bias_var) b (networks, n_out)
+    of the twin of ``layer`` from n_in to n_out features, drawn from ``gen`` as :class:`DenseLayer` draws them: how
+    a network laid out otherwise (features x examples, its own forward) takes its weights from a description."""
+    dense = DenseLayer(layer, n_in, n_out, networks, gen, torch.device(device), dtype)
+    return (dense.scale * dense.weight).detach(), (dense.bias_scale * dense.bias).detach()[:, 0]
+
+
 class BatchNormLayer(nn.Module):
     """statistics "batch" (mode train): batch norm over the batch axis per neuron (:func:`bnsym.sim.networks.
     batch_norm`, uncentred with centre=False); with eps = 0 a neuron constant over the batch maps to 0 (its 0/0).
     "population" (mode eval): (x - m) / sqrt(v + eps) with m, v the mean and variance of all n x B entries of each
-    network's input (m = 0 uncentred), constants for autograd: the description's population statistics, not a
-    trained network's per-neuron reference ones. Then scale y + shift where the layer has an affine map."""
+    network's input (m = 0 uncentred), constants for autograd: the description's population statistics at
+    initialisation. "reference" (mode eval): the per-neuron mean and variance of a reference set, a trained network's
+    eval mode. Then scale y + shift where the layer has an affine map.
+
+    ``reference_rows`` (set by :meth:`ArchNetwork.layer_outputs`): the first that many examples of the batch are
+    the reference set; they are normalised with their own statistics per neuron (batch norm), the others as
+    ``statistics`` says, the reference set's statistics being theirs for "reference"."""
 
     def __init__(self, layer: BatchNorm):
         super().__init__()
-        self.eps, self.train_mode = layer.eps, layer.mode == "train"
+        self.eps, self.statistics = layer.eps, layer.statistics
         self.centre, self.affine = layer.centre, layer.affine
+        self.reference_rows = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self._normalised(x)
+        rows = self.reference_rows
+        if rows:
+            reference, x = x[..., :rows, :], x[..., rows:, :]
+            out = torch.cat([self._batch(reference), self._normalised(x, reference)], dim=-2)
+        elif self.statistics == "reference":
+            raise ValueError("a BatchNorm with statistics='reference' normalises with a reference set's statistics: "
+                             "pass the reference inputs, layer_outputs(x, reference=...)")
+        else:
+            out = self._normalised(x, None)
         return out if self.affine is None else self.affine[0] * out + self.affine[1]
 
-    def _normalised(self, x: torch.Tensor) -> torch.Tensor:
-        if self.train_mode:
-            out = batch_norm(x, self.eps, dim=-2, centre=self.centre)
-            return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+    def _batch(self, x: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
+        out = batch_norm(x, self.eps, dim=-2, centre=self.centre, reference=reference)
+        return torch.nan_to_num(out, nan=0.0) if self.eps == 0 else out
+
+    def _normalised(self, x: torch.Tensor, reference: torch.Tensor | None) -> torch.Tensor:
+        if self.statistics != "population":
+            return self._batch(x, reference if self.statistics == "reference" else None)
         with torch.no_grad():
             if self.centre:
                 mean, variance = x.mean((-2, -1), keepdim=True), x.var((-2, -1), keepdim=True, unbiased=False)
@@ -168,17 +204,29 @@ class ArchNetwork(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
 
-    def layer_outputs(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """The output of every top-level layer for inputs x (M, B, in_features)."""
+    def layer_outputs(self, x: torch.Tensor, reference: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The output of every top-level layer for inputs x (M, B, in_features); ``reference`` (M, B', in_features):
+        the reference set whose per-neuron statistics the BatchNorms with statistics="reference" use (it passes
+        the network beside x, batch-normed by its own statistics; the outputs are x's)."""
+        norms = [m for m in self.modules() if isinstance(m, BatchNormLayer)]
+        rows = 0 if reference is None else reference.shape[-2]
+        if rows:
+            x = torch.cat([reference.expand(*x.shape[:-2], *reference.shape[-2:]), x], dim=-2)
         outputs = []
-        for layer in self.layers:
-            x = layer(x)
-            outputs.append(x)
+        try:
+            for norm in norms:
+                norm.reference_rows = rows
+            for layer in self.layers:
+                x = layer(x)
+                outputs.append(x[..., rows:, :] if rows else x)  # x itself: autograd.grad w.r.t. the outputs
+        finally:
+            for norm in norms:
+                norm.reference_rows = 0
         return outputs
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The networks' outputs (M, B, width)."""
-        return self.layer_outputs(x)[-1]
+    def forward(self, x: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
+        """The networks' outputs (M, B, width) (``reference`` as for :meth:`layer_outputs`)."""
+        return self.layer_outputs(x, reference)[-1]
 
 
 @singledispatch
@@ -241,17 +289,29 @@ def _check_size(value: object, name: str) -> int:
 
 
 def torch_network(net: object, width: int, n_networks: int = 1, in_features: int | None = None, seed: int = 0,
-                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> ArchNetwork:
+                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
+                  out_features: int | None = None) -> ArchNetwork:
     """The finite twin of ``net``: ``n_networks`` independent networks of width ``width`` in one module, mapping
-    inputs (M, B, in_features) (default in_features = width) to (M, B, width); weights drawn from ``seed`` on
-    ``device`` (default CUDA where present)."""
+    inputs (M, B, in_features) (default in_features = width) to (M, B, width), or to (M, B, out_features) where
+    given: the last top-level Dense is then a read-out to that many features (ValueError if there is none); weights
+    drawn from ``seed`` on ``device`` (default CUDA where present)."""
     configure_torch()
     network = serial(net)
     width, n_networks = _check_size(width, "width"), _check_size(n_networks, "n_networks")
     in_features = width if in_features is None else _check_size(in_features, "in_features")
     device = torch.device(device or default_device())
     gen = generator(check_whole_number(seed, "seed", 0, 2**62), device)
-    return ArchNetwork(_chain(network, in_features, width, n_networks, gen, device, dtype)[0])
+    if out_features is None:
+        return ArchNetwork(_chain(network, in_features, width, n_networks, gen, device, dtype)[0])
+    out_features = _check_size(out_features, "out_features")
+    last = max((i for i, layer in enumerate(network) if isinstance(layer, Dense)), default=None)
+    if last is None:
+        raise ValueError(f"out_features={out_features} sets the width of the last top-level Dense (the read-out), "
+                         "but the network has none")
+    body, n_in = _chain(network.layers[:last], in_features, width, n_networks, gen, device, dtype)
+    readout, n_out = twin_module(network.layers[last], n_in, out_features, n_networks, gen, device, dtype)
+    tail, _ = _chain(network.layers[last + 1:], n_out, width, n_networks, gen, device, dtype)
+    return ArchNetwork([*body, readout, *tail])
 
 
 @dataclass(frozen=True)

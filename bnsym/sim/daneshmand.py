@@ -31,13 +31,10 @@ from ..core.validation import (
     check_whole_number,
     check_width,
 )
-from .daneshmand_mlp import INITS, init_layer
+from .daneshmand_mlp import INIT_VARIANCES, INITS, init_layer
 
 __all__ = ["INITS", "INIT_VARIANCES", "batch_norm_rows", "gaussian_relu_cosines", "init_layer", "init_variances",
            "mean_pair_cosine", "representations"]
-
-INIT_VARIANCES = {"torch": (1 / 3, 1 / 3), "he": (2.0, 0.0), "gaussian": (1.0, 0.0)}  # (s_w^2, s_b^2 fan_in)
-
 
 def init_variances(init: str, fan_in: int) -> tuple[float, float]:
     """(s_w^2, s_b^2) of a zero-mean init: weights of variance s_w^2 / fan_in, biases of variance s_b^2."""

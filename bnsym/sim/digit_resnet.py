@@ -2,7 +2,7 @@
 chapters 12 and 12c, C networks side by side.
 
 W_in (64 -> n), L blocks x' = ReLU(x + N(W_2 ReLU(N(W_1 x)))), a linear read-out with bias; Xavier-normal weights
-(:func:`init_params`). N is batch norm as eq. (1) has it,
+(:func:`init_params`, drawn by the twin of :func:`xavier`'s Dense layers). N is batch norm as eq. (1) has it,
 
     N(h) = gamma (h - mu) / sqrt(sigma^2 + eps) + beta,   mu, sigma^2 the batch mean and (biased) variance per unit,
 
@@ -24,9 +24,12 @@ import torch
 from ..core.batchnorm import batch_norm_forward
 from ..core.device import default_device, generator
 from ..core.digits import N_CLASSES
+from ..core.layers import Activation, BatchNorm, Dense, Residual, Serial, serial
+from .arch import dense_parameters
 
 EPS = 1e-5  # batch norm's epsilon (PyTorch's default, the paper's framework)
 PARTS = ("gamma", "beta", "mu", "sigma")
+N_FEATURES = 64  # the digits' 8 x 8 pixels
 
 
 @dataclass(frozen=True)
@@ -76,16 +79,52 @@ def normalise(h: torch.Tensor, norm: Norm, gamma: torch.Tensor | None, beta: tor
     return h + beta[:, None, :] if norm.beta else h
 
 
-def init_params(n_networks: int, blocks: int, width: int, gen: torch.Generator, device) -> list[torch.Tensor]:
-    """Xavier-normal W_in (C, n, 64), blocks (C, L, 2, n, n), W_out (C, 10, n), zero b_out; gamma = 1 and beta = 0
-    per site (C, 2L + 1, n)."""
-    def xavier(*shape):
-        return torch.randn(n_networks, *shape, generator=gen, device=device) * (2 / (shape[-1] + shape[-2])) ** 0.5
+def xavier(n_in: int, n_out: int) -> Dense:
+    """Xavier-normal (Glorot) weights from n_in to n_out features as a description: a Gaussian Dense of entry
+    variance 2 / (n_in + n_out), weight_var = 2 n_in / (n_in + n_out), no bias."""
+    return Dense(2 * n_in / (n_in + n_out))
 
+
+def init_params(n_networks: int, blocks: int, width: int, gen: torch.Generator, device) -> list[torch.Tensor]:
+    """Xavier-normal W_in (C, n, 64), blocks (C, L, 2, n, n), W_out (C, 10, n) drawn by the twin of
+    :func:`xavier`'s Dense layers (:func:`bnsym.sim.arch.dense_parameters`, in this order), zero b_out; gamma = 1 and
+    beta = 0 per site (C, 2L + 1, n). L >= 1."""
+    def weight(n_in: int, n_out: int) -> torch.Tensor:
+        return dense_parameters(xavier(n_in, n_out), n_in, n_out, n_networks, gen, device,
+                                torch.get_default_dtype())[0]
+
+    w_in = weight(N_FEATURES, width)
+    w_blocks = torch.stack([weight(width, width) for _ in range(2 * blocks)], 1).unflatten(1, (blocks, 2))
     sites = (n_networks, 2 * blocks + 1, width)
-    return [xavier(width, 64), xavier(blocks, 2, width, width), xavier(N_CLASSES, width),
-            torch.zeros(n_networks, N_CLASSES, device=device), torch.ones(sites, device=device),
-            torch.zeros(sites, device=device)]
+    return [w_in, w_blocks, weight(width, N_CLASSES), torch.zeros(n_networks, N_CLASSES, device=device),
+            torch.ones(sites, device=device), torch.zeros(sites, device=device)]
+
+
+def description(blocks: int, width: int, norm: Norm = PLAIN_BN) -> Serial:
+    """The digit ResNet at initialisation as a description: :func:`xavier` Dense 64 -> n, ``blocks`` x
+    [Residual([Dense, N, relu, Dense, N]), relu], the head's N, the Dense read-out n -> 10 (the twin's
+    ``out_features``), N = BatchNorm(EPS) at the sites ``norm`` puts one (gamma = 1 and beta = 0, their initial
+    values, are no affine map; none where ``norm`` keeps neither mu nor sigma). :func:`forward` runs it in
+    (C, B, n) with the sites' options (stale statistics, BN in some networks only) that a description has not.
+    ValueError for what no BatchNorm describes: mu without sigma (h - mu), sigma without mu (h over the centred
+    standard deviation), alternating statistics (a training schedule)."""
+    if norm.mu != norm.sigma:
+        kept = "mu without sigma (h - mu)" if norm.mu else "sigma without mu (h / sqrt(var h + eps), not centred)"
+        raise ValueError(f"a digit ResNet whose batch norm keeps {kept} has no description: a BatchNorm normalises "
+                         "by both (centre=False divides by the uncentred sqrt(mean h^2 + eps))")
+    if norm.alternate:
+        raise ValueError("alternate=True recomputes the statistics every other training step: a schedule of "
+                         "training, not a layer of the network at initialisation")
+    sites = norm.sites(blocks) if norm.normalises else [False] * (2 * blocks + 1)
+
+    def site(k: int) -> list[BatchNorm]:
+        return [BatchNorm(EPS)] if sites[k] else []
+
+    relu, square = Activation("relu"), xavier(width, width)
+    layers = [xavier(N_FEATURES, width)]
+    for block in range(blocks):
+        layers += [Residual([square, *site(2 * block), relu, square, *site(2 * block + 1)]), relu]
+    return serial(layers, site(2 * blocks), xavier(width, N_CLASSES))
 
 
 def init_resnets(configs: int, blocks: int, width: int, seed: int, device=None) -> list[torch.Tensor]:
