@@ -28,6 +28,7 @@ from bnsym.sim.philipp import (
     simulate_architecture,
     tanh_residual,
     unit_sphere,
+    weight,
 )
 
 K_SE = 4.5
@@ -106,6 +107,35 @@ def test_looks_linear_relu_network_is_linear(norm):
         assert torch.allclose(net(a + b), net(a) + net(b))
     else:  # layer norm rescales each row: positively homogeneous of degree 0, odd
         assert torch.allclose(net(-a), -net(a)) and torch.allclose(net(3 * a), net(a))
+
+
+@pytest.mark.parametrize("m, n", [(8, 8), (16, 8), (8, 16)])
+def test_weights_are_the_twins_dense_init(m, n):
+    """weight() draws through the twin's Dense: its intermediate looks-linear layer has section H's blocks
+    [[Q, -Q], [-Q, Q]] and the singular values of looks_linear's (a scaled Haar frame: all equal); orthogonal is
+    sqrt(2) Q after a ReLU; a ReLU network of lowest, intermediate and highest layers stays linear."""
+    gen = generator(4, CPU)
+    w = weight(m, n, "looks-linear", True, "intermediate", gen, CPU)
+    q = w[0::2, 0::2]
+    for block in (-w[0::2, 1::2], -w[1::2, 0::2], w[1::2, 1::2]):
+        assert torch.equal(block, q)
+    reference = looks_linear(m, n, "intermediate", gen, CPU)
+    torch.testing.assert_close(torch.linalg.svdvals(w), torch.linalg.svdvals(reference), rtol=1e-12, atol=1e-12)
+    if m == n:
+        square = weight(n, n, "orthogonal", True, "intermediate", gen, CPU)
+        torch.testing.assert_close(square @ square.T, 2 * torch.eye(n, dtype=torch.float64), rtol=0, atol=1e-12)
+    lowest, highest = (weight(n, n, "looks-linear", True, "lowest", gen, CPU),
+                       weight(n, m, "looks-linear", True, "highest", gen, CPU))
+    ws = [lowest, w, highest]  # n -> n -> m -> n
+
+    def net(v):
+        for i, layer in enumerate(ws):
+            v = v @ layer.T
+            v = torch.relu(v) if i < len(ws) - 1 else v
+        return v
+
+    a, b = torch.randn(5, n, dtype=torch.float64), torch.randn(5, n, dtype=torch.float64)
+    torch.testing.assert_close(net(a + b), net(a) + net(b), rtol=1e-10, atol=1e-10)
 
 
 def test_architecture_validation():

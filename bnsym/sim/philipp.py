@@ -25,6 +25,8 @@ import torch
 from ..core.activations import parse_activation
 from ..core.batchnorm import batch_norm
 from ..core.device import configure_torch, default_device, generator, haar_orthogonal
+from ..core.layers import Dense
+from .arch import twin_module
 
 NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")
@@ -123,21 +125,25 @@ def looks_linear(m: int, n: int, position: str, gen: torch.Generator, device) ->
 
 
 def weight(m: int, n: int, matrix: str, after_relu: bool, position: str, gen: torch.Generator, device) -> torch.Tensor:
-    """An m x n weight matrix (acting as x W^T on rows x of width n), initialized as in I.1.
+    """An m x n weight matrix (acting as x W^T on rows x of width n), initialized as in I.1: the weight of the twin
+    of ``Dense(gain, init=...)`` (:mod:`bnsym.sim.arch`), gain 2 after a ReLU (He), else 1.
 
-    Gaussian: variance 1/n, or 2/n after a ReLU (He). Orthogonal: Haar, times sqrt(2) after a ReLU (the gain
-    the paper's ReLU St. Dev. of 0.20 requires; the GSC of a ReLU network does not depend on it).
+    Gaussian: variance gain / n. Orthogonal (square only): sqrt(gain) times a Haar matrix (the gain the paper's ReLU
+    St. Dev. of 0.20 requires; the GSC of a ReLU network does not depend on it). Looks-linear: the intermediate
+    layers are the twin's ``init="looks_linear"`` at weight_var 2 (section H's blocks [[Q, -Q], [-Q, Q]] with Q
+    max(sqrt(m / n), 1) times a Haar frame); the lowest (outputs paired, inputs not) and highest (inputs paired)
+    layers are :func:`looks_linear`, which no Dense init pairs one side of.
     """
-    gain = 2.0 if after_relu else 1.0
-    if matrix == "gaussian":
-        return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) * math.sqrt(gain / n)
-    if matrix == "orthogonal":
-        if m != n:
-            raise ValueError("orthogonal initialization is used only for square matrices (paper, I.1)")
-        return haar_orthogonal(n, gen, device) * math.sqrt(gain)
-    if matrix == "looks-linear":
+    if matrix not in MATRICES:
+        raise ValueError(f"unknown matrix type {matrix!r}; choose from {MATRICES}")
+    if matrix == "orthogonal" and m != n:
+        raise ValueError("orthogonal initialization is used only for square matrices (paper, I.1)")
+    if matrix == "looks-linear" and position in ("lowest", "highest"):
         return looks_linear(m, n, position, gen, device)
-    raise ValueError(f"unknown matrix type {matrix!r}; choose from {MATRICES}")
+    gain = 2.0 if after_relu or matrix == "looks-linear" else 1.0
+    dense, _ = twin_module(Dense(gain, init=matrix.replace("-", "_")), n, m, 1, gen, torch.device(device),
+                           torch.float64)
+    return (dense.scale * dense.weight.detach())[0]
 
 
 # --------------------------------------------------------------------------------------------
