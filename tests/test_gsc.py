@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bnsym.core.device import generator
+from bnsym.core.statistics import mc_tolerance
 from bnsym.dilution import composed_dilution, diluted_rate, normalised_gsc_rate
 from bnsym.sim.philipp import (
     Architecture,
@@ -223,9 +224,12 @@ def test_theorem3_exact_rate_on_a_standalone_block():
 
 
 def test_prop7_holds_for_ssd_blocks_and_needs_in_situ_k_otherwise():
-    ks = [0.7, 1.5, 3.0, 0.5]
+    """Two two-sided mean tests over 12 draws: k = mc_tolerance(12, 2) (Student t, 11 dof; the composite k is a
+    ratio, its draws heavy-tailed: a fixed 4.5 SE over 6 draws failed one re-draw of the weights at 4.8 SE, while
+    34 further draws give 0.0013 +- 0.0015)."""
+    ks, k = [0.7, 1.5, 3.0, 0.5], mc_tolerance(12, 2)
     ssd, unit_lt, situ_lt = [], [], []
-    for seed in range(6):
+    for seed in range(12):
         gen = generator(20 + seed, CPU)
         u = unit_sphere(1000, 120, gen, CPU)
         out = compose_identity_blocks([calibrate(relu_residual(120, gen, CPU), u, k) for k in ks], u)
@@ -235,7 +239,7 @@ def test_prop7_holds_for_ssd_blocks_and_needs_in_situ_k_otherwise():
         situ_lt.append(out["composite"] - composed_dilution(out["in_situ"]))
     for diffs in (ssd, situ_lt):
         mean, se = _mean_se(diffs)
-        assert abs(mean) < K_SE * se
+        assert abs(mean) < k * se
     mean, se = _mean_se(unit_lt)
     assert mean > 20 * se  # unit-input k_b overstate the dilution loss of length-discarding blocks
 

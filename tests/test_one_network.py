@@ -43,9 +43,7 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("train/tangent.py", "train_on_batches"): "draws the read-out matrix V; the body is the twin",
     ("sim/philipp.py", "gaussian_noise"): "draws inputs, no weights",
     ("sim/philipp.py", "unit_sphere"): "draws inputs, no weights",
-    ("sim/philipp.py", "_gaussian_matrix"): "Philipp's Gaussian layers of the dilution experiments (App. D)",
     ("sim/philipp.py", "normalised_unit_gsc"): "draws a stationary input and Gaussian labels, no weights",
-    ("sim/philipp.py", "gaussian_weights"): "Philipp's Gaussian layers of the dilution experiments (App. D)",
     ("train/networks.py", "init_weights"): "Yang's BN MLPs with population-statistics evaluation (the eval meaning "
                                            "of batch norm is a description field still to come)",
 }
