@@ -43,6 +43,10 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
     ("train/tangent.py", "train_on_batches"): "draws the read-out matrix V; the body is the twin",
     ("sim/philipp.py", "gaussian_noise"): "draws inputs, no weights",
     ("sim/philipp.py", "unit_sphere"): "draws inputs, no weights",
+    ("sim/philipp.py", "_gaussian_matrix"): "Table 3's block weights (skew-symmetric, -C^T C, correlated across "
+                                            "blocks, unit qm norm) are no Dense init; drawn as the twin's Dense "
+                                            "(with its bias) they moved chapter 07's batch-ReLU negative-gram gap "
+                                            "out of its asserted (0, 0.08) at test scale",
     ("sim/philipp.py", "normalised_unit_gsc"): "draws a stationary input and Gaussian labels, no weights",
     ("train/networks.py", "init_weights"): "Yang's BN MLPs with population-statistics evaluation (the eval meaning "
                                            "of batch norm is a description field still to come)",

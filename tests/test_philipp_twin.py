@@ -39,9 +39,9 @@ CPU = torch.device("cpu")
 
 @pytest.mark.parametrize("m, n", [(7, 5), (4, 9)])
 def test_gaussian_matrix_is_the_old_draw(m, n):
-    """The twin's Dense() weight is randn(m, n) / sqrt(n) from the same generator state (the old draw)."""
-    old = torch.randn(m, n, generator=generator(3, CPU), dtype=torch.float64) / math.sqrt(n)
-    torch.testing.assert_close(_gaussian_matrix(m, n, generator(3, CPU), CPU), old, rtol=1e-15, atol=0)
+    """The twin's Dense() weight is randn(m, n) / sqrt(n) from the same generator state: Table 3's matrix."""
+    torch.testing.assert_close(dense_weight(m, n, generator(3, CPU), CPU), _gaussian_matrix(m, n, generator(3, CPU),
+                                                                                             CPU), rtol=1e-15, atol=0)
 
 
 def test_gaussian_weights_are_the_old_draws_times_sigma():

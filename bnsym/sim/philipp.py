@@ -412,8 +412,8 @@ def unit_sphere(n: int, d: int, gen: torch.Generator, device) -> torch.Tensor:
 
 
 def _gaussian_matrix(m: int, n: int, gen: torch.Generator, device) -> torch.Tensor:
-    """Philipp's Gaussian layer of the dilution experiments (App. D), entries N(0, 1/n): the twin's Dense()."""
-    return dense_weight(m, n, gen, device)
+    """Table 3's Gaussian matrices, entries N(0, 1/n): the raw material of :func:`dynamical_weights`."""
+    return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) / math.sqrt(n)
 
 
 def tanh_residual(beta: float, d: int, gen: torch.Generator, device) -> Layer:
