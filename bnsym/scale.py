@@ -232,7 +232,7 @@ ARCHITECTURES = {
 DILUTION = {
     "test": Dilution(blocks=Sizes(n_points=1000, n_draws=6), units=Sizes(widths=(128, 256), n_networks=8),
                      table1=Sizes(batch_size=400, n_networks=4),
-                     batch_sweep=Sizes(batch_sizes=(250, 1000), n_networks=6),
+                     batch_sweep=Sizes(batch_sizes=(250, 1000), n_networks=24),
                      table3=Sizes(batch_size=400, n_networks=3),
                      twin=Sizes(widths=(64, 128, 256), n_networks=6)),
     "book": Dilution(blocks=Sizes(n_points=2000, n_draws=8), units=Sizes(widths=(128, 256, 512), n_networks=12),

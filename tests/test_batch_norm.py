@@ -146,7 +146,7 @@ def test_philipp_normalizations_are_it():
     assert torch.equal(philipp.normalize(x, "lolayer"), batch_norm(x, dim=-1, centre=False))
     gen = generator(0, "cpu")
     arch, x = philipp.Architecture("tanh", "batch"), philipp.gaussian_noise(30, gen, "cpu")[0]
-    outputs, _ = philipp._forward(arch, x, philipp._draw_weights(arch, 3, gen, "cpu"), depth=3)
+    outputs, _ = philipp._forward(philipp._twin(arch, 3, gen, "cpu"), x[None])
     for linear, normalised in zip(outputs[0::3], outputs[1::3]):  # records [linear, norm, phi] per layer
         assert torch.equal(normalised, batch_norm(linear, dim=-2))
 

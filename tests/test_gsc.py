@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bnsym.core.device import generator
+from bnsym.core.statistics import mc_tolerance
 from bnsym.dilution import composed_dilution, diluted_rate, normalised_gsc_rate
 from bnsym.sim.philipp import (
     Architecture,
@@ -28,6 +29,7 @@ from bnsym.sim.philipp import (
     simulate_architecture,
     tanh_residual,
     unit_sphere,
+    weight,
 )
 
 K_SE = 4.5
@@ -106,6 +108,35 @@ def test_looks_linear_relu_network_is_linear(norm):
         assert torch.allclose(net(a + b), net(a) + net(b))
     else:  # layer norm rescales each row: positively homogeneous of degree 0, odd
         assert torch.allclose(net(-a), -net(a)) and torch.allclose(net(3 * a), net(a))
+
+
+@pytest.mark.parametrize("m, n", [(8, 8), (16, 8), (8, 16)])
+def test_weights_are_the_twins_dense_init(m, n):
+    """weight() draws through the twin's Dense: its intermediate looks-linear layer has section H's blocks
+    [[Q, -Q], [-Q, Q]] and the singular values of looks_linear's (a scaled Haar frame: all equal); orthogonal is
+    sqrt(2) Q after a ReLU; a ReLU network of lowest, intermediate and highest layers stays linear."""
+    gen = generator(4, CPU)
+    w = weight(m, n, "looks-linear", True, "intermediate", gen, CPU)
+    q = w[0::2, 0::2]
+    for block in (-w[0::2, 1::2], -w[1::2, 0::2], w[1::2, 1::2]):
+        assert torch.equal(block, q)
+    reference = looks_linear(m, n, "intermediate", gen, CPU)
+    torch.testing.assert_close(torch.linalg.svdvals(w), torch.linalg.svdvals(reference), rtol=1e-12, atol=1e-12)
+    if m == n:
+        square = weight(n, n, "orthogonal", True, "intermediate", gen, CPU)
+        torch.testing.assert_close(square @ square.T, 2 * torch.eye(n, dtype=torch.float64), rtol=0, atol=1e-12)
+    lowest, highest = (weight(n, n, "looks-linear", True, "lowest", gen, CPU),
+                       weight(n, m, "looks-linear", True, "highest", gen, CPU))
+    ws = [lowest, w, highest]  # n -> n -> m -> n
+
+    def net(v):
+        for i, layer in enumerate(ws):
+            v = v @ layer.T
+            v = torch.relu(v) if i < len(ws) - 1 else v
+        return v
+
+    a, b = torch.randn(5, n, dtype=torch.float64), torch.randn(5, n, dtype=torch.float64)
+    torch.testing.assert_close(net(a + b), net(a) + net(b), rtol=1e-10, atol=1e-10)
 
 
 def test_architecture_validation():
@@ -193,9 +224,12 @@ def test_theorem3_exact_rate_on_a_standalone_block():
 
 
 def test_prop7_holds_for_ssd_blocks_and_needs_in_situ_k_otherwise():
-    ks = [0.7, 1.5, 3.0, 0.5]
+    """Two two-sided mean tests over 12 draws: k = mc_tolerance(12, 2) (Student t, 11 dof; the composite k is a
+    ratio, its draws heavy-tailed: a fixed 4.5 SE over 6 draws failed one re-draw of the weights at 4.8 SE, while
+    34 further draws give 0.0013 +- 0.0015)."""
+    ks, k = [0.7, 1.5, 3.0, 0.5], mc_tolerance(12, 2)
     ssd, unit_lt, situ_lt = [], [], []
-    for seed in range(6):
+    for seed in range(12):
         gen = generator(20 + seed, CPU)
         u = unit_sphere(1000, 120, gen, CPU)
         out = compose_identity_blocks([calibrate(relu_residual(120, gen, CPU), u, k) for k in ks], u)
@@ -205,7 +239,7 @@ def test_prop7_holds_for_ssd_blocks_and_needs_in_situ_k_otherwise():
         situ_lt.append(out["composite"] - composed_dilution(out["in_situ"]))
     for diffs in (ssd, situ_lt):
         mean, se = _mean_se(diffs)
-        assert abs(mean) < K_SE * se
+        assert abs(mean) < k * se
     mean, se = _mean_se(unit_lt)
     assert mean > 20 * se  # unit-input k_b overstate the dilution loss of length-discarding blocks
 

@@ -36,12 +36,11 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
                                               "without batch norm, not a batch norm",
     ("sim/ntk.py", "empirical_ntk"): "draws the read-out vector v; the body is the twin",
     ("train/tangent.py", "train_on_batches"): "draws the read-out matrix V; the body is the twin",
-    ("sim/philipp.py", "weight"): "Philipp's I.1 inits (He gain, orthogonal, looks-linear) of non-square layers",
     ("sim/philipp.py", "gaussian_noise"): "draws inputs, no weights",
     ("sim/philipp.py", "unit_sphere"): "draws inputs, no weights",
-    ("sim/philipp.py", "_gaussian_matrix"): "Philipp's Gaussian layers of the dilution experiments (App. D)",
+    ("sim/philipp.py", "_gaussian_matrix"): "Table 3's block weights (skew-symmetric, -C^T C, correlated across "
+                                            "blocks, unit qm norm) are no Dense init",
     ("sim/philipp.py", "normalised_unit_gsc"): "draws a stationary input and Gaussian labels, no weights",
-    ("sim/philipp.py", "gaussian_weights"): "Philipp's Gaussian layers of the dilution experiments (App. D)",
 }
 DRAWS = {"randn", "rand", "randn_like", "rand_like", "normal_", "uniform_", "Linear", "orthogonal_",
          "xavier_normal_", "xavier_uniform_", "kaiming_normal_", "kaiming_uniform_", "trunc_normal_"}

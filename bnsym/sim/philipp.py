@@ -5,6 +5,12 @@ batch norm acts per column over the B rows, layer norm per row). Layers are coun
 error layer: f_0 = f_1 . y (dot-product error), f_1 the prediction, f_L the first (lowest) linear
 layer. Normalisation layers have no trainable scale or shift, linear layers no bias (paper, I.1).
 
+The networks built at initialisation are twins (:mod:`bnsym.sim.arch`) of :mod:`bnsym.arch` descriptions
+(:func:`description`, :func:`twin_network`); weight matrices handed out alone are the twin's Dense draws
+(:func:`dense_weight`). Networks on given weights (:func:`vanilla_layers`, Prop. 1's :func:`rescaled_tanh_mlp`) and
+Table 3's block weights (skew-symmetric, -C^T C, correlated: no Dense init) are written out, through
+:func:`normalize`, the one batch-norm forward.
+
 The dataset-level GSC of every experiment in the paper (section I.2, "Expected GSC") is
 
     GSC_D(l, 0) = Q_D ||J_l^0||_qm  Q_D ||f_l||_2 / Q_D |f_0|,   ||J_l^0||_qm = ||d f_0 / d f_l||_2 / sqrt(d_l),
@@ -25,11 +31,14 @@ import torch
 from ..core.activations import parse_activation
 from ..core.batchnorm import batch_norm
 from ..core.device import configure_torch, default_device, generator, haar_orthogonal
+from ..core.layers import Activation, BatchNorm, Dense, LayerNorm, Residual, Serial, repeat, serial
+from .arch import ActivationLayer, ArchNetwork, DenseLayer, twin_module
 
 NORMS = ("none", "layer", "batch", "lolayer")
 MATRICES = ("gaussian", "orthogonal", "looks-linear")
 SKIPS = ("none", "identity", "gaussian")
 Layer = Callable[[torch.Tensor], torch.Tensor]
+_NORM_LAYERS = {"none": [], "batch": [BatchNorm()], "layer": [LayerNorm()], "lolayer": [LayerNorm(centre=False)]}
 BATCH_ELEMENTS = 2**19  # activation entries per batch of networks in simulate_architecture (bounds its memory)
 
 
@@ -123,21 +132,34 @@ def looks_linear(m: int, n: int, position: str, gen: torch.Generator, device) ->
 
 
 def weight(m: int, n: int, matrix: str, after_relu: bool, position: str, gen: torch.Generator, device) -> torch.Tensor:
-    """An m x n weight matrix (acting as x W^T on rows x of width n), initialized as in I.1.
+    """An m x n weight matrix (acting as x W^T on rows x of width n), initialized as in I.1: the weight of the twin
+    of ``Dense(gain, init=...)`` (:mod:`bnsym.sim.arch`), gain 2 after a ReLU (He), else 1.
 
-    Gaussian: variance 1/n, or 2/n after a ReLU (He). Orthogonal: Haar, times sqrt(2) after a ReLU (the gain
-    the paper's ReLU St. Dev. of 0.20 requires; the GSC of a ReLU network does not depend on it).
+    Gaussian: variance gain / n. Orthogonal (square only): sqrt(gain) times a Haar matrix (the gain the paper's ReLU
+    St. Dev. of 0.20 requires; the GSC of a ReLU network does not depend on it). Looks-linear: the intermediate
+    layers are the twin's ``init="looks_linear"`` at weight_var 2 (section H's blocks [[Q, -Q], [-Q, Q]] with Q
+    max(sqrt(m / n), 1) times a Haar frame); the lowest (outputs paired, inputs not) and highest (inputs paired)
+    layers are :func:`looks_linear`, which no Dense init pairs one side of.
     """
-    gain = 2.0 if after_relu else 1.0
-    if matrix == "gaussian":
-        return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) * math.sqrt(gain / n)
-    if matrix == "orthogonal":
-        if m != n:
-            raise ValueError("orthogonal initialization is used only for square matrices (paper, I.1)")
-        return haar_orthogonal(n, gen, device) * math.sqrt(gain)
-    if matrix == "looks-linear":
+    if matrix not in MATRICES:
+        raise ValueError(f"unknown matrix type {matrix!r}; choose from {MATRICES}")
+    if matrix == "orthogonal" and m != n:
+        raise ValueError("orthogonal initialization is used only for square matrices (paper, I.1)")
+    if matrix == "looks-linear" and position in ("lowest", "highest"):
         return looks_linear(m, n, position, gen, device)
-    raise ValueError(f"unknown matrix type {matrix!r}; choose from {MATRICES}")
+    gain = 2.0 if after_relu or matrix == "looks-linear" else 1.0
+    return dense_weight(m, n, gen, device, gain, matrix.replace("-", "_"))
+
+
+def dense_weight(m: int, n: int, gen: torch.Generator, device, weight_var: float = 1.0, init: str = "gaussian",
+                 networks: int | None = None) -> torch.Tensor:
+    """The m x n weight sqrt(weight_var / n) W of the twin of ``Dense(weight_var, init=init)`` (:mod:`bnsym.sim.arch`)
+    with n inputs and m outputs, float64, drawn from ``gen`` (the twin draws its bias after it); with ``networks``
+    those of that many networks, (networks, m, n)."""
+    dense, _ = twin_module(Dense(weight_var, init=init), n, m, networks or 1, gen, torch.device(device),
+                           torch.float64)
+    weights = dense.scale * dense.weight.detach()
+    return weights[0] if networks is None else weights
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,62 +229,83 @@ def gaussian_noise(n_points: int, gen: torch.Generator, device, dim: int = 100) 
     return 10 * x / x.norm(dim=-1, keepdim=True), y
 
 
-def _draw_weights(arch: Architecture, depth: int, gen: torch.Generator, device, dim: int = 100) -> list[torch.Tensor]:
-    """One random network's weight matrices (I.1), in the order the network applies them and ``gen`` draws them.
+def description(arch: Architecture, depth: int = 50, alpha: float = 1.0) -> Serial:
+    """Table 1's network as a :mod:`bnsym.arch` description (I.1; its widths per layer are :func:`_widths`).
 
-    Vanilla: ``depth`` linear layers. ResNet: a linear layer, then per skip [the Gaussian skip's matrix] and two
-    branch matrices.
+    Vanilla: [Dense, norm, phi] x ``depth``, the last without phi; Dense(2) after a ReLU (He), Dense(1) otherwise,
+    ``init`` the matrix type (looks-linear at weight_var 2; its lowest and highest layers pair one side only, see
+    :func:`weight`). ResNet: Dense(), ``depth // 2`` residuals with the identity or a Dense() skip around
+    [norm, phi, Dense] x 2 (the branch times ``alpha``), a final norm. No biases (bias_var 0), norms with eps 0 and no
+    affine map.
     """
-    relu = arch.phi == "relu"
+    phi, norm = Activation(arch.phi), _NORM_LAYERS[arch.norm]
+    gain = 2.0 if arch.phi == "relu" else 1.0
     if arch.skip == "none":
-        widths = _widths(arch.width, depth, dim)
-        specs = [(widths[j + 1], widths[j], relu and j > 0, _position(j, depth)) for j in range(depth)]
-    elif arch.matrix != "gaussian" or arch.width != "100":
+        init, looks = arch.matrix.replace("-", "_"), arch.matrix == "looks-linear"
+        return serial(*([Dense(gain if j or looks else 1.0, init=init), *norm, *[phi] * (j < depth - 1)]
+                        for j in range(depth)))
+    if arch.matrix != "gaussian" or arch.width != "100":
         raise ValueError("the paper's ResNets use Gaussian matrices and width 100")
-    else:
-        block = [(dim, dim, False, "")] * (arch.skip == "gaussian") + [(dim, dim, relu, "")] * 2
-        specs = [(dim, dim, False, "lowest"), *block * (depth // 2)]
-    return [weight(m, n, arch.matrix, after_relu, position, gen, device) for m, n, after_relu, position in specs]
+    block = Residual([*norm, phi, Dense(gain)] * 2, alpha, Dense() if arch.skip == "gaussian" else None)
+    return serial(Dense(), repeat(block, depth // 2), *norm)
 
 
-def _forward(arch: Architecture, x: torch.Tensor, weights: Sequence[torch.Tensor],
-             depth: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Run the networks with ``weights`` (..., m, n) on x (..., B, d); returns (recorded layer outputs, lowest
-    first; pre-activations of every nonlinearity, lowest first).
+def twin_network(net: Serial, dim: int, gen: torch.Generator, device,
+                 widths: Sequence[int] | None = None) -> ArchNetwork:
+    """One network of the description ``net`` on ``dim`` input features: its twin modules
+    (:func:`~bnsym.sim.arch.twin_module`) in float64, weights drawn from ``gen`` in order, the top-level Dense
+    layers of widths ``widths`` (default: all ``dim``), frozen (gradients flow to the activations only)."""
+    widths, device = iter(widths or [dim] * len(net)), torch.device(device)
+    modules, n_in = [], dim
+    for layer in net:
+        module, n_in = twin_module(layer, n_in, next(widths) if isinstance(layer, Dense) else n_in, 1, gen, device,
+                                   torch.float64)
+        modules.append(module.requires_grad_(False))
+    return ArchNetwork(modules)
 
-    Vanilla: ``depth`` linear layers, each followed by the norm, with phi between them (I.1).
-    ResNet: a linear layer, ``depth // 2`` identity/Gaussian skips around [norm, phi, linear] x 2, a
-    final norm; only values between skip connections are recorded (as in Fig. 3).
-    """
-    phi, matrices = parse_activation(arch.phi).torch, iter(weights)
 
-    def linear(v: torch.Tensor) -> torch.Tensor:
-        return v @ next(matrices).mT
+def _twin(arch: Architecture, depth: int, gen: torch.Generator, device, dim: int = 100,
+          alpha: float = 1.0) -> ArchNetwork:
+    """One network of ``arch``: :func:`twin_network` of :func:`description`, each Dense at its width of :func:`_widths`;
+    the lowest and highest looks-linear layers hold :func:`looks_linear`'s one-sided pairs (drawn after the layer's
+    own)."""
+    widths = _widths(arch.width, depth, dim)[1:] if arch.skip == "none" else None
+    twin = twin_network(description(arch, depth, alpha), dim, gen, device, widths)
+    if arch.matrix == "looks-linear":
+        denses = [m for m in twin.modules() if isinstance(m, DenseLayer)]
+        for module, position in ((denses[0], "lowest"), (denses[-1], "highest")):
+            m, n = module.weight.shape[-2:]
+            module.weight.data = looks_linear(m, n, position, gen, device)[None] / module.scale
+    return twin
 
-    if arch.skip == "none":
-        outputs, pres = [], []
-        for j in range(depth):
-            x = linear(x)
-            outputs.append(x)
-            if arch.norm != "none":
-                x = normalize(x, arch.norm)
-                outputs.append(x)
-            if j < depth - 1:
-                pres.append(x)
-                x = phi(x)
-                outputs.append(x)
-        return outputs, pres
-    x = linear(x)
-    outputs, pres = [x], []
-    for _ in range(depth // 2):
-        skip = x if arch.skip == "identity" else linear(x)
-        for _ in range(2):
-            pres.append(normalize(x, arch.norm))
-            x = linear(phi(pres[-1]))
-        x = skip + x
-        outputs.append(x)
-    x = normalize(x, arch.norm)
-    outputs.append(x)
+
+def _rows(layers: Sequence[object], d: int, gen: torch.Generator, device) -> Layer:
+    """The twin of the description ``layers`` at width d (one network, :func:`twin_network`) as a map of rows (n, d)."""
+    twin = twin_network(serial(*layers), d, gen, device)
+    return lambda v: twin(v[None])[0]
+
+
+def _stacked(networks: Sequence[ArchNetwork]) -> ArchNetwork:
+    """The twins of one description side by side as one twin of len(networks) networks (parameters concatenated
+    along the networks' axis)."""
+    first = networks[0]
+    for name, parameter in first.named_parameters():
+        parameter.data = torch.cat([twin.get_parameter(name).data for twin in networks])
+    return first
+
+
+def _forward(network: ArchNetwork, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Run the twin on x (M, B, d); returns (every top-level layer's output, lowest first; the input of every
+    activation, lowest first: a vanilla network's [Dense, norm, phi] outputs and pre-activations, a ResNet's values
+    between skip connections (as in Fig. 3) and its branches' normalised pre-activations)."""
+    pres: list[torch.Tensor] = []
+    hooks = [module.register_forward_pre_hook(lambda _, args: pres.append(args[0]))
+             for module in network.modules() if isinstance(module, ActivationLayer)]
+    try:
+        outputs = network.layer_outputs(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
     return outputs, pres
 
 
@@ -291,18 +334,17 @@ def _simulate_batch(arch: Architecture, n_points: int, seeds: Sequence[int], dep
                     device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GSC_D curves (lowest recorded layer first), St. Dev. and Sign Div. curves (S, ...) of one network per seed.
 
-    Each seed's generator draws its dataset, then its weights; the networks then run side by side, as one
-    batch of weights (S, m, n) on inputs (S, n_points, d), with one backward pass of the summed errors.
+    Each seed's generator draws its dataset, then its network (:func:`_twin`); the networks then run side by side,
+    as one twin of S networks on inputs (S, n_points, d), with one backward pass of the summed errors.
     """
-    inputs, labels, weights = [], [], []
+    inputs, labels, networks = [], [], []
     for seed in seeds:
         gen = generator(seed, device)
         x, y = gaussian_noise(n_points, gen, device)
         inputs.append(x)
         labels.append(y)
-        weights.append(_draw_weights(arch, depth, gen, device))
-    outputs, pres = _forward(arch, torch.stack(inputs).requires_grad_(True), [torch.stack(w) for w in zip(*weights)],
-                             depth)
+        networks.append(_twin(arch, depth, gen, device))
+    outputs, pres = _forward(_stacked(networks), torch.stack(inputs).requires_grad_(True))
     curves = dataset_gsc(outputs, (outputs[-1] * torch.stack(labels)).sum(-1))
     return (curves, np.stack([preactivation_std(pre.detach()) for pre in pres], -1),
             np.stack([sign_diversity(pre.detach()) for pre in pres], -1))
@@ -370,25 +412,26 @@ def unit_sphere(n: int, d: int, gen: torch.Generator, device) -> torch.Tensor:
 
 
 def _gaussian_matrix(m: int, n: int, gen: torch.Generator, device) -> torch.Tensor:
+    """Table 3's Gaussian matrices, entries N(0, 1/n): the raw material of :func:`dynamical_weights`."""
     return torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) / math.sqrt(n)
 
 
 def tanh_residual(beta: float, d: int, gen: torch.Generator, device) -> Layer:
-    """rho(v) = W_2 tanh(beta LO(W_1 v)): an SSD residual (Gaussian last layer) whose undiluted rate grows with beta."""
-    w1, w2 = _gaussian_matrix(d, d, gen, device), _gaussian_matrix(d, d, gen, device)
-    return lambda v: torch.tanh(beta * normalize(v @ w1.T, "lolayer")) @ w2.T
+    """rho(v) = W_2 tanh(beta LO(W_1 v)): an SSD residual (Gaussian last layer) whose undiluted rate grows with beta;
+    the twin of [Dense, LayerNorm(centre=False, affine=(beta, 0)), tanh, Dense]."""
+    return _rows([Dense(), LayerNorm(centre=False, affine=(beta, 0.0)), Activation("tanh"), Dense()], d, gen, device)
 
 
 def relu_residual(d: int, gen: torch.Generator, device) -> Layer:
-    """rho(v) = V relu(W v), Gaussian V, W: positively homogeneous, hence SSD (E.7)."""
-    w, v_ = _gaussian_matrix(d, d, gen, device), _gaussian_matrix(d, d, gen, device)
-    return lambda v: torch.relu(v @ w.T) @ v_.T
+    """rho(v) = V relu(W v), Gaussian V, W: positively homogeneous, hence SSD (E.7); the twin of
+    [Dense, relu, Dense]."""
+    return _rows([Dense(), Activation("relu"), Dense()], d, gen, device)
 
 
 def layer_tanh_residual(d: int, gen: torch.Generator, device) -> Layer:
-    """rho(v) = V tanh(LN(v)): starts with a normalisation layer, so it discards ||v|| and is not SSD."""
-    v_ = _gaussian_matrix(d, d, gen, device)
-    return lambda v: torch.tanh(normalize(v, "layer")) @ v_.T
+    """rho(v) = V tanh(LN(v)): starts with a normalisation layer, so it discards ||v|| and is not SSD; the twin of
+    [LayerNorm, tanh, Dense]."""
+    return _rows([LayerNorm(), Activation("tanh"), Dense()], d, gen, device)
 
 
 def scaled(layer: Layer, alpha: float) -> Layer:
@@ -434,10 +477,10 @@ def normalised_unit_gsc(phi: str, norm: str, width: int, n_points: int, seed: in
     gen = generator(seed, device)
     f = parse_activation(phi).torch
     x = f(normalize(torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64), "batch"))
-    w = _gaussian_matrix(width, width, gen, device)
+    unit = twin_network(serial(Dense(), *_NORM_LAYERS[norm], Activation(phi)), width, gen, device)
     y = torch.randn(n_points, width, generator=gen, device=device, dtype=torch.float64)
-    values = network_gsc([lambda v: v @ w.T, lambda v: normalize(v, norm), f], x, y)
-    return float(values[3] / values[1])
+    values = network_gsc([lambda v, layer=layer: layer(v[None])[0] for layer in unit.layers], x, y)
+    return float(values[-1] / values[1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -525,9 +568,9 @@ def residual_order_terms(g: torch.Tensor, initial: Sequence[torch.Tensor],
 
 def scaled_orthogonal(n_networks: int, d: int, norms: Sequence[float], gen: torch.Generator,
                       device) -> list[torch.Tensor]:
-    """Haar orthogonal (n_networks, d, d) matrices times norms[n]: operator norm exactly norms[n] each."""
-    return list(haar_orthogonal(d, gen, device, batch=(len(norms), n_networks))
-                * torch.as_tensor(norms, dtype=torch.float64, device=device)[:, None, None, None])
+    """Haar orthogonal (n_networks, d, d) matrices times norms[n]: operator norm exactly norms[n] each; the weights
+    of the twin's Dense(norms[n]^2, init="orthogonal")."""
+    return [dense_weight(d, d, gen, device, float(norm)**2, "orthogonal", n_networks) for norm in norms]
 
 
 # --------------------------------------------------------------------------------------------
@@ -590,9 +633,8 @@ def vanilla_layers(phi: str, norm: str, weights: Sequence[torch.Tensor]) -> list
 
 
 def gaussian_weights(widths: Sequence[int], sigma_w: float, gen: torch.Generator, device) -> list[torch.Tensor]:
-    """W_j ~ N(0, sigma_w^2 / n_in) of shape (widths[j+1], widths[j])."""
-    return [torch.randn(m, n, generator=gen, device=device, dtype=torch.float64) * (sigma_w / math.sqrt(n))
-            for n, m in zip(widths, widths[1:])]
+    """W_j ~ N(0, sigma_w^2 / n_in) of shape (widths[j+1], widths[j]): the twin's Dense(sigma_w^2) weights."""
+    return [dense_weight(m, n, gen, device, sigma_w**2) for n, m in zip(widths, widths[1:])]
 
 
 def rescaled_tanh_mlp(weights: Sequence[torch.Tensor], x: torch.Tensor, big_r: float) -> list[torch.Tensor]:
@@ -668,32 +710,14 @@ def resnet_profile(phi: str, norm: str, n_blocks: int, n_points: int, seed: int,
     configure_torch()
     device = device or default_device()
     gen = generator(seed, device)
-    f = parse_activation(phi).torch
-    relu = phi == "relu"
     x, y = gaussian_noise(n_points, gen, device)
-    d = x.shape[-1]
-    first = weight(d, d, "gaussian", False, "lowest", gen, device)
-    pairs = [[weight(d, d, "gaussian", relu, "", gen, device) for _ in range(2)] for _ in range(n_blocks)]
-    pres: list[torch.Tensor] = []
-
-    def residual(v: torch.Tensor, pair: list[torch.Tensor], record: bool = False) -> torch.Tensor:
-        for w in pair:
-            pre = normalize(v, norm)
-            if record:
-                pres.append(pre.detach())
-            v = f(pre) @ w.T
-        return alpha * v
-
-    h = (x @ first.T).requires_grad_(True)
-    inputs, v = [], h
-    for pair in pairs:
-        inputs.append(v)
-        v = v + residual(v, pair, record=True)
-    outputs = [h, *inputs[1:], v]
-    error = (normalize(v, norm) * y).sum(-1)
-    grads = torch.autograd.grad(error.sum(), outputs)
-    curve = gsc_from_gradients(outputs, grads, error)
-    blocks = [block_statistics(lambda t: t, lambda t, p=pair: residual(t, p), u.detach(), g)
-              for pair, u, g in zip(pairs, inputs, grads[1:])]
-    return {"gsc": curve, "sign_diversity": np.array([sign_diversity(p) for p in pres[1::2]]),
+    twin = _twin(Architecture(phi, norm, skip="identity"), 2 * n_blocks, gen, device, alpha=alpha)
+    outputs, pres = _forward(twin, x[None].requires_grad_(True))
+    body = outputs if norm == "none" else outputs[:-1]  # the first Dense and every block; then the final norm
+    error = (outputs[-1] * y).sum(-1)
+    grads = torch.autograd.grad(error.sum(), body)
+    curve = gsc_from_gradients(body, grads, error)[0]
+    blocks = [block_statistics(lambda t: t, lambda t, b=block: b.alpha * b.branch(t), u.detach(), g)
+              for block, u, g in zip(twin.layers[1:n_blocks + 1], body, grads[1:])]
+    return {"gsc": curve, "sign_diversity": np.array([sign_diversity(p[0]) for p in pres[1::2]]),
             **{key: np.array([b[key] for b in blocks]) for key in ("k", "r", "r_d")}}
