@@ -1,13 +1,15 @@
 """How far to trust bnsym.arch at a finite width: the reliability grid of chapter 15, a record measured once.
 
-Every probe of ``bnsym.reliability.PROBES`` (each layer kind twice, after a Dense) on each input Gram of
-``GRAMS``, at batch sizes 4, 16 and 128 and widths 64 to 4096 (B n^2 at most 4 x 4096^2: width 4096 at B = 4,
+Every probe of ``bnsym.reliability.PROBES`` (each layer kind twice, after a Dense) on the first two input Grams
+of ``GRAMS``, at batch sizes 4, 16 and 128 and widths 64 to 4096 (B n^2 at most 4 x 4096^2: width 4096 at B = 4,
 up to 1024 at B = 16, up to 256 at B = 128; gelu at B <= 16, its quadrature's memory), ``networks_per_width``
-twins per width (work 1e7: 610 networks at width 64 and B = 4, 4 at width 4096): one sweep cell per
-(probe, Gram, B) through ``bnsym.sweep`` (a local Dask cluster of single-threaded workers), each cached under
+twins per width (work 1e6: 61 networks at width 64 and B = 4, 4 at width 4096): one sweep cell per
+(probe, Gram, B) through ``bnsym.sweep`` (a local Dask cluster of four single-threaded workers), each cached under
 ``_build/sweeps/prediction_reliability`` so that an interrupted run resumes. The record
 (``benchmarks/records/prediction_reliability.json``) holds every cell's theory, the twin's means and standard errors
-per width, and the sweep's wall-clock and CPU time; the chapter reads it and reruns a small slice live.
+per width, and the sweep's wall-clock and CPU time; the chapter reads it and reruns a small slice live. The sizes
+are what a 2-core machine shared with a load average of about 45 finished within the hour (a few CPU minutes);
+raise ``--set work=...`` and ``--set grams=3`` where there is more to spend.
 
     python benchmarks/prediction_reliability.py          # the record
     python benchmarks/prediction_reliability.py --smoke  # a tiny grid, cache in a temporary folder
@@ -25,8 +27,8 @@ from harness import HERE, parse, row, write
 
 from bnsym import reliability, sweep
 
-SIZES = {"default": {"batch_sizes": "4,16,128", "widths": "64,128,256,1024,4096", "grams": 3, "work": 1e7,
-                     "max_square": 4 * 4096**2, "probes": 4, "workers": 2},
+SIZES = {"default": {"batch_sizes": "4,16,128", "widths": "64,128,256,1024,4096", "grams": 2, "work": 1e6,
+                     "max_square": 4 * 4096**2, "probes": 4, "workers": 4},
          "smoke": {"batch_sizes": "4", "widths": "16,32,64", "grams": 1, "work": 2e5, "max_square": 4 * 64**2,
                    "probes": 2, "workers": 1}}
 CACHE = HERE.parent / "_build" / "sweeps" / "prediction_reliability"

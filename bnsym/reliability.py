@@ -52,6 +52,10 @@ PROBES = {
 #: quadrature per pair of examples, B^2 x degree^2 values (B = 128 at degree 512: 4e9 floats, beyond memory).
 MAX_BATCH = {"gelu": 16}
 QUANTITIES = ("variance", "covariance", "gradient")
+#: The smallest batch size at which a probe's gradient statistic has a finite variance, where there is one: a
+#: train-mode batch norm's Jacobian grows like 1/r, r^2 ~ chi^2_(B-1) the spread of its Gaussian input over the batch,
+#: and E[r^-4] is finite only for B - 1 > 4. Below it a mean over networks has no standard error to trust.
+GRADIENT_MIN_BATCH = {"bn (train)": 6}
 GRAMS = ("equicorrelated", "random data", "spread variances")
 VERSION = "1"
 FALSE_ALARM = 0.01  # the chance that noise alone makes some percentile of a table's row look resolved
@@ -166,11 +170,14 @@ def relative_errors(rows: Sequence[Mapping[str, Any]]) -> list[dict]:
     ``HELD`` of the scale, e.g. a normalised variance), ``error`` |mean - theory| / scale and ``se`` (the twin's and the
     theory's errors in quadrature, / scale), raw and after the fitted 1/width correction (``corrected``,
     ``corrected_se``: the intercept's SE), and the fit's ``intercept_z`` (a - theory) / SE(a). ``rows``: a config
-    merged with its ``run_cell`` result (``SweepResult.rows()``)."""
+    merged with its ``run_cell`` result (``SweepResult.rows()``). A gradient below its probe's
+    ``GRADIENT_MIN_BATCH`` is left out (no finite variance, no standard error)."""
     out = []
     for row in rows:
         widths = np.asarray(row["widths"], dtype=float)
         for name in QUANTITIES:
+            if name == "gradient" and row["batch_size"] < GRADIENT_MIN_BATCH.get(row["probe"], 0):
+                continue
             theory, scale = row["theory"][name], _scale(row, name)
             means, ses = np.asarray(row["mean"][name]), np.asarray(row["se"][name])
             held = ses.max() <= HELD * scale  # the twin holds it exactly (rounding aside): no noise, no bias to fit

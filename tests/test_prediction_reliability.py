@@ -122,3 +122,13 @@ def test_bad_configurations_are_refused_with_the_argument_named(change, names):
               "n_networks": [4, 4, 4], **change}
     with pytest.raises(ValueError, match=names):
         reliability.validate(config)
+
+
+def test_a_gradient_without_a_finite_variance_is_left_out():
+    """Train-mode batch norm at B = 4: S has no finite variance (chi^2_3 spreads), so no SE and no error row."""
+    row = _row({"variance": 1.0, "covariance": -1 / 3, "gradient": 20.0},
+               {"variance": [1.0] * 3, "covariance": [-1 / 3] * 3, "gradient": [19.0, 21.0, 20.0]},
+               {"variance": [0.0] * 3, "covariance": [0.0] * 3, "gradient": [1.0] * 3})
+    kept = {e["quantity"] for e in reliability.relative_errors([{**row, "probe": "bn (train)"}])}
+    assert kept == {"variance", "covariance"}
+    assert "gradient" in {e["quantity"] for e in reliability.relative_errors([row])}
