@@ -84,7 +84,7 @@ FLOORS = (
     ("core",),
     ("", "scale", "report", "sim", *THEORY),
     ("api",),
-    ("train",),
+    ("train", "reliability"),
     ("sweep",),
     ("cli", "generate"),
 )
