@@ -10,7 +10,7 @@ The comparison sits above both sides: the theory (:func:`bnsym.arch.signal_propa
   has no finite-width bias). The quantities (``QUANTITIES``) are the output's mean diagonal K_aa ("variance"), its
   mean off-diagonal K_ab ("covariance") and the gradient statistic S after the first Dense ("gradient"), which
   back-propagates through every layer of the probe.
-* The **relative error** of a quantity at width n is |mean - theory| / scale, its standard error SE / scale, where
+* The **relative error** of a quantity at width n is ``|mean - theory| / scale``, its standard error SE / scale, where
   scale is the theory of the quantity itself, except for the covariance, whose scale is the variance (an error in
   units of correlation: a covariance can be 0).
 * The **fitted 1/width correction**: the means over widths fitted as a + b / n by weighted least squares
@@ -167,8 +167,8 @@ def _scale(result: Mapping[str, Any], name: str) -> float:
 
 def relative_errors(rows: Sequence[Mapping[str, Any]]) -> list[dict]:
     """One dict per (row, quantity, width): ``held`` (the twin holds the quantity exactly: its SE is rounding, below
-    ``HELD`` of the scale, e.g. a normalised variance), ``error`` |mean - theory| / scale and ``se`` (the twin's and the
-    theory's errors in quadrature, / scale), raw and after the fitted 1/width correction (``corrected``,
+    ``HELD`` of the scale, e.g. a normalised variance), ``error`` ``|mean - theory| / scale`` and ``se`` (the twin's and
+    the theory's errors in quadrature, / scale), raw and after the fitted 1/width correction (``corrected``,
     ``corrected_se``: the intercept's SE), and the fit's ``intercept_z`` (a - theory) / SE(a). ``rows``: a config
     merged with its ``run_cell`` result (``SweepResult.rows()``). A gradient below its probe's
     ``GRADIENT_MIN_BATCH`` is left out (no finite variance, no standard error)."""

@@ -36,6 +36,8 @@ REMAINING = {  # (file, function): why it still draws or normalises itself
                                               "without batch norm, not a batch norm",
     ("sim/ntk.py", "empirical_ntk"): "draws the read-out vector v; the body is the twin",
     ("train/tangent.py", "train_on_batches"): "draws the read-out matrix V; the body is the twin",
+    ("sim/moments.py", "simulate_moments"): "draws the read-out vectors v of the gradient statistic; the body is the "
+                                            "twin",
     ("sim/philipp.py", "gaussian_noise"): "draws inputs, no weights",
     ("sim/philipp.py", "unit_sphere"): "draws inputs, no weights",
     ("sim/philipp.py", "_gaussian_matrix"): "Table 3's block weights (skew-symmetric, -C^T C, correlated across "

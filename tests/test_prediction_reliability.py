@@ -92,7 +92,7 @@ def test_a_deliberate_bias_shows_in_the_percentiles_and_no_bias_does_not():
 
 def test_a_quantity_the_twin_holds_exactly_is_shown_as_exact():
     """Batch norm's output has mean diagonal 1 and mean off-diagonal -1 / (B - 1) in every network."""
-    config = {"probe": "bn (train)", "gram": "random data", "batch_size": 4, "widths": [8, 16, 32],
+    config = {"probe": "bn (train)", "gram": "random data", "batch_size": 8, "widths": [8, 16, 32],
               "n_networks": [4, 4, 4], "seed": 1}
     rows = reliability.summary(reliability.relative_errors([{**config, **reliability.run_cell(config)}]))
     shown = {r["quantity"]: r for r in rows}
