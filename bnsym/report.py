@@ -336,6 +336,17 @@ def _value_and_error(x: float | Estimate, name: str) -> tuple[float, float]:
     return value, error
 
 
+#: Stored records of runs too large for a chapter's budget (``benchmarks/records/<name>.json``, each with its script).
+RECORDS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "records"
+
+
+def load_record(name: str, directory: str | os.PathLike = RECORDS_DIR) -> dict | None:
+    """The stored record ``<name>.json`` of a larger run, or None where this checkout has none (a chapter then takes
+    its verdicts from its own, smaller run, and says so)."""
+    path = Path(directory) / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def load_checks(directory: str | os.PathLike) -> list[Check]:
     """Every check recorded under ``directory`` (one ``<chapter>.jsonl`` per chapter), chapter by chapter."""
     checks = []
