@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .core.estimate import Estimate
+from .core.statistics import Verdict
 
 
 def _format(value: Any, spec: str | None) -> str:
@@ -169,7 +170,9 @@ class Erratum:
 @dataclass(frozen=True)
 class Item:
     """How a chapter reproduces a numbered item of a paper: ``status`` (one of :data:`ITEM_STATUSES`), the
-    evidence (a MyST label of the chapter) and, for ``substituted``, ``not reproducible`` or ``missing``, why."""
+    evidence (a MyST label of the chapter) and, for ``substituted``, ``not reproducible`` or ``missing``, why.
+    For an empirical claim: its ``verdict`` (one of :data:`bnsym.core.statistics.VERDICTS`), ``networks`` (the
+    independent networks per arm) and the ``resolution`` (:attr:`bnsym.core.statistics.Verdict.resolution`)."""
 
     chapter: str
     paper: str
@@ -177,6 +180,9 @@ class Item:
     status: str
     evidence: str
     why: str | None = None
+    verdict: str | None = None
+    networks: int | None = None
+    resolution: str | None = None
 
 
 class CheckLog:
@@ -274,7 +280,8 @@ class CheckLog:
                 file.write(json.dumps(asdict(record)) + "\n")
         return record
 
-    def item(self, paper: str, item: str, *, status: str, evidence: str, why: str | None = None) -> Item:
+    def item(self, paper: str, item: str, *, status: str, evidence: str, why: str | None = None,
+             verdict: Verdict | None = None, networks: int | None = None) -> Item:
         """Record how this chapter reproduces ``item`` (``"Thm 7"``, ``"Fig. 5b"``) of ``paper`` (its key in
         ``book/references.bib``); the item must be listed in ``book/registry.yml``.
 
@@ -282,6 +289,10 @@ class CheckLog:
         simulation`` (a ``log.check`` compares it with a simulation), ``substituted`` (reproduced on other data
         or a smaller model, e.g. digits for MNIST; ``why`` says what), ``not reproducible`` (``why`` says why)
         or ``missing``. ``evidence`` is the MyST label of the section, figure or equation that shows it.
+
+        An empirical claim brings its ``verdict``, computed by :func:`bnsym.core.statistics.paired_verdict` (a
+        typed string is refused), and ``networks``, the independent networks per arm (taken from the verdict; a
+        different number is refused).
         """
         for name, value in (("paper", paper), ("item", item), ("evidence", evidence)):
             if not isinstance(value, str) or not value.strip():
@@ -290,7 +301,17 @@ class CheckLog:
             raise ValueError(f"status must be one of {ITEM_STATUSES}, got {status!r}")
         if status in ("substituted", "not reproducible", "missing") and not (isinstance(why, str) and why.strip()):
             raise ValueError(f"an item that is {status!r} needs why")
-        record = Item(self.chapter, paper, item, status, evidence, why)
+        if verdict is not None and not isinstance(verdict, Verdict):
+            raise ValueError(f"verdict must be computed by paired_verdict (a Verdict), got {verdict!r}")
+        if verdict is not None:
+            if networks not in (None, verdict.networks):
+                raise ValueError(f"networks is {networks}, but the verdict was reached on {verdict.networks}")
+            networks = verdict.networks
+        if networks is not None and not (isinstance(networks, numbers.Integral) and networks >= 1):
+            raise ValueError(f"networks is the number of independent networks per arm, >= 1, got {networks!r}")
+        record = Item(self.chapter, paper, item, status, evidence, why,
+                      verdict.verdict if verdict is not None else None, None if networks is None else int(networks),
+                      verdict.resolution if verdict is not None else None)
         self.items.append(record)
         if self.items_path is not None:
             with self.items_path.open("a") as file:
@@ -313,6 +334,17 @@ def _value_and_error(x: float | Estimate, name: str) -> tuple[float, float]:
     if not np.isfinite(value):
         raise ValueError(f"the {name} of a check must be finite, got {value}")
     return value, error
+
+
+#: Stored records of runs too large for a chapter's budget (``benchmarks/records/<name>.json``, each with its script).
+RECORDS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "records"
+
+
+def load_record(name: str, directory: str | os.PathLike = RECORDS_DIR) -> dict | None:
+    """The stored record ``<name>.json`` of a larger run, or None where this checkout has none (a chapter then takes
+    its verdicts from its own, smaller run, and says so)."""
+    path = Path(directory) / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def load_checks(directory: str | os.PathLike) -> list[Check]:

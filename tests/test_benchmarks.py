@@ -36,3 +36,15 @@ def test_every_committed_result_has_a_script():
         record = json.loads(result.read_text())
         assert record["benchmark"] == result.stem and not record["config"]["smoke"]
         assert record["machine"]["device"].startswith("cuda") == (result.parent.name == "gpu"), result
+
+
+def test_every_stored_record_has_its_script_and_command():
+    """benchmarks/records/*.json (the larger runs behind the chapters' verdicts): each names the command that
+    reproduces it, a script that still exists, and is small (summaries, not weights)."""
+    records = BENCHMARKS / "records"
+    for path in records.glob("*.json"):
+        record = json.loads(path.read_text())
+        script = records / f"{path.stem}.py"
+        assert script.exists() and record["name"] == path.stem, path.name
+        assert f"benchmarks/records/{path.stem}.py" in record["command"], record["command"]
+        assert record["cost"]["worker_cpu_s"] > 0 and path.stat().st_size < 200_000, path.name

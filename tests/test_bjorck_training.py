@@ -149,3 +149,31 @@ def test_paired_difference():
 def test_bad_cells_are_refused(config, match):
     with pytest.raises(ValueError, match=match):
         cells.validate(config)
+
+
+def _row(lrs, train, test, diverged=None):
+    """A sweep row of final accuracies, (rates, seeds)."""
+    train, test = np.asarray(train, dtype=float), np.asarray(test, dtype=float)
+    return {"lrs": lrs, "train_accuracy": train.tolist(), "test_accuracy": test.tolist(),
+            "diverged": np.zeros(train.shape, bool).tolist() if diverged is None else diverged}
+
+
+def test_claims_are_signed_paired_differences_with_the_papers_effects():
+    """Every variant equal except the affine parameters' +1 point: E12's affine claim holds on 8 networks, the
+    claims with no difference are refuted where the paper's effect is excluded, and never resolved on 4."""
+    lrs, seeds = [1.0, 0.1, 0.01], 8
+    spread = np.linspace(0.80, 0.82, seeds)  # per-seed accuracy, the same seeds in every variant
+    base = _row(lrs, np.tile(spread, (3, 1)), np.tile(spread, (3, 1)))
+    rows = {name: base for name in [*cells.VARIANTS, "warm start"]}
+    rows["γ β μ σ²"] = _row(lrs, np.tile(spread, (3, 1)), np.tile(spread + 0.01, (3, 1)))
+    found = cells.claims(rows)
+    np.testing.assert_allclose(found["E12: γ, β add test accuracy"][0], 1.0, atol=1e-9)
+    assert found["E12: γ, β add test accuracy"][1] == cells.ACCURACY_EFFECT
+    assert found["E12: dropping μ lowers the maximal stable rate"][1] == pytest.approx(1.0)  # log10(0.1 / 0.01)
+    verdicts = cells.claim_verdicts(rows)
+    assert verdicts["E12: γ, β add test accuracy"].verdict == "holds"
+    assert verdicts["E12: dropping μ lowers the best test accuracy"].verdict == "does not hold"
+    few = cells.claim_verdicts({name: {**row, **{key: np.asarray(row[key])[:, :4].tolist()
+                                                 for key in ("train_accuracy", "test_accuracy", "diverged")}}
+                                for name, row in rows.items()})
+    assert {v.verdict for v in few.values() if v is not None} == {"not resolved"}

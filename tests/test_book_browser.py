@@ -185,6 +185,7 @@ def test_search_finds_a_chapter(browser, site):
 
 REGISTRY = yaml.safe_load((ROOT / "book" / "registry.yml").read_text())
 STATUSES = ("derived", "checked against simulation", "substituted", "not reproducible", "missing")
+VERDICTS = ("holds", "does not hold", "not resolved")
 
 # The rows of a generated table (by its class) as lists of cell texts (Sphinx's curly apostrophes made
 # straight again), and the links of each row.
@@ -199,7 +200,8 @@ return Array.from(table.tBodies[0].rows).map((row) => ({
 
 
 def test_status_page_counts_match_the_registry(browser, site):
-    """Every registry item is a row, in order; the counts per paper are those of the rows; evidence links resolve."""
+    """Every registry item is a row, in order; the counts per paper (statuses, verdicts) are those of the rows;
+    evidence links resolve; no item holds or fails on fewer than 8 networks per arm."""
     browser.get(site + "book/status.html")
     counts = browser.execute_script(TABLE_ROWS, "bnsym-status-counts")
     rows = browser.execute_script(TABLE_ROWS, "bnsym-status")
@@ -207,7 +209,9 @@ def test_status_page_counts_match_the_registry(browser, site):
     entries = [(paper, entry) for paper, items in REGISTRY.items() for entry in items]
     assert len(rows) == len(entries), f"{len(rows)} rows for {len(entries)} registry items"
     for row, (paper, entry) in zip(rows, entries):
-        _, item, title, status, evidence, why = row["cells"]
+        _, item, title, status, verdict, networks, evidence, why = row["cells"]
+        resolved = [v for v in ("holds", "does not hold") if verdict.startswith(v)]
+        assert not resolved or all(int(n) >= 8 for n in networks.split("; ")), (paper, item, verdict, networks)
         assert (item, title) == (entry["item"], entry["title"]), (paper, entry["item"], item)
         assert status in STATUSES
         if "missing" in entry:
@@ -221,7 +225,10 @@ def test_status_page_counts_match_the_registry(browser, site):
         shown = [rows[start + i]["cells"][3] for i in range(len(items))]
         start += len(items)
         assert int(count["cells"][1]) == len(items), paper
-        assert [int(n) for n in count["cells"][2:]] == [shown.count(s) for s in STATUSES], paper
+        assert [int(n) for n in count["cells"][2:2 + len(STATUSES)]] == [shown.count(s) for s in STATUSES], paper
+        verdicts = "; ".join(rows[start - len(items) + i]["cells"][4] for i in range(len(items)))
+        assert [int(n) for n in count["cells"][2 + len(STATUSES):]] == [
+            verdicts.count(f"{v} (") for v in VERDICTS], paper
 
 
 def test_dashboard_shows_the_calibration(browser, site):

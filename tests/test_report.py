@@ -201,3 +201,53 @@ def test_check_log_table_of_some_checks():
     assert [row["quantity"] for row in rows] == ["second"]
     assert rows[0]["z"] == pytest.approx(-2.0)
     assert len(log.table().rows) == 2
+
+
+def test_paired_verdict_three_ways_and_no_verdict_on_few_networks():
+    from bnsym.core.statistics import MIN_NETWORKS, mc_tolerance, paired_verdict
+
+    offsets = np.linspace(-1, 1, MIN_NETWORKS)  # mean 0, SE known: the verdict moves with the shift alone
+    se = offsets.std(ddof=1) / np.sqrt(MIN_NETWORKS)
+    k = mc_tolerance(MIN_NETWORKS, 3, 0.05)
+    assert paired_verdict(offsets + 1.01 * k * se, effect=10.0, n_comparisons=3).verdict == "holds"
+    refuted = paired_verdict(offsets + 0.0, effect=1.01 * k * se, n_comparisons=3)
+    assert refuted.verdict == "does not hold" and refuted.k == pytest.approx(k) and refuted.networks == MIN_NETWORKS
+    assert paired_verdict(offsets, effect=0.99 * k * se, n_comparisons=3).verdict == "not resolved"
+    assert refuted.needed_se == pytest.approx(refuted.effect / (2 * k)) and refuted.negated().verdict == "holds"
+    few = paired_verdict(offsets[:MIN_NETWORKS - 1] + 100, effect=100.0)  # any z: too few networks to say
+    assert few.verdict == "not resolved" and few.networks == MIN_NETWORKS - 1
+
+
+@pytest.mark.parametrize("differences, effect, message", [([1.0, np.nan, 2.0], 1.0, "non-finite"),
+                                                          ([[1.0, 2.0]], 1.0, "1-d"), ([1.0, 2.0], 0.0, "> 0"),
+                                                          ([1.0], 1.0, "at least 2")])
+def test_paired_verdict_rejects_bad_input(differences, effect, message):
+    from bnsym.core.statistics import paired_verdict
+
+    with pytest.raises(ValueError, match=message):
+        paired_verdict(differences, effect)
+
+
+def test_a_resolved_verdict_on_few_networks_is_refused():
+    from bnsym.core.statistics import Verdict
+
+    with pytest.raises(ValueError, match="at least 8 networks"):
+        Verdict("holds", 1.0, 0.1, 3.0, 0.5, networks=4, n_comparisons=1, false_alarm=0.05)
+
+
+def test_item_records_a_computed_verdict_and_its_networks(tmp_path):
+    from bnsym.core.statistics import paired_verdict
+    from bnsym.report import load_items
+
+    log = CheckLog("99_demo", directory=tmp_path)
+    verdict = paired_verdict(np.linspace(0.5, 1.5, 8), effect=0.6)
+    item = log.item("bjorck2018understanding", "E12", status="substituted", evidence="sec-99", why="digits",
+                    verdict=verdict)
+    assert (item.verdict, item.networks, item.resolution) == ("holds", 8, verdict.resolution)
+    assert load_items(tmp_path) == [item]
+    plain = log.item("bjorck2018understanding", "E5", status="substituted", evidence="sec-99", why="d", networks=3)
+    assert plain.verdict is None and plain.networks == 3
+    with pytest.raises(ValueError, match="computed by paired_verdict"):
+        log.item("bjorck2018understanding", "E12", status="derived", evidence="sec-99", verdict="holds")
+    with pytest.raises(ValueError, match="reached on 8"):
+        log.item("bjorck2018understanding", "E12", status="derived", evidence="sec-99", verdict=verdict, networks=16)

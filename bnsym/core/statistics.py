@@ -6,6 +6,8 @@ networks (never across layers of one network, which are correlated).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.special import ndtr
 from scipy.stats import kstwo
@@ -108,3 +110,88 @@ def ks_normal(z: np.ndarray) -> tuple[float, float]:
     ranks = np.arange(1, n + 1)
     statistic = float(max(np.max(ranks / n - cdf), np.max(cdf - (ranks - 1) / n)))
     return statistic, float(kstwo.sf(statistic, n))
+
+
+#: The three verdicts on an empirical claim: its direction resolved, the paper's effect excluded, or neither.
+VERDICTS = ("holds", "does not hold", "not resolved")
+#: Independent networks per arm below which no claim is resolved, whatever its standard error says.
+MIN_NETWORKS = 8
+#: The family-wise error of the book's verdicts on training claims: the chance that noise alone decides some
+#: verdict of a chapter's family.
+FAMILY_ERROR = 0.05
+
+
+@dataclass(frozen=True)
+class Verdict:
+    r"""A three-way verdict on a claim that two arms differ by the paper's ``effect`` (> 0, in the claim's
+    direction), from the mean ``difference`` of ``networks`` paired per-network differences and its standard error
+    ``se``; ``k`` is the family's t quantile. The claim **holds** when :math:`\bar d - k\,SE > 0`, **does not
+    hold** when :math:`\bar d + k\,SE < \text{effect}` (the paper's effect is excluded), and is **not resolved**
+    otherwise. ``needed_se`` = effect / (2k) is the SE at which the interval :math:`\bar d \pm k\,SE` can no
+    longer hold both 0 and the effect, so that every outcome resolves."""
+
+    verdict: str
+    difference: float
+    se: float
+    k: float
+    effect: float
+    networks: int
+    n_comparisons: int
+    false_alarm: float
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if self.verdict != "not resolved" and self.networks < MIN_NETWORKS:
+            raise ValueError(f"a claim is {self.verdict!r} only on at least {MIN_NETWORKS} networks per arm, "
+                             f"got {self.networks}")
+
+    @property
+    def needed_se(self) -> float:
+        """The standard error at which every outcome resolves: effect / (2k)."""
+        return self.effect / (2 * self.k)
+
+    @property
+    def resolution(self) -> str:
+        """One line: the difference with its SE and networks, the family's k, the paper's effect, the SE needed."""
+        return (f"{self.difference:+.3g} ± {self.se:.2g} (SE, {self.networks} networks per arm), k = {self.k:.2f} "
+                f"({self.n_comparisons} comparisons at {self.false_alarm:g} family-wise); paper's effect "
+                f"{self.effect:.3g}, resolved at SE ≤ {self.needed_se:.2g}")
+
+    def negated(self) -> "Verdict":
+        """The verdict on the opposite claim, "the arms differ by less than the effect": the paper's effect excluded
+        holds it, a resolved difference refutes it."""
+        swap = {"holds": "does not hold", "does not hold": "holds", "not resolved": "not resolved"}
+        return Verdict(swap[self.verdict], self.difference, self.se, self.k, self.effect, self.networks,
+                       self.n_comparisons, self.false_alarm)
+
+
+def paired_verdict(differences: np.ndarray, effect: float, n_comparisons: int = 1,
+                   false_alarm: float = FAMILY_ERROR) -> Verdict:
+    r"""The :class:`Verdict` on a claim from per-network differences :math:`d_i = a_i - b_i` of its two arms, signed
+    so that the claim predicts :math:`d > 0`, and the paper's ``effect`` (> 0, in the units of d).
+
+    Network i of both arms shares its seed (initial weights, minibatches) where the experiment allows; arms of
+    independent networks paired by index are still a valid test, only a less sharp one. :math:`\bar d / SE` is
+    Student-t with n - 1 degrees of freedom, and k (:func:`mc_tolerance`) holds the family of ``n_comparisons``
+    verdicts at ``false_alarm``. With fewer than :data:`MIN_NETWORKS` networks per arm the verdict is "not
+    resolved", whatever the numbers.
+    """
+    d = np.asarray(differences, dtype=float)
+    if d.ndim != 1 or not np.all(np.isfinite(d)):
+        raise ValueError(f"differences must be a 1-d array of finite per-network values, got shape {d.shape}"
+                         + ("" if d.ndim != 1 else " with a non-finite value (a diverged network?)"))
+    if not (np.isfinite(effect) and effect > 0):
+        raise ValueError(f"effect is the paper's effect size in the claim's direction, > 0, got {effect}")
+    mean, se = mean_and_se(d)
+    k = mc_tolerance(d.size, n_comparisons, false_alarm)
+    if d.size < MIN_NETWORKS:
+        verdict = "not resolved"
+    elif mean - k * se > 0:
+        verdict = "holds"
+    elif mean + k * se < effect:
+        verdict = "does not hold"
+    else:
+        verdict = "not resolved"
+    return Verdict(verdict, float(mean), float(se), k, float(effect), int(d.size), int(n_comparisons),
+                   float(false_alarm))

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ..core.device import configure_torch, generator
 from ..core.digits import Digits, digits
-from ..core.statistics import mean_and_se
+from ..core.statistics import FAMILY_ERROR, Verdict, mean_and_se, paired_verdict
 from ..core.validation import (
     check_choice,
     check_flag,
@@ -300,3 +300,75 @@ def loss_along_gradient(data: Digits, blocks: int, width: int, lr: dict[bool, fl
                     found[bn, step] = losses[bn * n_networks:(bn + 1) * n_networks]
         opt.apply(grads)
     return found
+
+
+# --- the claims of chapter 12c, each as per-seed paired differences with the paper's effect -------------------------
+
+#: Chapter 12c's ways of normalising: name -> the cell's settings (``DEFAULTS`` for the rest). The warm start's
+#: rate is the unnormalised network's best rate, known only after its cell: :func:`warm_start`.
+VARIANTS: dict[str, dict] = {
+    "γ β μ σ²": dict(keep=list(PARTS)), "γ μ σ²": dict(keep=["gamma", "mu", "sigma"]),
+    "β μ σ²": dict(keep=["beta", "mu", "sigma"]), "μ σ²": dict(keep=["mu", "sigma"]), "σ²": dict(keep=["sigma"]),
+    "μ": dict(keep=["mu"]), "none": dict(keep=[]), "BN on top": dict(keep=list(PARTS), top=0, head=True),
+    "alternating": dict(keep=list(PARTS), alternate=True)}
+#: The accuracy difference the paper calls a benefit (E12: the affine parameters add about 0.6 %), in points; the
+#: effect of the accuracy claims for which the paper prints no number.
+ACCURACY_EFFECT = 0.6
+
+
+def warm_start(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, dict]:
+    """The warm-start variant (App. J): the unnormalised network first trains one epoch at its own best rate."""
+    return {"warm start": dict(keep=[], warm_epochs=1, warm_lr=best_lr(rows["none"])[0])}
+
+
+def share(top: np.ndarray, plain: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """Per seed, the fraction of full BN's gain over none that BN on top recovers (NaN where there is no gain)."""
+    gain = full - plain
+    return np.where(gain > 0, (top - plain) / np.where(gain > 0, gain, 1.0), np.nan)
+
+
+def claims(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[np.ndarray, float, bool]]:
+    """Chapter 12c's claims: name -> (per-seed differences signed so that the claim predicts > 0, the paper's effect
+    in their units, whether the claim is the negation "no difference of that size"). Accuracies in points at each
+    variant's best rate, rates as log10 of the maximal stable rate (Tables 2, 3: e.g. 0.1 with mu and sigma^2,
+    0.01 with sigma^2 alone, 0.003 with mu alone, 0.01 warm or alternating, 3.0 with BN); a seed without a stable
+    rate or without a gain to share is left out."""
+    acc = {name: 100 * best_lr(row)[1] for name, row in rows.items()}
+    rate = {name: np.log10(max_stable_lr(row)) for name, row in rows.items()}
+    lr_plain = best_lr(rows["none"])[0]
+
+    def at_plain(name: str, key: str) -> np.ndarray:
+        return 100 * np.nan_to_num(_array(rows[name], key)[list(rows[name]["lrs"]).index(lr_plain)], nan=0.0)
+
+    gap = {name: at_plain(name, "train_accuracy") - at_plain(name, "test_accuracy") for name in ("γ β μ σ²", "none")}
+    full, plain, top = "γ β μ σ²", "none", "BN on top"
+    return {
+        "E12: γ, β add test accuracy": (acc[full] - acc["μ σ²"], ACCURACY_EFFECT, False),
+        "E12: dropping μ lowers the best test accuracy": (acc["μ σ²"] - acc["σ²"], ACCURACY_EFFECT, False),
+        "E12: dropping μ lowers the maximal stable rate": (rate["μ σ²"] - rate["σ²"], np.log10(0.1 / 0.01), False),
+        "E12: dropping σ² lowers the best test accuracy": (acc["μ σ²"] - acc["μ"], ACCURACY_EFFECT, False),
+        "E12: dropping σ² lowers the maximal stable rate": (rate["μ σ²"] - rate["μ"], np.log10(0.1 / 0.003), False),
+        "E5: BN on top recovers most (> 1/2) of BN's gain in test accuracy":
+            (share(acc[top], acc[plain], acc[full]) - 0.5, 2 / 3 - 1 / 2, False),
+        "E5: BN on top recovers most (> 1/2) of BN's gain in log maximal stable rate":
+            (share(rate[top], rate[plain], rate[full]) - 0.5, 2 / 3 - 1 / 2, False),
+        "E11: a warm start lifts the unnormalised maximal rate": (rate["warm start"] - rate[plain], 2.0, False),
+        "E11: ... but stays below batch norm's": (rate[full] - rate["warm start"], np.log10(3.0 / 0.01), False),
+        "E9: alternating statistics cap the rate below batch norm's":
+            (rate[full] - rate["alternating"], np.log10(3.0 / 0.01), False),
+        "E2: at the unnormalised rate, BN's train-test gap is larger": (gap[full] - gap[plain], ACCURACY_EFFECT, False),
+        "E2: at the unnormalised rate, BN is no better on test":
+            (at_plain(full, "test_accuracy") - at_plain(plain, "test_accuracy"), ACCURACY_EFFECT, True)}
+
+
+def claim_verdicts(rows: Mapping[str, Mapping[str, Any]],
+                   false_alarm: float = FAMILY_ERROR) -> dict[str, Verdict | None]:
+    """:func:`paired_verdict` of each of :func:`claims` (finite seeds only), the family held at ``false_alarm``;
+    None for a claim with fewer than 2 finite seeds (no standard error)."""
+    found = claims(rows)
+    verdicts: dict[str, Verdict | None] = {}
+    for name, (differences, effect, negated) in found.items():
+        finite = differences[np.isfinite(differences)]
+        verdict = paired_verdict(finite, effect, len(found), false_alarm) if finite.size >= 2 else None
+        verdicts[name] = verdict.negated() if negated and verdict is not None else verdict
+    return verdicts

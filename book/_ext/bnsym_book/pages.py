@@ -19,6 +19,7 @@ from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 
 from bnsym import cli
+from bnsym.core.statistics import VERDICTS
 from bnsym.report import CHECKS_DIR_ENV, ITEM_STATUSES, Check, Erratum, Item, load_checks, load_errata, load_items
 
 from . import calibration
@@ -98,7 +99,8 @@ def item_status(records: Sequence[Item]) -> str:
 
 
 def status(env: BuildEnvironment, items: list[Item], registry: dict[str, list[dict]]) -> str:
-    """The reproduction-status page: per paper the counts per status, then every item with its evidence."""
+    """The reproduction-status page: per paper the counts per status and per verdict, then every item with its
+    evidence, and for an empirical claim its verdict(s) and networks per arm."""
     docs = _chapter_docs(env, {i.chapter for i in items})
     known = {(paper, entry["item"]) for paper, entries in registry.items() for entry in entries}
     for record in items:
@@ -108,6 +110,7 @@ def status(env: BuildEnvironment, items: list[Item], registry: dict[str, list[di
     counts, rows = [], []
     for paper, entries in registry.items():
         tally = dict.fromkeys(ITEM_STATUSES, 0)
+        verdicts = dict.fromkeys(VERDICTS, 0)
         for entry in entries:
             records = [r for r in items if (r.paper, r.item) == (paper, entry["item"]) and r.chapter in docs]
             if not records and "missing" not in entry:
@@ -118,12 +121,20 @@ def status(env: BuildEnvironment, items: list[Item], registry: dict[str, list[di
             evidence = "; ".join(f"{_evidence(r.evidence)} in {{doc}}`{r.chapter} </{docs[r.chapter]}>` ({r.status})"
                                  for r in records)
             why = "; ".join(r.why for r in records if r.why) if records else entry.get("missing", "")
-            rows.append([f"{{cite:t}}`{paper}`", entry["item"], entry["title"], shown, evidence, why])
-        counts.append([f"{{cite:t}}`{paper}`", str(len(entries)), *(str(tally[s]) for s in ITEM_STATUSES)])
+            judged = [r for r in records if r.verdict is not None]
+            for r in judged:
+                verdicts[r.verdict] += 1
+            verdict = "; ".join(f"{r.verdict} ({r.resolution})" for r in judged)
+            networks = "; ".join(str(r.networks) for r in records if r.networks is not None)
+            rows.append([f"{{cite:t}}`{paper}`", entry["item"], entry["title"], shown, verdict, networks, evidence,
+                         why])
+        counts.append([f"{{cite:t}}`{paper}`", str(len(entries)), *(str(tally[s]) for s in ITEM_STATUSES),
+                       *(str(verdicts[v]) for v in VERDICTS)])
     return ("## Counts per paper\n\n"
-            + _list_table(["paper", "items", *ITEM_STATUSES], counts, "bnsym-status-counts")
+            + _list_table(["paper", "items", *ITEM_STATUSES, *(f"verdict: {v}" for v in VERDICTS)], counts,
+                          "bnsym-status-counts")
             + "\n## Every item\n\nClick a column's header to sort by it.\n\n"
-            + _list_table(["paper", "item", "title", "status", "evidence", "why"], rows,
+            + _list_table(["paper", "item", "title", "status", "verdict", "networks", "evidence", "why"], rows,
                           "bnsym-sortable bnsym-status"))
 
 
