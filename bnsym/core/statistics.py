@@ -173,8 +173,8 @@ def paired_verdict(differences: np.ndarray, effect: float, n_comparisons: int = 
 
     Network i of both arms shares its seed (initial weights, minibatches) where the experiment allows; arms of
     independent networks paired by index are still a valid test, only a less sharp one. :math:`\bar d / SE` is
-    Student-t with n - 1 degrees of freedom, and k (:func:`mc_tolerance`) holds the family of ``n_comparisons``
-    verdicts at ``false_alarm``. With fewer than :data:`MIN_NETWORKS` networks per arm the verdict is "not
+    Student-t with n - 1 degrees of freedom, and k (``mc_tolerance``) holds the family of ``n_comparisons``
+    verdicts at ``false_alarm``. With fewer than ``MIN_NETWORKS`` networks per arm the verdict is "not
     resolved", whatever the numbers.
     """
     d = np.asarray(differences, dtype=float)
