@@ -87,6 +87,14 @@ def test_formula_sympy_torch_and_numpy_forms_agree():
     assert bnsym.gradient_rate("x*sigmoid(1.702*x)", 16) != rates[0].value  # the sigmoid approximation differs
 
 
+def test_formula_with_max_and_min_runs_in_torch():
+    """The torch printer writes Python's max(0, z), which refuses a tensor: the twin must get torch.maximum."""
+    phi = parse_activation("max(x, 0) + min(x, 0.5*x) - max(x, 1, -x)")
+    x = torch.linspace(-3, 3, 61, dtype=torch.float64)
+    torch.testing.assert_close(phi.torch(x), torch.from_numpy(phi.numpy(x.numpy())), rtol=1e-15, atol=1e-15)
+    assert phi.torch(x.float()).dtype == torch.float32
+
+
 def test_numpy_callable_slope_by_complex_step_or_differences():
     analytic = parse_activation(lambda x: np.tanh(x) + 0.1 * x)
     x = np.linspace(-3, 3, 31)

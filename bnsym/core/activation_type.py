@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, reduce
 from typing import Callable
 
 import numpy as np
@@ -101,8 +101,9 @@ def lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Calla
 
     Numeric constants are evaluated first, inside products too (``sp.nfloat``; ``evalf`` leaves sqrt(2) z / 2):
     the torch printer spells sqrt(2) as torch.sqrt of a Python int, which torch rejects. A constant (the slope of
-    the identity) lambdifies to a bare number, so it is broadcast to the argument's shape and dtype. The torch
-    callable is lambdified on its first call.
+    the identity) lambdifies to a bare number, so it is broadcast to the argument's shape and dtype. ``Max`` and
+    ``Min`` become ``torch.maximum`` and ``torch.minimum`` (the torch printer writes max and min, which torch reads as
+    torch.max and torch.min: they refuse a number beside a tensor). The torch callable is lambdified on its first call.
     """
     from .symbols import z
 
@@ -112,7 +113,19 @@ def lambdified(expr: sp.Expr) -> tuple[Callable[[np.ndarray], np.ndarray], Calla
         return (lambda x: np.full(np.shape(x), constant)), (lambda x: torch.full_like(x, constant))
     f_np = sp.lambdify(z, numeric, modules=["scipy", "numpy"])
     return (lambda x: f_np(np.asarray(x, dtype=float))), _built_on_first_call(
-        lambda: sp.lambdify(z, numeric, modules="torch"))
+        lambda: sp.lambdify(z, numeric, modules=[{"max": _elementwise("maximum"), "min": _elementwise("minimum")},
+                                                 "torch"]))
+
+
+def _elementwise(name: str) -> Callable[..., torch.Tensor]:
+    """torch.maximum or torch.minimum over any number of arguments, numbers taken as tensors like the first tensor."""
+    def apply(*args):
+        like = next(a for a in args if isinstance(a, torch.Tensor))
+        tensors = [a if isinstance(a, torch.Tensor) else torch.as_tensor(a, dtype=like.dtype, device=like.device)
+                   for a in args]
+        return reduce(getattr(torch, name), tensors)
+
+    return apply
 
 
 def _built_on_first_call(build: Callable[[], Callable]) -> Callable:
