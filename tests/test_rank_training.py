@@ -115,3 +115,13 @@ def test_tolerance_is_the_pooled_student_quantile():
     from scipy import stats
 
     assert rt.tolerance(4, 3) == pytest.approx(stats.t.ppf(1 - rt.FALSE_ALARM / 6, df=6), rel=1e-6)
+
+
+def test_a_diverged_network_gets_nan_alignment_and_the_others_train_on():
+    """A network whose rate blows its weights up has a non-finite last layer: its alignment (like its rank bound) is
+    NaN and its loss inf, while the network beside it in the same batch keeps finite values (the book-scale sweep of
+    chapter 11b stopped at the alignment's input check instead)."""
+    run = train_digits(3, lrs=[0.01, 1e6], epochs=1, rank_bound=rank.differentiable_rank_bound, width=16, batch=64,
+                       n_networks=1, n_samples=256, alignment=rt._alignments, bn=False)
+    assert np.isinf(run.loss[1, -1]) and np.isnan(run.alignment[1, -1]).all()
+    assert np.isfinite(run.loss[0]).all() and np.isfinite(run.alignment[0]).all()

@@ -135,7 +135,10 @@ def train_digits(depth: int, bn: bool, lrs: list[float], epochs: int, *, rank_bo
             else:
                 logits_p, (*_, h_p) = forward(params, x[:, :probe], bn, centre)
                 errors = logits_p.double().softmax(1) - torch.nn.functional.one_hot(y[:probe], 10).T.double()
-                alignments.append(alignment(h_p.double(), errors))
+                diverged = ~(h_p.isfinite().all(2).all(1) & errors.isfinite().all(2).all(1))
+                h_p, errors = (torch.where(diverged[:, None, None], 0, a) for a in (h_p.double(), errors))
+                values = alignment(h_p, errors)  # a diverged network's is NaN, like its rank bound
+                alignments.append(torch.where(diverged.view(-1, *[1] * (values.ndim - 1)), math.nan, values))
             return (logits.argmax(1) == y).float().mean(-1)
 
     accuracy = record()
