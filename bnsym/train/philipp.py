@@ -291,7 +291,7 @@ def run_cell(config: Mapping[str, Any]) -> dict:
     return result
 
 
-run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
+run_cell.version = "2"  # part of each result's cache key: bump when the results of run_cell change
 run_cell.validate = validate  # the sweep runner checks every configuration before submitting any
 
 

@@ -68,7 +68,7 @@ def _alignments(H: torch.Tensor, errors: torch.Tensor) -> torch.Tensor:
     return torch.stack([gradient_alignment(H, errors), gradient_alignment(H, errors, row=0)], -1)
 
 
-run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
+run_cell.version = "2"  # part of each result's cache key: bump when the results of run_cell change
 run_cell.validate = validate
 
 

@@ -80,7 +80,7 @@ def check_result(result: Mapping[str, Any]) -> str | None:
     return None
 
 
-run_cell.version = "1"  # part of each result's cache key: bump when the results of run_cell change
+run_cell.version = "2"  # part of each result's cache key: bump when the results of run_cell change
 run_cell.validate = validate  # the sweep runner checks every configuration before submitting any
 run_cell.check_result = check_result  # a stored result it rejects is set aside and computed again
 
