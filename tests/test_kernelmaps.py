@@ -117,3 +117,31 @@ def test_bad_input(bad, match):
         kernelmaps.hermite_moments(bad, terms=10**6 if bad == "relu" else 50)
     with pytest.raises(ValueError, match="correlation"):
         kernelmaps.hermite_moments("tanh").kappa(1.5)
+
+
+def test_isometry_gap_against_closed_forms_and_bad_grams():
+    """Identity: 0; two inputs at correlation e: -log(1 - e^2) / 2 (det of [[1, e], [e, 1]]), at any scale; an
+    equicorrelated Gram: -((n - 1) log(1 - r) + log(1 + (n - 1) r)) / n; singular: inf; indefinite or asymmetric:
+    ValueError."""
+    assert kernelmaps.isometry_gap(np.eye(4)) == pytest.approx(0.0, abs=1e-15)
+    e = np.array([0.1, 0.5, 0.9])
+    pairs = np.array([[[1.0, x], [x, 1.0]] for x in e])
+    assert np.allclose(kernelmaps.isometry_gap(7.0 * pairs), -np.log1p(-e**2) / 2, rtol=1e-12)
+    n, r = 6, 0.3
+    equal = (1 - r) * np.eye(n) + r
+    assert kernelmaps.isometry_gap(equal) == pytest.approx(-((n - 1) * np.log1p(-r) + np.log1p((n - 1) * r)) / n,
+                                                           rel=1e-12)
+    assert kernelmaps.isometry_gap(np.ones((3, 3))) == np.inf
+    for bad, message in ((np.array([[1.0, 2.0], [2.0, 1.0]]), "semi-definite"),
+                         (np.array([[1.0, 0.5], [0.0, 1.0]]), "symmetric"), (np.ones(3), "square")):
+        with pytest.raises(ValueError, match=message):
+            kernelmaps.isometry_gap(bad)
+
+
+def test_isometry_ratio_of_relu_is_the_closed_form():
+    """ReLU: c_0 = 1/sqrt(2 pi), c_1 = 1/2, q = 1/2, so alpha = c_1^2 / (q - c_0^2) = pi / (2 pi - 2), written here;
+    and alpha = 2 - beta_0."""
+    m = kernelmaps.hermite_moments("relu")
+    alpha = np.pi / (2 * np.pi - 2)
+    assert m.isometry_ratio.value == pytest.approx(alpha**2, abs=10 * m.isometry_ratio.error + 1e-13)
+    assert m.isometry_ratio.value == pytest.approx((2 - m.beta_0.value) ** 2, rel=1e-12)

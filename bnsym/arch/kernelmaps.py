@@ -92,6 +92,26 @@ def derive_kernel_map() -> Derivation:
            name="residual_slope_1")
     d.step("Joudaki, Daneshmand & Bach's constant (their $\\beta_0$; they estimate it by Monte Carlo):",
            sp.Eq(sp.Symbol("beta_0"), 2 - c[1]**2 / (q - c[0]**2)), name="beta_0")
+    j = sp.Symbol("j", integer=True, positive=True)
+    ln_series = (c[1]**2 * rho + sp.Sum(c[j + 1]**2 * rho**(j + 1), (j, 1, sp.oo))) / (q - c[0]**2)
+    d.step("LayerNorm after $\\phi$ in terms of the series (the constant term $c_0^2$ removed):",
+           sp.Eq(sp.Symbol("rho'"), ln_series))
+    termwise = sp.diff(ln_series, rho).replace(  # rho^(j+1) / rho as rho^j, so that rho = 0 zeroes each term
+        lambda e: isinstance(e, sp.Sum), lambda e: sp.Sum(sp.powsimp(sp.expand(e.function), force=True), *e.limits))
+    ln_slope_0 = termwise.subs(rho, 0).doit()
+    d.step("Its slope at 0: every term but $k = 1$ keeps a factor $\\rho$; this is $2 - \\beta_0$:",
+           sp.Eq(sp.Symbol("alpha"), ln_slope_0), name="layer_norm_slope_0")
+    e = sp.Symbol("e", real=True)
+    two = sp.Matrix([[1, e], [e, 1]])
+    gap_2 = -sp.log(two.det()) / 2
+    d.step("The isometry gap of a Gram $C$ with unit diagonal, $\\log(\\mathrm{tr}\\,C/n) - \\log\\det(C)/n$, "
+           "is $-\\log\\det(C)/n$; for two inputs at correlation $e$ it is",
+           sp.Eq(sp.Symbol("I"), gap_2), name="isometry_gap_2")
+    d.step("to leading order $\\|C - I\\|_F^2 / (2n)$ ($-\\log\\det(I + E) = -\\mathrm{tr}\\,E + "
+           "\\mathrm{tr}\\,E^2/2 + O(E^3)$, $\\mathrm{tr}\\,E = 0$):",
+           sp.Eq(sp.Symbol("I"), sp.series(gap_2, e, 0, 4).removeO()), name="isometry_gap_order_2")
+    d.step("Each off-diagonal entry shrinks by $\\alpha$ per block near 0, so the gap shrinks by $\\alpha^2$:",
+           sp.Eq(sp.Symbol("I_(l+1) / I_l"), ln_slope_0**2), name="isometry_ratio")
     d.result = kappa
     return d
 
@@ -129,7 +149,7 @@ def derive_examples() -> Derivation:
 def lambdified(name: str):
     """The numeric form of one derived map: "layer_norm" (kappa(rho), kappa(0)), "residual" (kappa(rho), rho, r),
     "residual_slope_1" (kappa'(1), r), "layer_norm_slope_1" (kappa'(1), kappa(0)), "beta_0" (c_0, c_1, q),
-    "slope_1_phi" (E[phi'^2], q)."""
+    "isometry_ratio" (c_0, c_1, q), "slope_1_phi" (E[phi'^2], q)."""
     from ..core.symbols import rho
 
     kappa_rho, kappa_0, slope_1 = sp.symbols("kappa(rho) kappa(0) kappa'(1)", real=True)
@@ -138,7 +158,7 @@ def lambdified(name: str):
     c0, c1 = sp.symbols("c_0 c_1", real=True)
     arguments = {"layer_norm": (kappa_rho, kappa_0), "residual": (kappa_rho, rho, r_skip),
                  "residual_slope_1": (slope_1, r_skip), "layer_norm_slope_1": (slope_1, kappa_0),
-                 "beta_0": (c0, c1, q), "slope_1_phi": (q_slope, q)}[name]
+                 "beta_0": (c0, c1, q), "isometry_ratio": (c0, c1, q), "slope_1_phi": (q_slope, q)}[name]
     expression = derive_kernel_map()[name].subs({c[0]: c0, c[1]: c1})
     return sp.lambdify(arguments, expression, modules="numpy", cse=True)
 
@@ -231,11 +251,22 @@ class HermiteMoments:
     def beta_0(self) -> Estimate:
         """beta_0 = 2 - c_1^2 / (q - c_0^2) of Joudaki, Daneshmand & Bach (2023)."""
         c0, c1, q = self.c.value[0], self.c.value[1], self.second.value
-        value = lambdified("beta_0")(c0, c1, q)
-        spread = q - c0**2
-        error = (2 * abs(c1) * self.c.error[1] + c1**2 * (self.second.error + 2 * abs(c0) * self.c.error[0])
-                 / spread) / spread
-        return Estimate(value, error, "quadrature")
+        return Estimate(lambdified("beta_0")(c0, c1, q), self._alpha_error, "quadrature")
+
+    @property
+    def isometry_ratio(self) -> Estimate:
+        """alpha^2 = (c_1^2 / (q - c_0^2))^2 = (2 - beta_0)^2: the factor by which a LayerNorm-after-phi block shrinks
+        the isometry gap of a nearly orthogonal Gram (:func:`derive_kernel_map`, "isometry_ratio")."""
+        c0, c1, q = self.c.value[0], self.c.value[1], self.second.value
+        value = lambdified("isometry_ratio")(c0, c1, q)
+        return Estimate(value, 2 * np.sqrt(value) * self._alpha_error, "quadrature")
+
+    @property
+    def _alpha_error(self) -> float:
+        """The quadrature's bound on c_1^2 / (q - c_0^2) (and so on beta_0)."""
+        c0, c1, spread = self.c.value[0], self.c.value[1], self.second.value - self.c.value[0]**2
+        return float((2 * abs(c1) * self.c.error[1] + c1**2 * (self.second.error + 2 * abs(c0) * self.c.error[0])
+                      / spread) / spread)
 
 
 @cache
@@ -263,6 +294,25 @@ def hermite_moments(phi: object, terms: int = 200) -> HermiteMoments:
     (:class:`HermiteMoments`), by quadrature split at phi's kinks; ValueError for an activation whose second
     moments are not finite."""
     return _moments(parse_activation(phi), check_whole_number(terms, "terms", 2, MAX_TERMS))
+
+
+def isometry_gap(gram: object) -> np.ndarray:
+    """log(mean eigenvalue) - mean log(eigenvalue) of positive semi-definite Grams (..., n, n) (Joudaki, Daneshmand &
+    Bach 2023): 0 exactly for a multiple of the identity, > 0 otherwise, scale free; inf for a singular Gram.
+    ValueError for a non-symmetric, non-finite or indefinite matrix (an eigenvalue below -n eps max)."""
+    gram = np.asarray(gram, dtype=float)
+    if gram.ndim < 2 or gram.shape[-1] != gram.shape[-2] or not np.all(np.isfinite(gram)):
+        raise ValueError(f"gram must be finite square matrices (..., n, n), got shape {gram.shape}")
+    scale = np.abs(gram).max((-2, -1), keepdims=True)
+    if np.any(scale == 0) or not np.allclose(gram, np.swapaxes(gram, -1, -2), rtol=0, atol=1e-12 * scale.max()):
+        raise ValueError("gram must be symmetric and not zero")
+    eig = np.linalg.eigvalsh(gram / scale)
+    floor = gram.shape[-1] * np.finfo(float).eps
+    if np.any(eig < -floor):
+        raise ValueError(f"gram must be positive semi-definite, its smallest eigenvalue is {eig.min():.3g} (relative)")
+    with np.errstate(divide="ignore"):
+        logs = np.where(eig > floor, np.log(np.maximum(eig, floor)), -np.inf)
+    return np.log(eig.mean(-1)) - logs.mean(-1)
 
 
 @dataclass(frozen=True)
