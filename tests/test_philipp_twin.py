@@ -196,3 +196,17 @@ def test_normalised_unit_is_the_old_unit(phi, norm):
     values = network_gsc([lambda v: v @ w.T, lambda v: normalize(v, norm), f], x, y)
     assert normalised_unit_gsc(phi, norm, width, n_points, 3, device=CPU) == pytest.approx(values[3] / values[1],
                                                                                           rel=1e-12)
+
+
+def test_table1_cell_is_simulate_architecture_per_seed_and_splits_over_seeds():
+    """The sweep task of the stored Table 1 run: the same per-seed metrics as simulate_architecture, whether the seeds
+    run in one cell or two (each seed draws its own data and network)."""
+    from bnsym.sim.philipp import Architecture, simulate_architecture, table1_cell
+
+    config = {"phi": "relu", "norm": "batch", "matrix": "gaussian", "skip": "none", "width": "100", "n_points": 64}
+    whole = table1_cell({**config, "seeds": [0, 1, 2]})
+    parts = [table1_cell({**config, "seeds": seeds}) for seeds in ([0], [1, 2])]
+    direct = simulate_architecture(Architecture("relu", "batch"), 64, [0, 1, 2], device="cpu")
+    for key, values in (("gsc", direct.gsc), ("std", direct.std), ("sign_diversity", direct.sign_diversity)):
+        assert np.allclose(whole[key], values, rtol=1e-12)
+        assert np.allclose(parts[0][key] + parts[1][key], values, rtol=1e-12)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -370,6 +370,20 @@ def simulate_architecture(
     # paper order: entry 0 of a curve is the highest recorded layer; GSC_D(L, 0) is that of the lowest
     return RowResult(curves[:, 0], std_curves[:, -1], sign_curves[:, -1], curves[:, ::-1].copy(), std_curves,
                      sign_curves)
+
+
+def table1_cell(config: Mapping[str, Any]) -> dict[str, list[float]]:
+    """A sweep task: Table 1's per-seed metrics ``{"gsc", "std", "sign_diversity"}`` of the architecture
+    ``config["phi"], ["norm"], ["matrix"], ["skip"], ["width"]`` on ``config["n_points"]`` points, one network and
+    dataset per seed of ``config["seeds"]`` (:func:`simulate_architecture`, depth 50)."""
+    arch = Architecture(*(str(config[key]) for key in ("phi", "norm", "matrix", "skip", "width")))
+    torch.set_num_threads(1)  # one single-threaded task per worker process
+    result = simulate_architecture(arch, int(config["n_points"]), [int(seed) for seed in config["seeds"]],
+                                   device="cpu")
+    return {"gsc": result.gsc.tolist(), "std": result.std.tolist(), "sign_diversity": result.sign_diversity.tolist()}
+
+
+table1_cell.version = "1"  # part of each result's cache key: bump when the results change
 
 
 # --------------------------------------------------------------------------------------------
