@@ -492,3 +492,20 @@ def test_bad_theta_is_refused(data, theta, match):
         model.log_marginal_likelihood(theta)
     with pytest.raises(ValueError, match="eval_gradient needs theta"):
         model.log_marginal_likelihood(eval_gradient=True)
+
+
+def test_depth_fit_takes_the_depth_of_largest_evidence(data):
+    """depth="fit": each depth of DEPTHS gets its own fitted hyperparameters, and the model is the one of largest
+    log evidence, the same as fitting that depth alone (the recursion serves every depth)."""
+    from bnsym.nngp.estimators import DEPTHS
+    X, y = data
+    model = BatchNormNNGPRegressor(batch_size=4, depth="fit").fit(X, y)
+    assert sorted(model.depth_evidence_) == list(DEPTHS)
+    assert model.depth_evidence_[model.depth_] == max(model.depth_evidence_.values()) == model.log_marginal_likelihood()
+    other = min(model.depth_evidence_, key=model.depth_evidence_.get)
+    alone = BatchNormNNGPRegressor(batch_size=4, depth=other).fit(X, y)
+    np.testing.assert_allclose(alone.log_marginal_likelihood(), model.depth_evidence_[other], rtol=1e-9)
+    np.testing.assert_allclose(model.predict(X[:3]), BatchNormNNGPRegressor(batch_size=4, depth=model.depth_).fit(
+        X, y).predict(X[:3]), rtol=1e-9)
+    with pytest.raises(ValueError, match="depth must be a whole number"):
+        BatchNormNNGPRegressor(batch_size=4, depth="auto").fit(X, y)

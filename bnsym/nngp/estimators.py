@@ -107,7 +107,7 @@ from ..core.validation import (
     check_whole_number,
 )
 from .ntk import MAX_DEPTH, bn_ntk
-from .prior import BatchedPrior, _check_depth, _check_nodes, _homogeneous, bn_nngp_prior
+from .prior import BatchedPrior, _check_depth, _check_nodes, _homogeneous, bn_nngp_prior, bn_nngp_priors
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 ARGMAX_NODES = 64  # Gauss-Hermite nodes of the class probabilities
@@ -122,6 +122,7 @@ FIT = "fit"  # a hyperparameter given as FIT is fitted by maximising the log mar
 HYPERPARAMETERS = ("noise", "weight_var", "bias_var")  # the order of theta (their logs) in log_marginal_likelihood
 RANGE = 1e5  # each fitted variance lies within RANGE^{-1} to RANGE times its unit (fit_hyperparameters)
 STARTS = (0.1, 1.0)  # the starting points of the fit: every fitted variance at this many units (one restart)
+DEPTHS = (1, 2, 3, 4, 6, 8)  # the BN-NNGP's depths compared with depth="fit" (one recursion to the deepest)
 
 
 def check_batching(batching: object, n_batchings: object) -> tuple[str, int]:
@@ -428,11 +429,15 @@ class _BatchNormNNGP(BatchedEstimator):
 
     def _validate(self) -> Activation:
         phi = _homogeneous(self.phi, check_batch_size(self.batch_size))
-        _check_depth(self.depth)
+        self._depths()
         self._given()
         self._check_placement()
         check_flag(getattr(self, "normalise_y", False), "normalise_y")
         return phi
+
+    def _depths(self) -> list[int]:
+        """The depths to compare: ``DEPTHS`` for depth="fit", else the one depth given."""
+        return list(DEPTHS) if isinstance(self.depth, str) and self.depth == FIT else [_check_depth(self.depth)]
 
     def _given(self) -> list[float | None]:
         """The hyperparameters in the order ``HYPERPARAMETERS``: each given number, None where ``FIT``."""
@@ -444,31 +449,39 @@ class _BatchNormNNGP(BatchedEstimator):
         """The prior and posterior of (X, targets) in each batching (stratified by ``labels`` where given), with the
         hyperparameters given as ``FIT`` fitted (:func:`fit_hyperparameters`) and kept, with the given ones, as
         ``noise_``, ``weight_var_``, ``bias_var_``; the other parameters they used are kept as the fitted ``phi_``,
-        ``depth_``, ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until refit;
-        ``device`` and ``client`` say where to compute, and are read anew by each call). ``train_rows_``,
+        ``depth_`` (with depth="fit" the one of ``DEPTHS`` of largest fitted evidence, each depth's in
+        ``depth_evidence_``), ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until
+        refit; ``device`` and ``client`` say where to compute, and are read anew by each call). ``train_rows_``,
         ``kernel_`` (the prior K of the training copies at weight_var 1 without bias), ``posterior_`` and
         ``jitter_`` are each batching's (stacked over R random batchings: ``jitter_`` their largest),
         ``log_marginal_likelihood_`` the mean of their log evidences."""
         phi = self._validate()
         check_distinct(X, "the BN-NNGP")
-        self.phi_, self.depth_, self.nodes_ = self.phi, _check_depth(self.depth), self.nodes
+        self.phi_, self.nodes_, depths = self.phi, self.nodes, self._depths()
         self.batch_size_ = check_batch_size(self.batch_size)
         self.X_train_ = X
-        rows, kernels, observed = [], [], []
+        rows, kernels, observed = [], {depth: [] for depth in depths}, []
         for order in self._draw_batchings(len(X), labels):
-            prior = bn_nngp_prior(phi, X[order], self.depth_, self.batch_size_, nodes=self.nodes_,
-                                  device=self.device, client=self.client)
-            rows.append(order[prior.train_rows])
-            kernels.append(prior.train)
+            priors = bn_nngp_priors(phi, X[order], depths, self.batch_size_, nodes=self.nodes_, device=self.device,
+                                    client=self.client)
+            rows.append(order[priors[depths[0]].train_rows])
             observed.append(targets[rows[-1]])
-        variances = fit_hyperparameters(kernels, observed, self._given())
-        self.noise_, self.weight_var_, self.bias_var_ = map(float, variances)
-        posteriors = [gp_posterior(self.weight_var_ * kernel + self.bias_var_, y, self.noise_)
-                      for kernel, y in zip(kernels, observed)]
+            for depth in depths:
+                kernels[depth].append(priors[depth].train)
+        fits, posteriors = {}, {}
+        for depth in depths:
+            fits[depth] = noise, weight_var, bias_var = fit_hyperparameters(kernels[depth], observed, self._given())
+            posteriors[depth] = [gp_posterior(weight_var * kernel + bias_var, y, noise)
+                                 for kernel, y in zip(kernels[depth], observed)]
+        self.depth_evidence_ = {depth: float(np.mean([p.log_marginal_likelihood for p in posteriors[depth]]))
+                                for depth in depths}
+        self.depth_ = max(depths, key=self.depth_evidence_.get)
+        self.noise_, self.weight_var_, self.bias_var_ = map(float, fits[self.depth_])
+        kernels, posteriors = kernels[self.depth_], posteriors[self.depth_]
         self._posteriors, self._kernels, self._observed = posteriors, kernels, observed
         self._keep(train_rows=rows, kernel=kernels, posterior=posteriors)
         self.jitter_ = max(p.jitter for p in posteriors)
-        self.log_marginal_likelihood_ = float(np.mean([p.log_marginal_likelihood for p in posteriors]))
+        self.log_marginal_likelihood_ = self.depth_evidence_[self.depth_]
 
     def log_marginal_likelihood(self, theta: np.ndarray | None = None, eval_gradient: bool = False):
         """log p(y | X) (summed over output columns; the mean over the batchings) of the prior weight_var K +
@@ -534,7 +547,8 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 
     Args:
         phi: a positive-homogeneous activation (name or Activation).
-        depth: L, the number of BN-phi layers.
+        depth: L, the number of BN-phi layers; "fit": the depth of ``DEPTHS`` whose fitted log marginal likelihood
+        is largest (all from one recursion, at the cost of the deepest), kept as ``depth_``.
         batch_size: B, the batch size of the network (training and test batching as in the module docstring).
         noise: the observation noise variance added to the diagonal of the prior covariance; "fit" (default):
         fitted by maximising the log marginal likelihood (module docstring), a number: kept fixed. Fitted value:
@@ -564,7 +578,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
     Any ``client`` gives the same result bit for bit (:func:`bn_nngp_priors`).
     """
 
-    def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float | str = FIT,
+    def __init__(self, phi: str = "relu", depth: int | str = 2, batch_size: int = 32, noise: float | str = FIT,
                  normalise_y: bool = True, nodes: int | None = None, device: str | None = None,
                  client: object = None, batching: str = "ordered", n_batchings: int = N_BATCHINGS,
                  random_state: int | np.random.RandomState | None = None, weight_var: float | str = FIT,
@@ -642,7 +656,7 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     ``bias_var`` fitted by default on the sum over the one-hot columns of their log evidences (module docstring).
     """
 
-    def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float | str = FIT,
+    def __init__(self, phi: str = "relu", depth: int | str = 2, batch_size: int = 32, noise: float | str = FIT,
                  nodes: int | None = None, device: str | None = None, client: object = None,
                  batching: str = "ordered", n_batchings: int = N_BATCHINGS,
                  random_state: int | np.random.RandomState | None = None, weight_var: float | str = FIT,
