@@ -1,7 +1,8 @@
 """Full digits end to end: the BN-NNGP and BN-NTK classifiers' fit plus predict on the book's digits split.
 
-``bnsym.nngp.BatchNormNNGPClassifier`` (relu, B = 32, depth 2, noise 1e-2: the estimator's defaults, which the
-BN-NNGP chapter's digits table also uses at depth 2) conditions on all 1437 training images of the book's split
+``bnsym.nngp.BatchNormNNGPClassifier`` (relu, B = 32, depth 2, noise 1e-2, weight_var 1, bias_var 0: the
+estimator's defaults before it fitted them; the BN-NNGP chapter's digits table uses them at depth 2) conditions on
+all 1437 training images of the book's split
 (``bnsym.core.digits``: scikit-learn's digits, stratified ``train_test_split`` with test_size 0.2 and
 random_state 0, pixels standardised) and predicts the 360 test images. Fit: 45 batches, 990 cross blocks and 45
 within-batch blocks per layer; predict: 12 test batches against the 45 training batches. The target (issue 34) is
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     X_test, y_test = split.x_test.numpy()[:n_test], split.y_test.numpy()[:n_test]
     device = args.device
     estimators = {"nngp": lambda: BatchNormNNGPClassifier("relu", depth=depth, batch_size=batch, noise=1e-2,
-                                                          device=device),
+                                                          weight_var=1.0, bias_var=0.0, device=device),
                   "ntk": lambda: BatchNormNTKClassifier("relu", depth=depth, batch_size=batch, device=device),
                   "ntk, nngp rule": lambda: BatchNormNTKClassifier("relu", depth=depth, batch_size=batch,
                                                                    nodes=default_nodes(batch), device=device)}

@@ -139,8 +139,12 @@ def test_huge_targets_are_normalised_without_overflow(data):
     big_mean, big_std = model.fit(X, 1e200 * y).predict(X[:6], return_std=True)
     np.testing.assert_allclose(big_mean / 1e200, mean, rtol=1e-9)
     np.testing.assert_allclose(big_std / 1e200, std, rtol=1e-9)
-    # unnormalised, the weights alpha are linear in y and finite; log p(y) ~ -1e400 is -inf (gp_posterior's doc)
-    raw = BatchNormNNGPRegressor(batch_size=4, depth=1, normalise_y=False, random_state=0)
+    # unnormalised with fixed hyperparameters, the weights alpha are linear in y and finite; log p(y) ~ -1e400 is
+    # -inf (gp_posterior's doc); variances fitted to such targets (~1e400) are beyond float64 and refused
+    with pytest.raises(ValueError, match="beyond float64; centre and scale the targets"):
+        BatchNormNNGPRegressor(batch_size=4, depth=1, normalise_y=False).fit(X, 1e200 * y)
+    raw = BatchNormNNGPRegressor(batch_size=4, depth=1, normalise_y=False, random_state=0, noise=1e-2, weight_var=1.0,
+                                 bias_var=0.0)
     mean, std = raw.fit(X, y).predict(X[:6], return_std=True)
     big_mean, big_std = raw.fit(X, 1e200 * y).predict(X[:6], return_std=True)
     np.testing.assert_allclose(big_mean / 1e200, mean, rtol=1e-9)
@@ -343,7 +347,7 @@ def test_predict_proba_sums_to_one_and_agrees_with_predict():
     assert probabilities.shape == (20, 3) and np.allclose(probabilities.sum(1), 1.0)
     np.testing.assert_array_equal(model.classes_[probabilities.argmax(1)], model.predict(X[:20]))
     assert model.log_marginal_likelihood() == model.log_marginal_likelihood_
-    with pytest.raises(ValueError, match="theta must be None"):
+    with pytest.raises(ValueError, match="theta must hold the logs"):
         model.log_marginal_likelihood(np.zeros(2))
     assert get_tags(model).batch_order_dependent and get_tags(BatchNormNNGPRegressor()).batch_order_dependent
     assert not get_tags(BatchNormNNGPRegressor(batching="random")).batch_order_dependent
@@ -376,3 +380,132 @@ def test_random_batching_passes_the_row_order_checks():
         warnings.simplefilter("ignore", KernelConditioningWarning)
         for check in (check_methods_sample_order_invariance, check_methods_subset_invariance):
             check(type(estimator).__name__, estimator)
+
+
+@pytest.fixture(scope="module")
+def gp_data():
+    """Draws from a known BN-NNGP model: 48 inputs (B = 8, depth 1), 40 independent target columns y = sqrt(w) L z
+    + sqrt(s) e (K = L L^T the prior, z and e standard normal) at w = 1.5, s = 0.2, b = 0."""
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((48, 5))
+    prior = bn_nngp_prior("relu", X, 1, 8)
+    kernel = np.asarray(prior.train)
+    draws = np.sqrt(1.5) * np.linalg.cholesky(kernel + 1e-10 * np.eye(48)) @ rng.standard_normal((48, 40))
+    targets = np.empty_like(draws)
+    targets[prior.train_rows] = draws + np.sqrt(0.2) * rng.standard_normal(draws.shape)  # no wrap-around: m = n
+    return X, targets, kernel, prior.train_rows
+
+
+def direct_evidence(kernel: np.ndarray, targets: np.ndarray, theta: np.ndarray) -> float:
+    """log N(y; 0, A) summed over y's columns, A = w K + b 11^T + s I, (s, w, b) = exp(theta), by numpy's Cholesky."""
+    noise, weight_var, bias_var = np.exp(theta)
+    factor = np.linalg.cholesky(weight_var * kernel + bias_var + noise * np.eye(len(kernel)))
+    whitened = np.linalg.solve(factor, targets)
+    return float(-0.5 * np.sum(whitened**2) - targets.shape[1] * (np.log(np.diag(factor)).sum()
+                                                                   + 0.5 * len(kernel) * np.log(2 * np.pi)))
+
+
+def test_fitted_noise_recovers_the_noise_of_generated_data(gp_data):
+    """On draws of a known model the fitted noise variance lies within k standard errors of the true 0.2: the
+    standard error of the maximum-likelihood estimate of log s from the inverse Fisher information,
+    I_ij = c tr(A^-1 dA/dtheta_i A^-1 dA/dtheta_j) / 2 over the c = 40 independent columns (computed here from the
+    true A), k = mc_tolerance(40) (a 1e-3 false alarm; the estimate is asymptotically normal in c). The standard
+    error is 0.048 (asserted below 0.1), so a fit more than ~19% off fails (the old fixed noise 0.01 by far)."""
+    X, targets, kernel, _ = gp_data
+    model = BatchNormNNGPRegressor(depth=1, batch_size=8, normalise_y=False).fit(X, targets)
+    noise, weight_var = 0.2, 1.5
+    covariance = weight_var * kernel + noise * np.eye(len(kernel))
+    inverse = np.linalg.inv(covariance)
+    derivatives = [noise * np.eye(len(kernel)), weight_var * kernel]  # dA/dlog s, dA/dlog w (b = 0: not a free log)
+    fisher = 0.5 * targets.shape[1] * np.array([[np.trace(inverse @ a @ inverse @ b) for b in derivatives]
+                                                for a in derivatives])
+    se = np.sqrt(np.linalg.inv(fisher)[0, 0])
+    assert se < 0.1
+    assert abs(np.log(model.noise_) - np.log(noise)) < mc_tolerance(targets.shape[1]) * se, (model.noise_, se)
+    assert model.get_params()["noise"] == "fit"  # the parameter stays as given; the fitted value is noise_
+    print(f"noise_ = {model.noise_:.4f}, SE of log s = {se:.3f}, k = {mc_tolerance(targets.shape[1]):.2f}")
+
+
+def test_log_marginal_likelihood_at_theta_is_the_direct_computation(gp_data):
+    """log_marginal_likelihood(theta) against an independent numpy Cholesky of w K + b 11^T + s I (K recomputed by
+    bn_nngp_prior), its gradient against central differences of that (step 1e-4: error ~1e-8 of the values), and
+    theta = None: the fitted model's value, which is the direct one at the fitted hyperparameters, where the gradient
+    in the free logs vanishes (a maximum: within 1e-4 of the evidence's scale, L-BFGS-B's tolerance)."""
+    X, targets, kernel, rows = gp_data
+    model = BatchNormNNGPRegressor(depth=1, batch_size=8, normalise_y=False).fit(X, targets[:, :3])
+    observed = targets[rows, :3]
+    theta = np.log([0.3, 1.7, 0.2])
+    value, gradient = model.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == model.log_marginal_likelihood(theta)
+    np.testing.assert_allclose(value, direct_evidence(kernel, observed, theta), rtol=1e-10)
+    steps = 1e-4 * np.eye(3)
+    differences = [(direct_evidence(kernel, observed, theta + step) - direct_evidence(kernel, observed, theta - step))
+                   / 2e-4 for step in steps]
+    np.testing.assert_allclose(gradient, differences, rtol=1e-6, atol=1e-8 * abs(value))
+    fitted = np.log([model.noise_, model.weight_var_, model.bias_var_])
+    assert model.jitter_ == 0
+    np.testing.assert_allclose(model.log_marginal_likelihood(), direct_evidence(kernel, observed, fitted), rtol=1e-10)
+    _, slope = model.log_marginal_likelihood(fitted, eval_gradient=True)
+    inside = np.array([True, True, model.bias_var_ > 1.001e-5 * np.mean(observed**2)])  # bias_var may sit on its bound
+    assert np.all(np.abs(slope[inside]) < 1e-4 * abs(model.log_marginal_likelihood()))
+
+
+def test_a_given_hyperparameter_stays_fixed(data):
+    """A number keeps its hyperparameter fixed, the others are fitted; all three given reproduce the posterior of
+    the prior w K + b 11^T with noise s, computed directly."""
+    X, y = data
+    model = BatchNormNNGPRegressor(batch_size=4, depth=1, noise=0.05).fit(X, y)
+    assert model.noise_ == 0.05 and model.weight_var_ != 1.0
+    model.set_params(noise="fit", weight_var=2.0, bias_var=0.0).fit(X, y)
+    assert model.weight_var_ == 2.0 and model.bias_var_ == 0.0 and model.noise_ != 0.05
+    fixed = BatchNormNNGPRegressor(batch_size=4, depth=1, noise=0.1, weight_var=2.0, bias_var=0.3).fit(X, y)
+    prior = bn_nngp_prior("relu", X, 1, 4, X_test=X[:5])
+    targets = (y - y.mean()) / y.std()
+    posterior = gp_posterior(2.0 * fixed.kernel_ + 0.3, targets[fixed.train_rows_], 0.1)
+    np.testing.assert_allclose(fixed.predict(X[:5]), ((2.0 * prior.cross + 0.3) @ posterior.alpha)[:, 0] * y.std()
+                               + y.mean(), rtol=1e-10)
+    assert (fixed.noise_, fixed.weight_var_, fixed.bias_var_) == (0.1, 2.0, 0.3)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"noise": -0.1}, r"noise must be a finite number >= 0, got -0.1: the observation noise variance"),
+    ({"noise": float("nan")}, "noise must be a finite number >= 0, got nan"),
+    ({"noise": "auto"}, "noise must be a real number, got 'auto'"),
+    ({"weight_var": 0.0}, r"weight_var must be a finite number > 0, got 0.0: the variance of the readout weights"),
+    ({"bias_var": float("inf")}, "bias_var must be a finite number >= 0, got inf"),
+])
+def test_bad_hyperparameters_are_refused(data, params, match):
+    X, y = data
+    with pytest.raises(ValueError, match=match):
+        BatchNormNNGPRegressor(batch_size=4, depth=1, **params).fit(X, y)
+
+
+@pytest.mark.parametrize("theta, match", [
+    (np.zeros(2), r"theta must hold the logs of noise, weight_var, bias_var: shape \(3,\)"),
+    (np.array([0.0, np.nan, 0.0]), "theta must be finite"),
+    (np.array([0.0, 800.0, 0.0]), "exp\\(theta\\), the variances .* is not finite"),
+])
+def test_bad_theta_is_refused(data, theta, match):
+    X, y = data
+    model = BatchNormNNGPRegressor(batch_size=4, depth=1).fit(X, y)
+    with pytest.raises(ValueError, match=match):
+        model.log_marginal_likelihood(theta)
+    with pytest.raises(ValueError, match="eval_gradient needs theta"):
+        model.log_marginal_likelihood(eval_gradient=True)
+
+
+def test_depth_fit_takes_the_depth_of_largest_evidence(data):
+    """depth="fit": each depth of DEPTHS gets its own fitted hyperparameters, and the model is the one of largest
+    log evidence, the same as fitting that depth alone (the recursion serves every depth)."""
+    from bnsym.nngp.estimators import DEPTHS
+    X, y = data
+    model = BatchNormNNGPRegressor(batch_size=4, depth="fit").fit(X, y)
+    assert sorted(model.depth_evidence_) == list(DEPTHS)
+    assert model.depth_evidence_[model.depth_] == max(model.depth_evidence_.values()) == model.log_marginal_likelihood()
+    other = min(model.depth_evidence_, key=model.depth_evidence_.get)
+    alone = BatchNormNNGPRegressor(batch_size=4, depth=other).fit(X, y)
+    np.testing.assert_allclose(alone.log_marginal_likelihood(), model.depth_evidence_[other], rtol=1e-9)
+    np.testing.assert_allclose(model.predict(X[:3]), BatchNormNNGPRegressor(batch_size=4, depth=model.depth_).fit(
+        X, y).predict(X[:3]), rtol=1e-9)
+    with pytest.raises(ValueError, match="depth must be a whole number"):
+        BatchNormNNGPRegressor(batch_size=4, depth="auto").fit(X, y)

@@ -1,8 +1,22 @@
 """The estimators of the BN-NNGP and of the BN-NTK.
 
 The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (``return_std`` or ``return_cov``),
-``sample_y``, ``predict_proba`` (classifier), ``score``, ``log_marginal_likelihood()``, ``get_params``/``set_params``;
-the posterior goes through a Cholesky factor (SciPy).
+``sample_y``, ``predict_proba`` (classifier), ``score``, ``log_marginal_likelihood(theta)``,
+``get_params``/``set_params``; the posterior goes through a Cholesky factor (SciPy).
+
+**Hyperparameters of the BN-NNGP.** The network's readout f = sqrt(weight_var) v . x^L / sqrt(N) + sqrt(bias_var) b
+(v, b standard normal) gives the prior weight_var K + bias_var 11^T, K the BN-NNGP of :mod:`bnsym.nngp.prior`; the
+targets carry independent noise of variance ``noise``. Weight and bias variances of the hidden layers do not enter:
+at eps = 0 batch norm removes the scale of W^l and the (batch-constant) bias before it, so only the readout's remain,
+and there is no eps to fit. Each of ``noise``, ``weight_var``, ``bias_var`` is fitted by default (``"fit"``): the mean
+over the batchings of log p(y) is maximised by L-BFGS-B on their logs with its analytic gradient, from two starting
+points (:func:`fit_hyperparameters`), on the prior K computed once (a Cholesky factor per step; on diabetes' 352
+training copies 62 steps, 0.5 s of one core against 1.4 s for the prior); a number keeps one fixed.
+``log_marginal_likelihood(theta)`` evaluates log p(y) at theta = the logs of (noise, weight_var, bias_var)
+(``HYPERPARAMETERS``), as scikit-learn's GaussianProcessRegressor. The classifiers fit them on the same criterion
+they condition on: the sum over the centred one-hot columns of each column's log p(y), as independent GP outputs
+sharing one kernel and one noise. The BN-NTK estimators below have no noise and no likelihood, and their mean
+prediction at t = inf does not change with a scale of Theta: nothing of theirs is fitted.
 
 **Kernel-regime predictions** of an infinitely wide batch-normalised network trained by gradient flow.
 
@@ -70,6 +84,7 @@ from typing import Callable
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
+from scipy.optimize import minimize
 from scipy.special import log_ndtr
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.preprocessing import LabelEncoder
@@ -92,7 +107,7 @@ from ..core.validation import (
     check_whole_number,
 )
 from .ntk import MAX_DEPTH, bn_ntk
-from .prior import BatchedPrior, _check_depth, _check_nodes, _homogeneous, bn_nngp_prior
+from .prior import BatchedPrior, _check_depth, _check_nodes, _homogeneous, bn_nngp_prior, bn_nngp_priors
 
 MAX_JITTER = 1e-4  # relative to the mean prior variance; beyond it the kernel is reported singular
 ARGMAX_NODES = 64  # Gauss-Hermite nodes of the class probabilities
@@ -103,6 +118,11 @@ BATCHINGS = ("random", "ordered")
 N_BATCHINGS = 4  # default random batchings: wine (B = 16), one batching's accuracy spread ~0.02, the mean's half that
 MAX_BATCHINGS = 1024
 TEST_CHUNK = 256  # test points per prior call (random batching): their cross blocks (B t, m) are held at once
+FIT = "fit"  # a hyperparameter given as FIT is fitted by maximising the log marginal likelihood
+HYPERPARAMETERS = ("noise", "weight_var", "bias_var")  # the order of theta (their logs) in log_marginal_likelihood
+RANGE = 1e5  # each fitted variance lies within RANGE^{-1} to RANGE times its unit (fit_hyperparameters)
+STARTS = (0.1, 1.0)  # the starting points of the fit: every fitted variance at this many units (one restart)
+DEPTHS = (1, 2, 3, 4, 6, 8)  # the BN-NNGP's depths compared with depth="fit" (one recursion to the deepest)
 
 
 def check_batching(batching: object, n_batchings: object) -> tuple[str, int]:
@@ -207,6 +227,69 @@ def gp_posterior(kernel: np.ndarray, targets: np.ndarray, noise: float) -> Poste
         half_fit = 0.5 * float(np.sum((targets / scale) * (alpha / scale))) * scale * scale
     lml = -half_fit - targets.shape[1] * (0.5 * log_det + 0.5 * n * math.log(2 * math.pi))
     return Posterior(factor, alpha, jitter, lml)
+
+
+def check_hyperparameter(value: object, name: str, why: str, positive: bool = False) -> float | None:
+    """None where ``value`` is ``FIT`` (to be fitted), else ``value`` as a finite number >= 0 (> 0 with
+    ``positive``), which stays fixed."""
+    if isinstance(value, str) and value == FIT:
+        return None
+    return check_range(value, name, 0.0, open_low=positive,
+                       why=f"{why}, kept fixed (or {FIT!r}: fitted by maximising the log marginal likelihood)")
+
+
+def evidence(kernel: np.ndarray, targets: np.ndarray, variances: np.ndarray) -> tuple[Posterior, np.ndarray]:
+    """The posterior (:func:`gp_posterior`) of targets (m, c) under the covariance A = w K + b 11^T + s I, with
+    (s, w, b) = ``variances`` (noise, weight_var, bias_var), and the gradient of its log p(y) in their logs
+    (Rasmussen & Williams 2006, Eq. 5.9, summed over the c columns):
+
+        d log p(y) / d log v = v tr((alpha alpha^T - c A^-1) dA/dv) / 2,   dA/ds = I, dA/dw = K, dA/db = 11^T.
+    """
+    noise, weight_var, bias_var = variances
+    posterior = gp_posterior(weight_var * kernel + bias_var, targets, noise)
+    inverse = cho_solve(posterior.factor, np.eye(len(kernel)))
+    outer = posterior.alpha @ posterior.alpha.T - posterior.alpha.shape[1] * inverse
+    return posterior, 0.5 * variances * np.array([np.trace(outer), np.sum(outer * kernel), outer.sum()])
+
+
+def mean_evidence(kernels: list[np.ndarray], targets: list[np.ndarray],
+                  variances: np.ndarray) -> tuple[float, np.ndarray]:
+    """The mean over the batchings (each one's prior ``kernels`` and observed ``targets``) of :func:`evidence`'s
+    log p(y) and of its gradient."""
+    results = [evidence(kernel, observed, variances) for kernel, observed in zip(kernels, targets)]
+    return (float(np.mean([posterior.log_marginal_likelihood for posterior, _ in results])),
+            np.mean([gradient for _, gradient in results], axis=0))
+
+
+def fit_hyperparameters(kernels: list[np.ndarray], targets: list[np.ndarray],
+                        given: list[float | None]) -> np.ndarray:
+    """The variances (noise, weight_var, bias_var) that maximise :func:`mean_evidence`: the ``given`` numbers fixed,
+    the others (None) by L-BFGS-B on their logs with the analytic gradient, each within 1 / ``RANGE`` to ``RANGE``
+    times its unit, from each of ``STARTS`` units (the best end kept). The units make the fit blind to the scale of y
+    and of K: the targets' mean square q for the noise and the bias variance, q / (K's mean diagonal) for the weight
+    variance."""
+    variances = np.array([1.0 if value is None else value for value in given])
+    free = [index for index, value in enumerate(given) if value is None]
+    if not free:
+        return variances
+    with np.errstate(over="ignore", divide="ignore"):
+        square = float(np.mean(targets[0] ** 2)) or 1.0
+        units = np.array([square, square / float(np.mean(np.diag(kernels[0]))), square])[free]
+        bounds = np.log(units)[:, None] + np.log([1 / RANGE, RANGE])
+    if not np.all(np.isfinite(units * RANGE) & (units / RANGE > 0)):
+        raise ValueError(f"the targets' mean square {square:g} puts the variances to fit beyond float64; centre and "
+                         f"scale the targets (normalise_y=True) or give {', '.join(HYPERPARAMETERS)} as numbers")
+
+    def loss(logs: np.ndarray) -> tuple[float, np.ndarray]:
+        variances[free] = np.exp(logs)
+        value, gradient = mean_evidence(kernels, targets, variances)
+        return -value, -gradient[free]
+
+    with warnings.catch_warnings():  # the fitted model's posterior warns of a jitter it needs
+        warnings.simplefilter("ignore", KernelConditioningWarning)
+        ends = [minimize(loss, np.log(start * units), jac=True, method="L-BFGS-B", bounds=bounds) for start in STARTS]
+    variances[free] = np.exp(min(ends, key=lambda end: end.fun).x)
+    return variances
 
 
 def _validate_data(estimator: BaseEstimator, *arrays: object, **options: object):
@@ -346,44 +429,79 @@ class _BatchNormNNGP(BatchedEstimator):
 
     def _validate(self) -> Activation:
         phi = _homogeneous(self.phi, check_batch_size(self.batch_size))
-        _check_depth(self.depth)
-        check_range(self.noise, "noise", 0.0, why="the observation noise variance")
+        self._depths()
+        self._given()
         self._check_placement()
         check_flag(getattr(self, "normalise_y", False), "normalise_y")
         return phi
 
+    def _depths(self) -> list[int]:
+        """The depths to compare: ``DEPTHS`` for depth="fit", else the one depth given."""
+        return list(DEPTHS) if isinstance(self.depth, str) and self.depth == FIT else [_check_depth(self.depth)]
+
+    def _given(self) -> list[float | None]:
+        """The hyperparameters in the order ``HYPERPARAMETERS``: each given number, None where ``FIT``."""
+        return [check_hyperparameter(self.noise, "noise", "the observation noise variance"),
+                check_hyperparameter(self.weight_var, "weight_var", "the variance of the readout weights", True),
+                check_hyperparameter(self.bias_var, "bias_var", "the variance of the readout bias")]
+
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray, labels: np.ndarray | None = None) -> None:
-        """The prior and posterior of (X, targets) in each batching (stratified by ``labels`` where given); the
-        parameters they used are kept as the fitted ``phi_``, ``depth_``, ``batch_size_``, ``nodes_``, which
-        ``predict`` reads (set_params changes nothing until refit; ``device`` and ``client`` say where to compute,
-        and are read anew by each call). ``train_rows_``, ``posterior_`` and ``jitter_`` are each batching's (stacked
-        over R random batchings: ``jitter_`` their largest), ``log_marginal_likelihood_`` the mean of their log
-        evidences."""
+        """The prior and posterior of (X, targets) in each batching (stratified by ``labels`` where given), with the
+        hyperparameters given as ``FIT`` fitted (:func:`fit_hyperparameters`) and kept, with the given ones, as
+        ``noise_``, ``weight_var_``, ``bias_var_``; the other parameters they used are kept as the fitted ``phi_``,
+        ``depth_`` (with depth="fit" the one of ``DEPTHS`` of largest fitted evidence, each depth's in
+        ``depth_evidence_``), ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until
+        refit; ``device`` and ``client`` say where to compute, and are read anew by each call). ``train_rows_``,
+        ``kernel_`` (the prior K of the training copies at weight_var 1 without bias), ``posterior_`` and
+        ``jitter_`` are each batching's (stacked over R random batchings: ``jitter_`` their largest),
+        ``log_marginal_likelihood_`` the mean of their log evidences."""
         phi = self._validate()
         check_distinct(X, "the BN-NNGP")
-        self.phi_, self.depth_, self.nodes_ = self.phi, _check_depth(self.depth), self.nodes
+        self.phi_, self.nodes_, depths = self.phi, self.nodes, self._depths()
         self.batch_size_ = check_batch_size(self.batch_size)
         self.X_train_ = X
-        rows, posteriors = [], []
+        rows, kernels, observed = [], {depth: [] for depth in depths}, []
         for order in self._draw_batchings(len(X), labels):
-            prior = bn_nngp_prior(phi, X[order], self.depth_, self.batch_size_, nodes=self.nodes_,
-                                  device=self.device, client=self.client)
-            rows.append(order[prior.train_rows])
-            posteriors.append(gp_posterior(prior.train, targets[rows[-1]], self.noise))
-        self._posteriors = posteriors
-        self._keep(train_rows=rows, posterior=posteriors)
+            priors = bn_nngp_priors(phi, X[order], depths, self.batch_size_, nodes=self.nodes_, device=self.device,
+                                    client=self.client)
+            rows.append(order[priors[depths[0]].train_rows])
+            observed.append(targets[rows[-1]])
+            for depth in depths:
+                kernels[depth].append(priors[depth].train)
+        fits, posteriors = {}, {}
+        for depth in depths:
+            fits[depth] = noise, weight_var, bias_var = fit_hyperparameters(kernels[depth], observed, self._given())
+            posteriors[depth] = [gp_posterior(weight_var * kernel + bias_var, y, noise)
+                                 for kernel, y in zip(kernels[depth], observed)]
+        self.depth_evidence_ = {depth: float(np.mean([p.log_marginal_likelihood for p in posteriors[depth]]))
+                                for depth in depths}
+        self.depth_ = max(depths, key=self.depth_evidence_.get)
+        self.noise_, self.weight_var_, self.bias_var_ = map(float, fits[self.depth_])
+        kernels, posteriors = kernels[self.depth_], posteriors[self.depth_]
+        self._posteriors, self._kernels, self._observed = posteriors, kernels, observed
+        self._keep(train_rows=rows, kernel=kernels, posterior=posteriors)
         self.jitter_ = max(p.jitter for p in posteriors)
-        self.log_marginal_likelihood_ = float(np.mean([p.log_marginal_likelihood for p in posteriors]))
+        self.log_marginal_likelihood_ = self.depth_evidence_[self.depth_]
 
-    def log_marginal_likelihood(self, theta: None = None) -> float:
-        """log p(y | X) of the fitted prior, ``log_marginal_likelihood_`` (summed over output columns; the mean over
-        the batchings). The prior has no hyperparameter vector theta: compare the evidence of other parameters by
-        fitting them."""
-        if theta is not None:
-            raise ValueError("theta must be None: the BN-NNGP prior has no hyperparameter vector; fit an estimator "
-                             "with other parameters (depth, batch_size, noise) to compare their evidence")
+    def log_marginal_likelihood(self, theta: np.ndarray | None = None, eval_gradient: bool = False):
+        """log p(y | X) (summed over output columns; the mean over the batchings) of the prior weight_var K +
+        bias_var 11^T with noise variance ``noise``, as scikit-learn's GaussianProcessRegressor: at ``theta`` = the
+        logs of (noise, weight_var, bias_var) (``HYPERPARAMETERS``), with ``eval_gradient`` also its gradient in
+        theta (3,); ``theta`` None: the fitted model's ``log_marginal_likelihood_``. The prior K is the fitted one
+        (depth, batch size, batchings); compare the evidence of those by fitting them."""
         check_is_fitted(self, "posterior_")
-        return self.log_marginal_likelihood_
+        if theta is None:
+            if check_flag(eval_gradient, "eval_gradient"):
+                raise ValueError("eval_gradient needs theta: the gradient is taken at a given hyperparameter vector")
+            return self.log_marginal_likelihood_
+        theta = check_real_array(theta, "theta", 1, why="the logs of (noise, weight_var, bias_var)")
+        if theta.shape != (len(HYPERPARAMETERS),):
+            raise ValueError(f"theta must hold the logs of {', '.join(HYPERPARAMETERS)}: shape (3,), got shape "
+                             f"{theta.shape}")
+        with np.errstate(over="ignore"):
+            variances = check_finite_result(np.exp(theta), "exp(theta), the variances (theta above ~709)")
+        value, gradient = mean_evidence(self._kernels, self._observed, variances)
+        return (value, gradient) if check_flag(eval_gradient, "eval_gradient") else value
 
     def _kernel(self, X_train: np.ndarray, X_test: np.ndarray, covariance: bool) -> BatchedPrior:
         return bn_nngp_prior(self.phi_, X_train, self.depth_, self.batch_size_, X_test=X_test, nodes=self.nodes_,
@@ -392,11 +510,14 @@ class _BatchNormNNGP(BatchedEstimator):
     def _batchings(self, X: np.ndarray, return_std: bool = False,
                    return_cov: bool = False) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Each batching's posterior mean (t, outputs) of the latent function at X, and its standard deviation (t,)
-        or covariance (t, t) (shared by every output column: one kernel, one noise)."""
+        or covariance (t, t) (shared by every output column: one kernel, one noise), under the prior weight_var K +
+        bias_var 11^T."""
         results = []
         for order, posterior in zip(self.batch_orders_, self._posteriors):
-            cross, diagonal, test = test_kernel(self._kernel, self.X_train_[order], X, self.batch_size_,
-                                                self.batching_ == "random", return_cov)
+            blocks = test_kernel(self._kernel, self.X_train_[order], X, self.batch_size_, self.batching_ == "random",
+                                 return_cov)
+            cross, diagonal, test = (None if block is None else self.weight_var_ * block + self.bias_var_
+                                     for block in blocks)
             mean = cross @ posterior.alpha
             if not (return_std or return_cov):
                 results.append((mean, None))
@@ -426,9 +547,12 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
 
     Args:
         phi: a positive-homogeneous activation (name or Activation).
-        depth: L, the number of BN-phi layers.
+        depth: L, the number of BN-phi layers; "fit": the depth of ``DEPTHS`` whose fitted log marginal likelihood
+        is largest (all from one recursion, at the cost of the deepest), kept as ``depth_``.
         batch_size: B, the batch size of the network (training and test batching as in the module docstring).
-        noise: the observation noise variance added to the diagonal of the prior covariance.
+        noise: the observation noise variance added to the diagonal of the prior covariance; "fit" (default):
+        fitted by maximising the log marginal likelihood (module docstring), a number: kept fixed. Fitted value:
+        ``noise_``.
         normalise_y: centre and scale the targets (the prior's variance is O(1)).
         nodes: Gauss-Jacobi nodes per axis of the Laplace integral, every layer (None: the default rules).
         device: the torch device of the prior's tasks (None: CUDA where there is one, else the CPU).
@@ -440,18 +564,25 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         n_batchings: R, the random batchings averaged (R priors: R times the cost); ``batching_error(X)`` gives the
         Monte Carlo standard error of the mean prediction over them.
         random_state: the seed of the random batchings (scikit-learn's convention: None, an int, a RandomState).
+        weight_var: the variance of the readout weights, which scales the prior K; "fit" or a number > 0, as
+        ``noise`` (fitted value ``weight_var_``; 1 is the prior of :mod:`bnsym.nngp.prior`).
+        bias_var: the variance of the readout bias, a constant added to the prior; "fit" or a number >= 0, as
+        ``noise`` (fitted value ``bias_var_``).
 
     The posterior mean is the mean of the batchings' posterior means, the posterior variance (``return_std``,
     ``return_cov``, ``sample_y``) the mean of their variances; ``log_marginal_likelihood_`` the mean of their log
-    evidences. With ``batching="ordered"`` the points to predict are cut into batches of ``batch_size`` in the order
-    given, so reordering them, or predicting a subset, changes the result (the tag ``batch_order_dependent`` is then
-    True). Any ``client`` gives the same result bit for bit (:func:`bn_nngp_priors`).
+    evidences, which the fitted hyperparameters maximise. The defaults were fixed noise 1e-2, weight_var 1,
+    bias_var 0 until the hyperparameters were fitted; pass those numbers for the old model. With
+    ``batching="ordered"`` the points to predict are cut into batches of ``batch_size`` in the order given, so
+    reordering them, or predicting a subset, changes the result (the tag ``batch_order_dependent`` is then True).
+    Any ``client`` gives the same result bit for bit (:func:`bn_nngp_priors`).
     """
 
-    def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
+    def __init__(self, phi: str = "relu", depth: int | str = 2, batch_size: int = 32, noise: float | str = FIT,
                  normalise_y: bool = True, nodes: int | None = None, device: str | None = None,
                  client: object = None, batching: str = "ordered", n_batchings: int = N_BATCHINGS,
-                 random_state: int | np.random.RandomState | None = None) -> None:
+                 random_state: int | np.random.RandomState | None = None, weight_var: float | str = FIT,
+                 bias_var: float | str = FIT) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
@@ -463,6 +594,8 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         self.batching = batching
         self.n_batchings = n_batchings
         self.random_state = random_state
+        self.weight_var = weight_var
+        self.bias_var = bias_var
 
     def __sklearn_tags__(self) -> BatchOrderTags:
         tags = super().__sklearn_tags__()
@@ -519,13 +652,15 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
     """Classification by BN-NNGP regression on centred one-hot targets; ``predict`` returns the argmax label.
 
     Args as :class:`BatchNormNNGPRegressor` (without ``normalise_y``), batchings as there, the random ones
-    stratified by class (each batch holds each class in about its proportion).
+    stratified by class (each batch holds each class in about its proportion); ``noise``, ``weight_var``,
+    ``bias_var`` fitted by default on the sum over the one-hot columns of their log evidences (module docstring).
     """
 
-    def __init__(self, phi: str = "relu", depth: int = 2, batch_size: int = 32, noise: float = 1e-2,
+    def __init__(self, phi: str = "relu", depth: int | str = 2, batch_size: int = 32, noise: float | str = FIT,
                  nodes: int | None = None, device: str | None = None, client: object = None,
                  batching: str = "ordered", n_batchings: int = N_BATCHINGS,
-                 random_state: int | np.random.RandomState | None = None) -> None:
+                 random_state: int | np.random.RandomState | None = None, weight_var: float | str = FIT,
+                 bias_var: float | str = FIT) -> None:
         self.phi = phi
         self.depth = depth
         self.batch_size = batch_size
@@ -536,6 +671,8 @@ class BatchNormNNGPClassifier(ClassifierMixin, _BatchNormNNGP):
         self.batching = batching
         self.n_batchings = n_batchings
         self.random_state = random_state
+        self.weight_var = weight_var
+        self.bias_var = bias_var
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchNormNNGPClassifier:
         """Condition the prior on one-hot codes of the labels y, centred by 1 / (number of classes)."""

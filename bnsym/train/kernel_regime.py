@@ -24,6 +24,7 @@ from .tangent import train_on_batches
 
 BOOTSTRAP = 1000  # resamples of the seeds for the slope's standard error
 SGD_RATE = 0.5  # the SGD baseline's learning rate, times 1 / lambda_max of the BN-NTK within one training batch
+NNGP_FIXED = {"noise": 1e-2, "weight_var": 1.0, "bias_var": 0.0}  # the BN-NNGP compared: the prior as derived
 
 
 def relu_mlp(depth: int) -> object:
@@ -105,7 +106,8 @@ def accuracy_rows(task: str, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y
                   depths: Sequence[int], batch_size: int, width: int, n_networks: int, steps: int,
                   device: torch.device | str = "cpu") -> list[dict]:
     """One row per depth: the test score of the BN-NTK estimator (t = infinity), the BN-NNGP posterior mean (noise
-    0.01), the NTK of the network without batch norm (kernel regression, :func:`bnsym.nngp.ntk.arccos_ntk`) and the mean
+    0.01, weight_var 1, bias_var 0, fixed: ``NNGP_FIXED``), the NTK of the network without batch norm (kernel
+    regression, :func:`bnsym.nngp.ntk.arccos_ntk`) and the mean
     over ``n_networks`` seeds of the same BN network at ``width`` trained by SGD over the fixed batches (one batch a
     step, ``steps`` steps, squared loss, learning rate ``SGD_RATE`` / lambda_max, the largest eigenvalue of the BN-NTK
     within one batch: a step on one batch is stable below 2 / lambda_max); also the score of the networks' mean
@@ -136,12 +138,13 @@ def accuracy_rows(task: str, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y
     for depth in depths:
         if classify:
             ntk = BatchNormNTKClassifier(depth=depth, batch_size=batch_size, device=device).fit(X, y)
-            nngp = BatchNormNNGPClassifier(depth=depth, batch_size=batch_size, device=device).fit(X, y)
+            nngp = BatchNormNNGPClassifier(depth=depth, batch_size=batch_size, device=device,
+                                           **NNGP_FIXED).fit(X, y)
             ntk_score, nngp_score = (float(np.mean(m.predict(X_test) == y_test)) for m in (ntk, nngp))
         else:
             ntk = BatchNormNTKRegressor(depth=depth, batch_size=batch_size, normalise_y=False, device=device).fit(X, y)
-            nngp = BatchNormNNGPRegressor(depth=depth, batch_size=batch_size, normalise_y=False,
-                                          device=device).fit(X, y)
+            nngp = BatchNormNNGPRegressor(depth=depth, batch_size=batch_size, normalise_y=False, device=device,
+                                          **NNGP_FIXED).fit(X, y)
             ntk_score, nngp_score = (float(np.mean((m.predict(X_test) - y_test) ** 2)) for m in (ntk, nngp))
         plain = arccos_ntk("relu", X_test, X, depth) @ flow_weights(arccos_ntk("relu", X, None, depth), targets, np.inf)
         within = ntk.kernel_.reshape(k, batch_size, k, batch_size)[np.arange(k), :, np.arange(k), :]
