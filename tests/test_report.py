@@ -218,8 +218,18 @@ def test_paired_verdict_three_ways_and_no_verdict_on_few_networks():
     assert few.verdict == "not resolved" and few.networks == MIN_NETWORKS - 1
 
 
+def test_a_direction_without_a_size_fails_only_where_the_opposite_is_resolved():
+    from bnsym.core.statistics import MIN_NETWORKS, mc_tolerance, paired_verdict
+
+    offsets = np.linspace(-1, 1, MIN_NETWORKS)
+    k = mc_tolerance(MIN_NETWORKS, 2, 0.05) * offsets.std(ddof=1) / np.sqrt(MIN_NETWORKS)  # k SE
+    assert [paired_verdict(offsets + shift, 0.0, 2).verdict for shift in (-1.01 * k, -0.99 * k, 0.99 * k, 1.01 * k)] \
+        == ["does not hold", "not resolved", "not resolved", "holds"]
+    assert "direction, no size" in paired_verdict(offsets, 0.0).resolution
+
+
 @pytest.mark.parametrize("differences, effect, message", [([1.0, np.nan, 2.0], 1.0, "non-finite"),
-                                                          ([[1.0, 2.0]], 1.0, "1-d"), ([1.0, 2.0], 0.0, "> 0"),
+                                                          ([[1.0, 2.0]], 1.0, "1-d"), ([1.0, 2.0], -1.0, ">= 0"),
                                                           ([1.0], 1.0, "at least 2")])
 def test_paired_verdict_rejects_bad_input(differences, effect, message):
     from bnsym.core.statistics import paired_verdict

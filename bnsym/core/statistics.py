@@ -123,12 +123,14 @@ FAMILY_ERROR = 0.05
 
 @dataclass(frozen=True)
 class Verdict:
-    r"""A three-way verdict on a claim that two arms differ by the paper's ``effect`` (> 0, in the claim's
-    direction), from the mean ``difference`` of ``networks`` paired per-network differences and its standard error
-    ``se``; ``k`` is the family's t quantile. The claim **holds** when :math:`\bar d - k\,SE > 0`, **does not
-    hold** when :math:`\bar d + k\,SE < \text{effect}` (the paper's effect is excluded), and is **not resolved**
-    otherwise. ``needed_se`` = effect / (2k) is the SE at which the interval :math:`\bar d \pm k\,SE` can no
-    longer hold both 0 and the effect, so that every outcome resolves."""
+    r"""A three-way verdict on a claim that two arms differ by the paper's ``effect`` (>= 0, in the claim's
+    direction; 0 where the paper states a direction without a size), from the mean ``difference`` of ``networks``
+    paired per-network differences and its standard error ``se``; ``k`` is the family's t quantile. The claim
+    **holds** when :math:`\bar d - k\,SE > 0`, **does not hold** when :math:`\bar d + k\,SE < \text{effect}` (the
+    paper's effect is excluded), and is **not resolved** otherwise. ``needed_se`` = effect / (2k) is the SE at which
+    the interval :math:`\bar d \pm k\,SE` can no longer hold both 0 and the effect, so that every outcome resolves.
+    With effect 0 the claim does not hold only where the opposite direction is resolved, and a difference too small
+    to resolve stays not resolved at any SE."""
 
     verdict: str
     difference: float
@@ -154,9 +156,10 @@ class Verdict:
     @property
     def resolution(self) -> str:
         """One line: the difference with its SE and networks, the family's k, the paper's effect, the SE needed."""
+        paper = (f"paper's effect {self.effect:.3g}, resolved at SE ≤ {self.needed_se:.2g}" if self.effect > 0
+                 else "the paper gives a direction, no size")
         return (f"{self.difference:+.3g} ± {self.se:.2g} (SE, {self.networks} networks per arm), k = {self.k:.2f} "
-                f"({self.n_comparisons} comparisons at {self.false_alarm:g} family-wise); paper's effect "
-                f"{self.effect:.3g}, resolved at SE ≤ {self.needed_se:.2g}")
+                f"({self.n_comparisons} comparisons at {self.false_alarm:g} family-wise); {paper}")
 
     def negated(self) -> "Verdict":
         """The verdict on the opposite claim, "the arms differ by less than the effect": the paper's effect excluded
@@ -169,7 +172,8 @@ class Verdict:
 def paired_verdict(differences: np.ndarray, effect: float, n_comparisons: int = 1,
                    false_alarm: float = FAMILY_ERROR) -> Verdict:
     r"""The :class:`Verdict` on a claim from per-network differences :math:`d_i = a_i - b_i` of its two arms, signed
-    so that the claim predicts :math:`d > 0`, and the paper's ``effect`` (> 0, in the units of d).
+    so that the claim predicts :math:`d > 0`, and the paper's ``effect`` (> 0, in the units of d; 0 where the paper
+    states a direction without a size).
 
     Network i of both arms shares its seed (initial weights, minibatches) where the experiment allows; arms of
     independent networks paired by index are still a valid test, only a less sharp one. :math:`\bar d / SE` is
@@ -181,8 +185,9 @@ def paired_verdict(differences: np.ndarray, effect: float, n_comparisons: int = 
     if d.ndim != 1 or not np.all(np.isfinite(d)):
         raise ValueError(f"differences must be a 1-d array of finite per-network values, got shape {d.shape}"
                          + ("" if d.ndim != 1 else " with a non-finite value (a diverged network?)"))
-    if not (np.isfinite(effect) and effect > 0):
-        raise ValueError(f"effect is the paper's effect size in the claim's direction, > 0, got {effect}")
+    if not (np.isfinite(effect) and effect >= 0):
+        raise ValueError(f"effect is the paper's effect size in the claim's direction, >= 0 (0: a direction without "
+                         f"a size), got {effect}")
     mean, se = mean_and_se(d)
     k = mc_tolerance(d.size, n_comparisons, false_alarm)
     if d.size < MIN_NETWORKS:
