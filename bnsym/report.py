@@ -375,17 +375,21 @@ def load_items(directory: str | os.PathLike) -> list[Item]:
 # --- A chapter's family of training claims: per-network differences -> three-way verdicts -----------------------------
 
 
-def claim_verdicts(claims: Mapping[str, tuple[np.ndarray, float]],
+def claim_verdicts(claims: Mapping[str, tuple[np.ndarray, float]], n_comparisons: int | None = None,
                    false_alarm: float = FAMILY_ERROR) -> dict[str, Verdict | None]:
     r""":func:`~bnsym.core.statistics.paired_verdict` of each claim ``name -> (differences, effect)``: the per-network
     differences :math:`d_i`, signed so that the claim predicts :math:`d > 0`, against the paper's effect (0 for a
-    direction without a size). A diverged network's NaN is dropped; the family of all ``claims`` is held at
-    ``false_alarm``. None for a claim with fewer than 2 finite networks (no standard error: not resolved)."""
+    direction without a size). A diverged network's NaN is dropped; the family (``n_comparisons`` claims, by default
+    those of ``claims``; more where a chapter's family spans several calls) is held at ``false_alarm``. None for a
+    claim with fewer than 2 finite networks (no standard error: not resolved)."""
+    family = len(claims) if n_comparisons is None else n_comparisons
+    if family < len(claims):
+        raise ValueError(f"the family of {family} comparisons cannot hold these {len(claims)} claims")
     verdicts: dict[str, Verdict | None] = {}
     for name, (differences, effect) in claims.items():
         d = np.asarray(differences, dtype=float)
         finite = d[np.isfinite(d)]
-        verdicts[name] = paired_verdict(finite, effect, len(claims), false_alarm) if finite.size >= 2 else None
+        verdicts[name] = paired_verdict(finite, effect, family, false_alarm) if finite.size >= 2 else None
     return verdicts
 
 

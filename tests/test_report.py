@@ -281,3 +281,6 @@ def test_claim_verdicts_drop_diverged_networks_and_hold_the_family():
         (MIN_NETWORKS, 2, "holds"), (MIN_NETWORKS, 2, "does not hold"), (1, 1, "not resolved")]
     assert rows[2]["mean d"] == 3.0 and rows[2]["SE"] is None and rows[2]["mean points"] == pointing(3.0)
     assert (pointing(0.1), pointing(-0.1), pointing(0.0)) == ("the claim's way", "against the claim", "neither way")
+    assert claim_verdicts(claims, n_comparisons=5)["up"].n_comparisons == 5  # a family spanning several calls
+    with pytest.raises(ValueError, match="cannot hold"):
+        claim_verdicts(claims, n_comparisons=2)
