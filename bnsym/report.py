@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .core.estimate import Estimate
-from .core.statistics import Verdict
+from .core.statistics import FAMILY_ERROR, Verdict, paired_verdict
 
 
 def _format(value: Any, spec: str | None) -> str:
@@ -370,3 +370,49 @@ def load_items(directory: str | os.PathLike) -> list[Item]:
     """Every item recorded under ``directory`` (one ``<chapter>.items.jsonl`` per chapter), chapter by chapter."""
     return [Item(**json.loads(line)) for path in sorted(Path(directory).glob(f"*{ITEMS_SUFFIX}"))
             for line in path.read_text().splitlines()]
+
+
+# --- A chapter's family of training claims: per-network differences -> three-way verdicts -----------------------------
+
+
+def claim_verdicts(claims: Mapping[str, tuple[np.ndarray, float]], n_comparisons: int | None = None,
+                   false_alarm: float = FAMILY_ERROR) -> dict[str, Verdict | None]:
+    r""":func:`~bnsym.core.statistics.paired_verdict` of each claim ``name -> (differences, effect)``: the per-network
+    differences :math:`d_i`, signed so that the claim predicts :math:`d > 0`, against the paper's effect (0 for a
+    direction without a size). A diverged network's NaN is dropped; the family (``n_comparisons`` claims, by default
+    those of ``claims``; more where a chapter's family spans several calls) is held at ``false_alarm``. None for a
+    claim with fewer than 2 finite networks (no standard error: not resolved)."""
+    family = len(claims) if n_comparisons is None else n_comparisons
+    if family < len(claims):
+        raise ValueError(f"the family of {family} comparisons cannot hold these {len(claims)} claims")
+    verdicts: dict[str, Verdict | None] = {}
+    for name, (differences, effect) in claims.items():
+        d = np.asarray(differences, dtype=float)
+        finite = d[np.isfinite(d)]
+        verdicts[name] = paired_verdict(finite, effect, family, false_alarm) if finite.size >= 2 else None
+    return verdicts
+
+
+def pointing(difference: float) -> str:
+    """Which way a mean difference, signed in a claim's direction, points: a description beside a verdict, never
+    a verdict itself."""
+    return "the claim's way" if difference > 0 else "against the claim" if difference < 0 else "neither way"
+
+
+def verdict_table(claims: Mapping[str, tuple[np.ndarray, float]], verdicts: Mapping[str, Verdict | None],
+                  caption: str | None = None) -> Table:
+    r"""One row per claim of :func:`claim_verdicts`: mean :math:`\bar d`, its SE and :math:`k\,SE`, the networks per
+    arm (finite) and those dropped (NaN: diverged), the paper's effect, which way the mean points, and the verdict
+    ("not resolved" without one)."""
+    rows = []
+    for name, (differences, effect) in claims.items():
+        d = np.asarray(differences, dtype=float)
+        finite, verdict = d[np.isfinite(d)], verdicts[name]
+        mean = float(finite.mean()) if finite.size else None
+        rows.append({"claim": name, "mean d": mean, "SE": verdict.se if verdict else None,
+                     "k SE": verdict.k * verdict.se if verdict else None, "networks": int(finite.size),
+                     "dropped (NaN)": int(d.size - finite.size), "paper's effect": effect,
+                     "mean points": pointing(mean) if mean is not None else None,
+                     "verdict": verdict.verdict if verdict else "not resolved"})
+    return table(rows, formats={"mean d": "+.3g", "SE": ".2g", "k SE": ".2g", "paper's effect": ".3g"},
+                 caption=caption)

@@ -125,3 +125,18 @@ def test_a_diverged_network_gets_nan_alignment_and_the_others_train_on():
                        n_networks=1, n_samples=256, alignment=rt._alignments, bn=False)
     assert np.isinf(run.loss[1, -1]) and np.isnan(run.alignment[1, -1]).all()
     assert np.isfinite(run.loss[0]).all() and np.isfinite(run.alignment[0]).all()
+
+
+def test_a_diverged_cell_is_a_result_with_none_not_a_failed_task():
+    """A diverged network's values are not finite; the sweep runner refuses NaN and inf (not JSON), so the book-scale
+    sweep of chapter 11b failed its cell. Now they are None, read back as NaN, and the rate counts as the worst."""
+    from bnsym.sweep.runner import execute
+
+    config = {"depth": 3, "model": "vanilla", "lr": 1e6, "width": 16, "epochs": 1, "n_seeds": 2, "n_train": 256}
+    record = execute(rt.run_cell, config)
+    assert record["error"] is None, record["error"]
+    diverged = {**config, **record["result"]}
+    assert np.isnan(rt.final(diverged, "train_loss")).all() and None in diverged["rank_bound"][0]
+    finite = {**config, "lr": 0.01, "train_loss": [[2.3, 2.0]] * 2}
+    assert rt.best_rows([diverged, finite])[3, "vanilla"] is finite  # the diverged rate loses, first or not
+    assert rt.best_rows([finite, diverged])[3, "vanilla"] is finite

@@ -261,3 +261,26 @@ def test_item_records_a_computed_verdict_and_its_networks(tmp_path):
         log.item("bjorck2018understanding", "E12", status="derived", evidence="sec-99", verdict="holds")
     with pytest.raises(ValueError, match="reached on 8"):
         log.item("bjorck2018understanding", "E12", status="derived", evidence="sec-99", verdict=verdict, networks=16)
+
+
+def test_claim_verdicts_drop_diverged_networks_and_hold_the_family():
+    from bnsym.core.statistics import MIN_NETWORKS, mc_tolerance, paired_verdict
+    from bnsym.report import claim_verdicts, pointing, verdict_table
+
+    d = np.linspace(1.0, 2.0, MIN_NETWORKS + 2)
+    d[:2] = np.nan  # two diverged networks
+    claims = {"up": (d, 0.0), "down": (-d, 0.5), "one network": (np.array([np.nan, 3.0]), 0.0)}
+    verdicts = claim_verdicts(claims)
+    finite = d[np.isfinite(d)]
+    assert verdicts["up"] == paired_verdict(finite, 0.0, n_comparisons=3)
+    assert verdicts["up"].k == pytest.approx(mc_tolerance(MIN_NETWORKS, 3, 0.05))
+    assert (verdicts["up"].verdict, verdicts["down"].verdict) == ("holds", "does not hold")
+    assert verdicts["one network"] is None  # no standard error: not resolved
+    rows = verdict_table(claims, verdicts).rows
+    assert [(r["networks"], r["dropped (NaN)"], r["verdict"]) for r in rows] == [
+        (MIN_NETWORKS, 2, "holds"), (MIN_NETWORKS, 2, "does not hold"), (1, 1, "not resolved")]
+    assert rows[2]["mean d"] == 3.0 and rows[2]["SE"] is None and rows[2]["mean points"] == pointing(3.0)
+    assert (pointing(0.1), pointing(-0.1), pointing(0.0)) == ("the claim's way", "against the claim", "neither way")
+    assert claim_verdicts(claims, n_comparisons=5)["up"].n_comparisons == 5  # a family spanning several calls
+    with pytest.raises(ValueError, match="cannot hold"):
+        claim_verdicts(claims, n_comparisons=2)

@@ -60,7 +60,13 @@ def run_cell(config: Mapping[str, Any]) -> dict:
         **MODELS[c["model"]])
     values = (run.loss, run.test_loss, run.test_accuracy, run.rank_bound, run.alignment[..., 0],
               run.alignment[..., 1])
-    return {name: np.asarray(value, dtype=float).tolist() for name, value in zip(SERIES, values)}
+    return {name: _json(np.asarray(value, dtype=float)) for name, value in zip(SERIES, values)}
+
+
+def _json(values: np.ndarray) -> list:
+    """Nested lists of floats, None where a value is not finite (a diverged network): JSON has no NaN or inf, and
+    the sweep runner refuses them (:func:`final` reads None back as NaN)."""
+    return np.where(np.isfinite(values), values, None).tolist()
 
 
 def _alignments(H: torch.Tensor, errors: torch.Tensor) -> torch.Tensor:
@@ -80,17 +86,20 @@ def grid(depths: Sequence[int], models: Sequence[str], lrs: Sequence[float], **s
 
 def best_rows(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str], Mapping[str, Any]]:
     """Per (depth, model), the row whose learning rate reaches the lowest mean final training loss (a diverged
-    seed's loss is inf, so a rate that loses any seed loses to one that loses none)."""
+    seed's loss, inf or NaN, counts as inf, so a rate that loses any seed loses to one that loses none)."""
+    def loss(row: Mapping[str, Any]) -> float:
+        return float(np.nan_to_num(final(row, "train_loss"), nan=np.inf).mean())
+
     best: dict[tuple[int, str], Mapping[str, Any]] = {}
     for row in rows:
         key = (row["depth"], row["model"])
-        if key not in best or final(row, "train_loss").mean() < final(best[key], "train_loss").mean():
+        if key not in best or loss(row) < loss(best[key]):
             best[key] = row
     return best
 
 
 def final(row: Mapping[str, Any], series: str) -> np.ndarray:
-    """The seeds' values of ``series`` after the last epoch."""
+    """The seeds' values of ``series`` after the last epoch (NaN where a seed diverged)."""
     return np.asarray(row[series], dtype=float)[:, -1]
 
 
