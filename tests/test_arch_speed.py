@@ -81,3 +81,25 @@ def test_hermite_doubling_computes_each_rule_once(monkeypatch):
     assert degrees == [64, 32, 128, 256, 512]
     fresh = kernels.gauss_hermite_kernel(phi, sigma, 512)
     assert np.array_equal(value, fresh.value) and np.array_equal(error, fresh.error.max(0))
+
+
+def test_hermite_rule_holds_a_bounded_block_of_values(monkeypatch):
+    """The tensor-product rule evaluates psi on blocks of at most HERMITE_BLOCK values (degree^2 per entry), not on
+    every entry at once (tanh at B = 128 and 512 nodes took 2.2e9 values, 17 GB, per temporary); the blocked sums
+    equal the one-block ones to rounding, here with blocks of two entries."""
+    sizes = []
+
+    def tanh(x: np.ndarray) -> np.ndarray:
+        sizes.append(x.size)
+        return np.tanh(x)
+
+    sigma = 2.0 * random_psd(16, 24, 2)[None]  # 136 entries
+    kernels.gauss_hermite_kernel(tanh, sigma, 512)  # 136 x 512^2 = 3.6e7 values of psi > 2^22
+    assert max(sizes) <= kernels.HERMITE_BLOCK < 136 * 512**2
+    whole = kernels.gauss_hermite_kernel(tanh, sigma, 64)  # 136 x 64^2 = 557,056 values: one block
+    monkeypatch.setattr(kernels, "HERMITE_BLOCK", 2 * 64**2)
+    sizes.clear()
+    blocked = kernels.gauss_hermite_kernel(tanh, sigma, 64)
+    assert max(sizes) == 2 * 64**2 and sizes.count(2 * 64**2) == 68 + 17  # 2 entries at 64 nodes, 8 at 32
+    np.testing.assert_allclose(blocked.value, whole.value, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(blocked.error, whole.error, rtol=0, atol=1e-15)
