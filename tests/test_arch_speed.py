@@ -103,3 +103,12 @@ def test_hermite_rule_holds_a_bounded_block_of_values(monkeypatch):
     assert max(sizes) == 2 * 64**2 and sizes.count(2 * 64**2) == 68 + 17  # 2 entries at 64 nodes, 8 at 32
     np.testing.assert_allclose(blocked.value, whole.value, rtol=0, atol=1e-15)
     np.testing.assert_allclose(blocked.error, whole.error, rtol=0, atol=1e-15)
+
+
+def test_the_kernel_and_slope_maps_share_one_correlation_per_layer(monkeypatch):
+    """The NTK of [Dense, relu] x 10 reads each pre-activation's correlation K_ab / sqrt(K_aa K_bb) once, for the
+    kernel map and the slope map both (each computed its own: 20)."""
+    calls, correlation = [], arch_graph.unit_correlation
+    monkeypatch.setattr(arch_graph, "unit_correlation", lambda kernel: (calls.append(1), correlation(kernel))[1])
+    arch.ntk(repeat([Dense(2.0, 0.1), Activation("relu")], 10), random_psd(8, 16, 0))
+    assert len(calls) == 10

@@ -48,7 +48,15 @@ from ..core.activations import identity
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_mu, centring
 from ..meanfield.forward import bn_kernel_spherical
-from ..meanfield.kernels import erf_kernel, gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel, is_odd
+from ..meanfield.kernels import (
+    c_alpha_of,
+    erf_kernel,
+    gauss_hermite_kernel,
+    gauss_hermite_pair,
+    is_odd,
+    phi_kernel,
+    phi_kernel_derivative,
+)
 from ..meanfield.laplace import bn_kernel_laplace
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
@@ -259,6 +267,7 @@ class Node:
     _mean: Moment | None = None
     _samples: np.ndarray | None = None
     _input: np.ndarray | None = None  # a map node's parent samples, as its segment drew them
+    _correlation: tuple[np.ndarray, np.ndarray, bool] | None = None
 
     def __hash__(self) -> int:
         return self.index
@@ -280,6 +289,13 @@ class Node:
         if self._mean is None:
             self._mean = self.graph.mean_of(self)
         return self._mean
+
+    def correlation(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """:func:`unit_correlation` of the node's kernel, kept: the kernel map and the slope map of a
+        positive-homogeneous phi (the NTK's and the gradient's) both read it."""
+        if self._correlation is None:
+            self._correlation = unit_correlation(self.kernel().value)
+        return self._correlation
 
     def samples(self) -> np.ndarray:
         """(R, P, B) samples of x, consistent with every other node of its segment."""
@@ -440,7 +456,7 @@ class Graph:
         if parent.kind == "gaussian":
             k = parent.kernel()
             if isinstance(op, Elementwise):
-                result = _activation_kernel(op.phi, k.value)
+                result = _activation_kernel(op.phi, parent)
             else:
                 result = None if op.sizes else _bn_kernel(identity(), k.value, op.eps)
             return None if result is None else Moment(result[0], result[1] + scaled_bound(k.relative, result[0]))
@@ -581,11 +597,40 @@ def hermite_kernel(function, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return estimate.value, estimate.error.max(0)
 
 
-def _activation_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """V_phi(K) per replicate: arc-cosine (positive-homogeneous) or arcsine (erf) closed form, or Gauss-Hermite (other
-    smooth phi)."""
+def unit_correlation(kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(c, s, positive) of a kernel (..., B, B): s_ab = sqrt(K_aa K_bb), c = K / s with its diagonal exactly 1 (0
+    where a variance is 0, as c is off the diagonal there; rounding below 1 would cost J_phi' about sqrt(machine
+    epsilon)), positive whether every variance is > 0."""
+    diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
+    root = np.sqrt(np.maximum(diagonal, 0.0))
+    scale = root[..., :, None] * root[..., None, :]
+    positive = bool((diagonal > 0).all())  # the usual case: no masking
+    corr = kernel / scale if positive else np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
+    np.einsum("...ii->...i", corr)[...] = 1.0 if positive else np.where(diagonal > 0, 1.0, 0.0)
+    return corr, scale, positive
+
+
+def homogeneous_map(phi: Phi, x: Node, slope: bool = False) -> np.ndarray:
+    """For positive-homogeneous phi of degree alpha and the Gaussian node x: E[phi(h) phi(h)^T] = c_alpha (K_aa
+    K_bb)^(alpha/2) J_phi(c) (``slope``: E[phi'(h) phi'(h)^T] = c_alpha (K_aa K_bb)^((alpha-1)/2) J_phi'(c), Price's
+    theorem, alpha > 1/2), from x's kept correlation; 0 where a variance is 0."""
+    corr, scale, positive = x.correlation()
+    value = phi_kernel_derivative(phi, corr) if slope else phi_kernel(phi, corr)  # a new array: scaled in place
+    value *= c_alpha_of(phi.degree)
+    power = phi.degree - 1 if slope else phi.degree
+    if power == 1:
+        value *= scale
+    elif power != 0:
+        value *= np.where(scale > 0, scale, 1.0) ** power
+    return value if positive else np.where(scale > 0, value, 0.0)
+
+
+def _activation_kernel(phi: Phi, x: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """V_phi(K) of the Gaussian node x per replicate: arc-cosine (positive-homogeneous phi) or arcsine (erf) closed
+    form, or Gauss-Hermite (other smooth phi)."""
     if phi.is_homogeneous:
-        return gaussian_kernel(phi, kernel), np.zeros(kernel.shape[1:])
+        return homogeneous_map(phi, x), np.zeros(x.kernel().value.shape[1:])
+    kernel = x.kernel().value
     closed = erf_kernel(phi, kernel)
     if closed is not None:
         return closed, np.zeros(kernel.shape[1:])

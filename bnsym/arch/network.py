@@ -246,8 +246,10 @@ def build(net: Serial, sigma0: np.ndarray, sampling: Sampling,
 def _estimate(moment: Moment, method: str) -> Estimate:
     """A per-replicate moment as an Estimate: the replicates' mean, their standard error plus the bound."""
     values = moment.value
-    spread = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else np.zeros(values.shape[1:])
-    return Estimate(values.mean(0), spread + moment.bound, method if len(values) == 1 else "qmc")
+    if len(values) == 1:
+        return Estimate(values[0].copy(), moment.bound, method)  # a copy: the caller owns it
+    spread = values.std(0, ddof=1) / np.sqrt(len(values))
+    return Estimate(values.mean(0), spread + moment.bound, "qmc")
 
 
 def kernel(net: object, Sigma0: object, with_error: bool = False, points: int = 2**12, replicates: int = 16,

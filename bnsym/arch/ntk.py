@@ -142,7 +142,7 @@ class _Forward:
             value = theta.value / (scale[:, :, None] * scale[:, None, :])
             return Moment(np.where(np.isfinite(value), value, 0.0), scaled_bound(theta.relative, value))
         if isinstance(node.op, Elementwise) and parent.kind == "gaussian":
-            slope = _slope_kernel(node.op.phi, parent.kernel().value)
+            slope = _slope_kernel(node.op.phi, parent)
             if slope is not None:
                 theta = self.theta[parent]
                 value = slope[0] * theta.value

@@ -88,6 +88,12 @@ def c_alpha(alpha: float | np.ndarray) -> np.ndarray:
     return np.exp((alpha - 1) * np.log(2.0) + gammaln(alpha + 0.5) - 0.5 * np.log(np.pi))
 
 
+@cache
+def c_alpha_of(alpha: float) -> float:
+    """:func:`c_alpha` of one degree, kept (the closed-form routes ask it once per layer)."""
+    return float(c_alpha(alpha))
+
+
 def c_alpha_symbolic(alpha: sp.Expr) -> sp.Expr:
     """SymPy form of c_alpha."""
     return 2 ** (alpha - 1) * sp.gamma(alpha + sp.Rational(1, 2)) / sp.sqrt(sp.pi)
@@ -249,11 +255,15 @@ def derive_erf_kernels() -> Derivation:
 
 @lambdified()
 def _erf_kernels():
-    """Numeric forms of :func:`derive_erf_kernels`, each of (gamma, K_aa, K_bb, K_ab), named as its results."""
+    """Numeric forms of :func:`derive_erf_kernels`, each of (gamma, K_aa, K_bb, K_ab), named as its results; the
+    product (1 + 2 gamma^2 K_aa)(1 + 2 gamma^2 K_bb) kept factored, so that on a column of K_aa and a row of K_bb
+    (:func:`erf_kernel`) its factors are vectors and it is one B x B product, not four."""
     from ..core.symbols import K_aa, K_ab, K_bb
 
     gamma = sp.Symbol("gamma", positive=True)
-    return {key: ((gamma, K_aa, K_bb, K_ab), value) for key, value in derive_erf_kernels().result.items()}
+    product = (1 + 2 * gamma**2 * K_aa) * (1 + 2 * gamma**2 * K_bb)
+    return {key: ((gamma, K_aa, K_bb, K_ab), value.subs(sp.expand(product), product))
+            for key, value in derive_erf_kernels().result.items()}
 
 
 _SCALES: weakref.WeakKeyDictionary[Activation, float | None] = weakref.WeakKeyDictionary()
