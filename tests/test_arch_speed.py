@@ -8,7 +8,7 @@ import pytest
 from conftest import random_psd
 
 from bnsym import arch
-from bnsym.arch import Activation, Dense, repeat
+from bnsym.arch import Activation, Dense, Residual, repeat, serial
 from bnsym.arch import graph as arch_graph
 from bnsym.core import validation
 from bnsym.core.activations import parse_activation
@@ -112,3 +112,19 @@ def test_the_kernel_and_slope_maps_share_one_correlation_per_layer(monkeypatch):
     monkeypatch.setattr(arch_graph, "unit_correlation", lambda kernel: (calls.append(1), correlation(kernel))[1])
     arch.ntk(repeat([Dense(2.0, 0.1), Activation("relu")], 10), random_psd(8, 16, 0))
     assert len(calls) == 10
+
+
+@pytest.mark.parametrize("what", ["kernel", "ntk", "signal_propagation"])
+def test_a_call_leaves_no_reference_cycles(what):
+    """The per-neuron graph holds no reference cycles (weak references to the graph and to children, sources by
+    index): a call's nodes are freed when it returns, and the cyclic collector finds nothing (it found 37 objects per
+    call, and its passes over the heap cost small networks 40 % of a call)."""
+    import gc
+
+    call = getattr(arch, what)
+    for net in (repeat([Dense(1.0, 0.1), Activation("erf")], 3),
+                serial(Dense(), repeat(Residual([Activation("relu"), Dense()]), 2))):
+        call(net, random_psd(8, 16, 0))
+        gc.collect()
+        call(net, random_psd(8, 16, 0))
+        assert gc.collect() == 0

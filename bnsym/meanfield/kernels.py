@@ -267,12 +267,14 @@ def _erf_kernels():
 
 
 _SCALES: weakref.WeakKeyDictionary[Activation, float | None] = weakref.WeakKeyDictionary()
+_UNKNOWN = object()  # not yet read
 
 
 def erf_scale(phi: Activation) -> float | None:
     """|gamma| where phi's expression is erf(gamma z) (the built-in erf, or a user's formula), else None; read once
     per activation."""
-    if phi not in _SCALES:
+    found = _SCALES.get(phi, _UNKNOWN)
+    if found is _UNKNOWN:
         from ..core.symbols import z
 
         scale, found = sp.Wild("gamma", exclude=[z]), None
@@ -282,7 +284,7 @@ def erf_scale(phi: Activation) -> float | None:
                 if match and match[scale].is_number and match[scale] != 0:
                     found = abs(float(match[scale]))
         _SCALES[phi] = found
-    return _SCALES[phi]
+    return found
 
 
 _ODD: weakref.WeakKeyDictionary[Activation, bool] = weakref.WeakKeyDictionary()
