@@ -56,10 +56,10 @@ def _slope_kernel(phi: Phi, x: Node) -> tuple[np.ndarray, np.ndarray] | None:
     derivative of the arcsine kernel (erf) or Gauss-Hermite (other smooth phi)."""
     kernel = x.kernel().value
     if phi.is_homogeneous:
-        return homogeneous_map(phi, x, slope=True), np.zeros(kernel.shape[1:])
+        return homogeneous_map(phi, x, slope=True), x.graph.exact
     closed = erf_kernel(phi, kernel, slope=True)
     if closed is not None:
-        return closed, np.zeros(kernel.shape[1:])
+        return closed, x.graph.exact
     return None if phi.kinks else hermite_kernel(phi.numpy_derivative, kernel)
 
 

@@ -318,6 +318,8 @@ class Graph:
 
     def __init__(self, batch_size: int, sampling: Sampling):
         self.batch, self.sampling = batch_size, sampling
+        self.exact = np.zeros((batch_size, batch_size))  # the bound of every exact (B, B) route, shared: read only
+        self.exact.flags.writeable = False
         self.nodes: list[Node] = []
         self._cuts: dict[Node, np.ndarray] = {}
 
@@ -343,7 +345,7 @@ class Graph:
         kernel = x.kernel()
         value = weight_var * kernel.value
         value += bias_var
-        node._kernel = Moment(value, weight_var * kernel.bound)
+        node._kernel = Moment(value, weight_var * kernel.bound if kernel.relative else kernel.bound)
         return node
 
     def apply(self, x: Node, op: Elementwise | TrainBN) -> Node:
@@ -609,42 +611,45 @@ def hermite_kernel(function, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def unit_correlation(kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(c, s, positive) of a kernel (..., B, B): s_ab = sqrt(K_aa K_bb), c = K / s with its diagonal exactly 1 (0
-    where a variance is 0, as c is off the diagonal there; rounding below 1 would cost J_phi' about sqrt(machine
+    """(c, r, positive) of a kernel (..., B, B): r_a = sqrt(K_aa), c_ab = K_ab / (r_a r_b) with its diagonal exactly
+    1 (0 where a variance is 0, as c is off the diagonal there; rounding below 1 would cost J_phi' about sqrt(machine
     epsilon)), positive whether every variance is > 0."""
     diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
     root = np.sqrt(np.maximum(diagonal, 0.0))
     scale = root[..., :, None] * root[..., None, :]
     positive = bool((diagonal > 0).all())  # the usual case: no masking
-    corr = kernel / scale if positive else np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
-    np.einsum("...ii->...i", corr)[...] = 1.0 if positive else np.where(diagonal > 0, 1.0, 0.0)
-    return corr, scale, positive
+    if positive:
+        scale = np.divide(kernel, scale, out=scale)
+    else:
+        scale = np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
+    np.einsum("...ii->...i", scale)[...] = 1.0 if positive else np.where(diagonal > 0, 1.0, 0.0)
+    return scale, root, positive
 
 
 def homogeneous_map(phi: Phi, x: Node, slope: bool = False) -> np.ndarray:
     """For positive-homogeneous phi of degree alpha and the Gaussian node x: E[phi(h) phi(h)^T] = c_alpha (K_aa
     K_bb)^(alpha/2) J_phi(c) (``slope``: E[phi'(h) phi'(h)^T] = c_alpha (K_aa K_bb)^((alpha-1)/2) J_phi'(c), Price's
     theorem, alpha > 1/2), from x's kept correlation; 0 where a variance is 0."""
-    corr, scale, positive = x.correlation()
+    corr, root, positive = x.correlation()
     value = phi_kernel_derivative(phi, corr) if slope else phi_kernel(phi, corr)  # a new array: scaled in place
     value *= c_alpha_of(phi.degree)
     power = phi.degree - 1 if slope else phi.degree
-    if power == 1:
-        value *= scale
-    elif power != 0:
-        value *= np.where(scale > 0, scale, 1.0) ** power
-    return value if positive else np.where(scale > 0, value, 0.0)
+    if power != 0:
+        scale = root ** power if power != 1 else root
+        value *= scale[..., :, None]
+        value *= scale[..., None, :]
+    return value if positive else np.where((root[..., :, None] > 0) & (root[..., None, :] > 0), value, 0.0)
 
 
 def _activation_kernel(phi: Phi, x: Node) -> tuple[np.ndarray, np.ndarray] | None:
     """V_phi(K) of the Gaussian node x per replicate: arc-cosine (positive-homogeneous phi) or arcsine (erf) closed
     form, or Gauss-Hermite (other smooth phi)."""
     if phi.is_homogeneous:
-        return homogeneous_map(phi, x), np.zeros(x.kernel().value.shape[1:])
+        return homogeneous_map(phi, x), x.graph.exact
     kernel = x.kernel().value
     closed = erf_kernel(phi, kernel)
     if closed is not None:
-        return closed, np.zeros(kernel.shape[1:])
+        return closed, x.graph.exact
     return None if phi.kinks else hermite_kernel(phi, kernel)
 
 

@@ -249,7 +249,7 @@ def _estimate(moment: Moment, method: str) -> Estimate:
     """A per-replicate moment as an Estimate: the replicates' mean, their standard error plus the bound."""
     values = moment.value
     if len(values) == 1:
-        return Estimate(values[0].copy(), moment.bound, method)  # a copy: the caller owns it
+        return Estimate(values[0].copy(), moment.bound.copy(), method)  # copies: the caller owns them
     spread = values.std(0, ddof=1) / np.sqrt(len(values))
     return Estimate(values.mean(0), spread + moment.bound, "qmc")
 
