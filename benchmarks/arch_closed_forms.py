@@ -23,8 +23,8 @@ from harness import parse, row, threads, time_interleaved, write
 from bnsym import arch
 from bnsym.arch import Activation, Dense, repeat
 
-SIZES = {"default": {"relu_batches": "32,256", "relu_depth": 10, "erf_batch": 16, "erf_depth": 3, "repeats": 30},
-         "smoke": {"relu_batches": "8", "relu_depth": 2, "erf_batch": 8, "erf_depth": 2, "repeats": 2}}
+SIZES = {"default": {"relu_batches": "32,256", "relu_depth": 10, "erf_batch": 16, "erf_depth": 3},
+         "smoke": {"relu_batches": "8", "relu_depth": 2, "erf_batch": 8, "erf_depth": 2}}
 
 
 def relu_loop(sigma: np.ndarray, depth: int, weight: float, bias: float, ntk: bool) -> np.ndarray:
@@ -117,9 +117,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--profile", action="store_true", help="print a cProfile of each bnsym call")
 
-    args = parse(__doc__, SIZES, argv, default_threads=(1,), options=options)
+    args = parse(__doc__, SIZES, argv, default_threads=(1,), default_repeats=30, options=options)
     with threads(1) as used:
-        rows = closed_form_rows(args.size, used, args.size["repeats"], args.profile)
+        rows = closed_form_rows(args.size, used, args.repeats, args.profile)
     print(table(rows))
     question = ("Without batch norm, how far is bnsym.arch's kernel and NTK (best CPU time per call) from a plain "
                 "numpy loop of the same closed form, and do they agree to 1e-12?")
