@@ -14,10 +14,9 @@ B x (B + 8) standard normal matrix (no symmetry). Timings are wall clock on one 
 
 Without batch norm (issue 44's speed table), at the general input: the kernel and NTK of [Dense(2, 0.1), relu] x 10
 at B = 32 and 256 and of [Dense(1, 0.1), erf] x 3 at B = 16, each interleaved with a plain numpy loop of the same
-closed forms (arc-cosine J_1 and J_0 for relu, the arcsine kernel and its derivative for erf; the loop sets the
-correlation's diagonal to exactly 1, as bnsym does, or arccos's rounding there puts 1e-8 into relu's NTK). Target:
-within 5x of the loop in CPU time, and the same values to 1e-12 of the largest entry (``ours_error``). The CPU time
-is the measure here: the machine these records come from is shared, and wall clock counts the other jobs.
+closed forms (``benchmarks/arch_closed_forms.py``, which runs these alone). Target: within 5x of the loop in CPU
+time (the best of the repeats), and the same values to 1e-12 of the largest entry (``ours_error``). The CPU time is
+the measure here: the machine these records come from is shared, and wall clock counts the other jobs.
 neural-tangents is not installed in this environment (it is no dependency of bnsym), so it is not timed here.
 
     python benchmarks/arch_speed.py
@@ -28,6 +27,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from arch_closed_forms import closed_form_rows
 from harness import parse, row, threads, time_interleaved, write
 
 from bnsym import arch
@@ -37,65 +37,6 @@ SIZES = {"default": {"batch": 32, "blocks": 50, "points": "1024,4096,16384", "re
                      "relu_depth": 10, "erf_batch": 16, "erf_depth": 3, "closed_repeats": 25},
          "smoke": {"batch": 8, "blocks": 3, "points": "256", "relu_batches": "8", "relu_depth": 2, "erf_batch": 8,
                    "erf_depth": 2, "closed_repeats": 2}}
-
-
-def relu_loop(sigma: np.ndarray, depth: int, weight: float, bias: float, ntk: bool) -> np.ndarray:
-    """[Dense(weight, bias), relu] x depth by the arc-cosine closed form: K' = sqrt(K_aa K_bb) J_1(c) / 2 and, for the
-    NTK, Theta' = (Theta_h) J_0(c) / 2 with Theta_h = weight Theta + K_h; returns K (or K + Theta)."""
-    kernel, theta = sigma, np.zeros_like(sigma)
-    for _ in range(depth):
-        h = weight * kernel + bias
-        theta_h = weight * theta + h
-        norm = np.sqrt(np.diag(h))
-        scale = np.outer(norm, norm)
-        corr = np.clip(h / scale, -1.0, 1.0)
-        np.fill_diagonal(corr, 1.0)
-        angle = np.arccos(corr)
-        kernel = scale * (np.sin(angle) + (np.pi - angle) * corr) / (2 * np.pi)
-        if ntk:
-            theta = theta_h * (np.pi - angle) / (2 * np.pi)
-    return kernel + theta if ntk else kernel
-
-
-def erf_loop(sigma: np.ndarray, depth: int, weight: float, bias: float, ntk: bool) -> np.ndarray:
-    """[Dense(weight, bias), erf] x depth by the arcsine kernel (2/pi) arcsin(2 K_ab / sqrt((1 + 2 K_aa)(1 + 2 K_bb)))
-    and its derivative (4/pi) / sqrt((1 + 2 K_aa)(1 + 2 K_bb) - 4 K_ab^2) for the NTK."""
-    kernel, theta = sigma, np.zeros_like(sigma)
-    for _ in range(depth):
-        h = weight * kernel + bias
-        theta_h = weight * theta + h
-        spread = 1 + 2 * np.diag(h)
-        product = np.outer(spread, spread)
-        kernel = 2 / np.pi * np.arcsin(2 * h / np.sqrt(product))
-        if ntk:
-            theta = theta_h * 4 / np.pi / np.sqrt(product - 4 * h * h)
-    return kernel + theta if ntk else kernel
-
-
-def closed_form_rows(size: dict, used: int) -> list[dict]:
-    """bnsym.arch's kernel and NTK beside the numpy loop on the networks without batch norm."""
-    networks = [(f"[Dense, relu] x {size['relu_depth']}", int(b), size["relu_depth"], "relu", relu_loop, 2.0)
-                for b in size["relu_batches"].split(",")]
-    networks.append((f"[Dense, erf] x {size['erf_depth']}", size["erf_batch"], size["erf_depth"], "erf", erf_loop,
-                     1.0))
-    rows = []
-    for name, batch, depth, phi, loop, weight in networks:
-        factor = np.random.default_rng(0).standard_normal((batch, batch + 8))
-        sigma = factor @ factor.T / (batch + 8)
-        net = repeat([Dense(weight, 0.1), Activation(phi)], depth)
-        for what, ours in (("kernel", arch.kernel), ("NTK", arch.ntk)):
-            cases = {"ours": lambda ours=ours: ours(net, sigma),
-                     "loop": lambda: loop(sigma, depth, weight, 0.1, what == "NTK")}
-            times = time_interleaved(cases, size["closed_repeats"])
-            reference = cases["loop"]()
-            error = float(np.abs(cases["ours"]() - reference).max() / np.abs(reference).max())
-            cpu = float(np.median(times.cpu["ours"]) / np.median(times.cpu["loop"]))
-            target = "within 5x of the numpy loop (CPU time), values to 1e-12"
-            rows.append(row(f"{what} of {name}, B = {batch}, general input (no batch norm)",
-                            f"bnsym.arch.{ours.__name__}", times["ours"], "plain numpy loop of the closed form",
-                            times["loop"], threads=used, ours_cpu=times.cpu["ours"], peer_cpu=times.cpu["loop"],
-                            ours_error=error, cpu_slowdown=cpu, target=target, met=bool(cpu <= 5 and error <= 1e-12)))
-    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -141,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                                 threads=used, ours_cpu=times.cpu[name], ours_error=error,
                                 method=result.gradient.method, target="under 5 s",
                                 met=bool(np.median(times[name]) < 5)))
-        rows += closed_form_rows(args.size, used)
+        rows += closed_form_rows(args.size, used, args.size["closed_repeats"])
     question = (f"How fast are bnsym.arch's kernel, one phi -> BN layer and a whole signal propagation at B = {batch}, "
                 "and how accurate (relative error: max error over max value)? Without batch norm, how far is it from "
                 "a plain numpy loop of the same closed form?")

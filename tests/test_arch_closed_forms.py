@@ -13,7 +13,7 @@ from bnsym.arch import Activation, Dense, LayerNorm, repeat
 from bnsym.arch import backward as arch_backward
 from bnsym.arch import graph as arch_graph
 from bnsym.core.activations import parse_activation
-from bnsym.meanfield.kernels import erf_kernel, erf_scale, gauss_hermite_kernel, is_odd
+from bnsym.meanfield.kernels import erf_kernel, erf_scale, gauss_hermite_kernel, gaussian_kernel, is_odd
 
 GRAMS = [random_psd(6, 14, 0), 1.5 * random_psd(6, 3, 1), bsb1(6, 0.5, 0.2), 1e-6 * random_psd(6, 6, 2)]
 ERFS = ["erf", "erf(gamma=2)", "erf(gamma=0.3)", "erf(gamma=-1.5)"]
@@ -98,3 +98,41 @@ def test_odd_activations_are_recognised():
                                                               "gelu", "swish", "x**2", "cos(x)")}
     assert odd == {"erf": True, "tanh(gamma=0.5)": True, "sin": True, "x**3": True, "identity": True,
                    "gelu": False, "swish": False, "x**2": False, "cos(x)": False}
+
+
+def _sheppard_slope(phi, kernel: np.ndarray) -> np.ndarray:
+    """E[phi'(h_a) phi'(h_b)] for phi = relu, leaky_relu(s) (phi' = 1 or s by sign) or relu^2 (phi' = 2 relu), from
+    Sheppard's orthant probability P(h_a > 0, h_b > 0) = 1/4 + arcsin(c) / (2 pi), or from the relu kernel: an arcsine,
+    where bnsym's route reads the arc-cosine kernel J_0 (and J_1) from one correlation shared with the kernel map."""
+    root = np.sqrt(np.diag(kernel))
+    corr = np.clip(np.divide(kernel, np.outer(root, root), out=np.zeros_like(kernel), where=np.outer(root, root) > 0),
+                   -1, 1)
+    np.fill_diagonal(corr, root > 0)  # exactly 1: arcsin's slope is infinite there, and rounding would cost 1e-8
+    same = 0.25 + np.arcsin(corr) / (2 * np.pi)  # P(++) = P(--)
+    if phi.degree == 2:
+        return 4 * gaussian_kernel(parse_activation("relu"), kernel)
+    s = phi.ab[1]  # leaky_relu(s) = a relu(z) - b relu(-z) with a = 1, b = s
+    return same + 2 * s * (0.5 - same) + s * s * same
+
+
+@pytest.mark.parametrize("spec", ["relu", "leaky_relu(0.2)", "relu^2"])
+@pytest.mark.parametrize("bias", [0.1, 0.0])
+def test_arch_homogeneous_network_matches_a_loop_of_the_public_maps(spec, bias):
+    """Kernel and NTK of [Dense(1.5, bias), phi] x 3 (the kernel map and slope map from one kept correlation per
+    layer), against a loop of meanfield's gaussian_kernel (its own correlation) and Sheppard's orthant probability
+    for the slope: within 1e-12 of the largest entry. With bias 0 and one input 0, a variance is 0 at every layer
+    (the masked branch)."""
+    phi = parse_activation(spec)
+    sigma = random_psd(8, 12, 5)
+    sigma[0], sigma[:, 0] = 0.0, 0.0
+    if bias:
+        sigma = random_psd(8, 12, 5)
+    kernel, theta = sigma, np.zeros_like(sigma)
+    for _ in range(3):
+        h = 1.5 * kernel + bias
+        theta = (1.5 * theta + h) * _sheppard_slope(phi, h)
+        kernel = gaussian_kernel(phi, h)
+    net = repeat([Dense(1.5, bias), Activation(spec)], 3)
+    ours_kernel, ours_ntk = arch.kernel(net, sigma), arch.ntk(net, sigma)
+    assert np.abs(ours_kernel - kernel).max() <= 1e-12 * np.abs(kernel).max()
+    assert np.abs(ours_ntk - (kernel + theta)).max() <= 1e-12 * np.abs(kernel + theta).max()

@@ -23,10 +23,10 @@ import numpy as np
 from ..core.activations import Activation as Phi
 from ..core.activations import identity
 from ..core.geometry import bsb1_mu, centring
-from ..meanfield.kernels import c_alpha, erf_kernel, phi_kernel_derivative
+from ..meanfield.kernels import erf_kernel
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
-from .graph import Graph, Moment, Node, divergent_spread, exchangeable, hermite_kernel
+from .graph import Graph, Moment, Node, divergent_spread, exchangeable, hermite_kernel, homogeneous_map
 from .ops import Affine, Elementwise, TrainBN
 
 
@@ -51,25 +51,15 @@ def _invariant(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return np.array([p[0] for p in parts]), np.array([p[1] for p in parts])
 
 
-def _slope_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """E[phi'(h) phi'(h)^T] = c_alpha (K_aa K_bb)^((alpha-1)/2) J_phi'(c) by Price's theorem (positive-homogeneous,
-    alpha > 1/2), the derivative of the arcsine kernel (erf) or Gauss-Hermite (other smooth phi)."""
+def _slope_kernel(phi: Phi, x: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """E[phi'(h) phi'(h)^T] of the Gaussian node x by Price's theorem (positive-homogeneous phi, alpha > 1/2), the
+    derivative of the arcsine kernel (erf) or Gauss-Hermite (other smooth phi)."""
+    kernel = x.kernel().value
     if phi.is_homogeneous:
-        diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
-        root = np.sqrt(np.clip(diagonal, 0, None))
-        scale = root[..., :, None] * root[..., None, :]
-        positive = bool((diagonal > 0).all())  # the usual case: no masking
-        corr = kernel / scale if positive else np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
-        # the diagonal is exactly 1; rounding below it would cost J_phi' about sqrt(machine epsilon) there
-        np.einsum("...ii->...i", corr)[...] = np.where(diagonal > 0, 1.0, 0.0)
-        value = phi_kernel_derivative(phi, corr)  # a new array: scaled in place
-        value *= c_alpha(phi.degree)
-        if phi.degree != 1:
-            value *= np.where(scale > 0, scale, 1.0) ** (phi.degree - 1)
-        return (value if positive else np.where(scale > 0, value, 0.0)), np.zeros(kernel.shape[1:])
+        return homogeneous_map(phi, x, slope=True), x.graph.exact
     closed = erf_kernel(phi, kernel, slope=True)
     if closed is not None:
-        return closed, np.zeros(kernel.shape[1:])
+        return closed, x.graph.exact
     return None if phi.kinks else hermite_kernel(phi.numpy_derivative, kernel)
 
 
@@ -375,7 +365,7 @@ class _Backward:
 
     def _elementwise_chain(self, chain: list[Node], leaf: Node) -> bool:
         """phi -> affines on a Gaussian: Pi_leaf = Pi o E[phi'(h) phi'(h)^T] (Price's theorem)."""
-        slope = _slope_kernel(chain[0].op.phi, leaf.kernel().value)
+        slope = _slope_kernel(chain[0].op.phi, leaf)
         if slope is None:
             return False
         pis = self._pull_affines(chain)

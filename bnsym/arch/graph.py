@@ -35,6 +35,7 @@ The gradient statistics are computed on this graph by :mod:`bnsym.arch.backward`
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -48,7 +49,15 @@ from ..core.activations import identity
 from ..core.estimate import Estimate
 from ..core.geometry import bsb1_mu, centring
 from ..meanfield.forward import bn_kernel_spherical
-from ..meanfield.kernels import erf_kernel, gauss_hermite_kernel, gauss_hermite_pair, gaussian_kernel, is_odd
+from ..meanfield.kernels import (
+    c_alpha_of,
+    erf_kernel,
+    gauss_hermite_kernel,
+    gauss_hermite_pair,
+    is_odd,
+    phi_kernel,
+    phi_kernel_derivative,
+)
 from ..meanfield.laplace import bn_kernel_laplace
 from ..meanfield.sphere import expect_pair_with_error
 from .derivations import lambdified
@@ -240,9 +249,11 @@ def divergent_spread(norm: Node) -> str | None:
 
 @dataclass(eq=False)
 class Node:
-    """One per-neuron value x in R^B (see the module docstring)."""
+    """One per-neuron value x in R^B (see the module docstring). It refers to its graph and to its children weakly,
+    and to its sources by index: no reference cycles, so a call's graph is freed when the call returns, not by the
+    cyclic garbage collector (whose passes over the heap cost small networks 40 % of a call)."""
 
-    graph: Graph
+    graph: Graph  # a weak proxy: the caller of Graph's builders holds the graph while it reads the nodes
     kind: str
     index: int
     parents: tuple[Node, ...] = ()
@@ -250,18 +261,24 @@ class Node:
     alpha: float = 1.0
     # gaussian nodes: ("input",), ("dense", x, w), ("sum", ((node, coefficient), ...)) or ("scale", x, s)
     link: tuple = ()
-    sources: frozenset = frozenset()  # the independent Gaussian sources this node is a function of
+    sources: frozenset = frozenset()  # the indices of the independent Gaussian sources this node is a function of
     zero_mean: bool = False
     _flat: np.ndarray | None = None
     _flat_known: bool = False
-    children: list[Node] = field(default_factory=list)
+    _children: list[weakref.ref] = field(default_factory=list)
     _kernel: Moment | None = None
     _mean: Moment | None = None
     _samples: np.ndarray | None = None
     _input: np.ndarray | None = None  # a map node's parent samples, as its segment drew them
+    _correlation: tuple[np.ndarray, np.ndarray, bool] | None = None
 
     def __hash__(self) -> int:
         return self.index
+
+    @property
+    def children(self) -> list[Node]:
+        """The nodes made from this one (held by the graph)."""
+        return [child() for child in self._children]
 
     @property
     def flat(self) -> np.ndarray | None:
@@ -281,6 +298,13 @@ class Node:
             self._mean = self.graph.mean_of(self)
         return self._mean
 
+    def correlation(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """:func:`unit_correlation` of the node's kernel, kept: the kernel map and the slope map of a
+        positive-homogeneous phi (the NTK's and the gradient's) both read it."""
+        if self._correlation is None:
+            self._correlation = unit_correlation(self.kernel().value)
+        return self._correlation
+
     def samples(self) -> np.ndarray:
         """(R, P, B) samples of x, consistent with every other node of its segment."""
         if self._samples is None:
@@ -294,13 +318,15 @@ class Graph:
 
     def __init__(self, batch_size: int, sampling: Sampling):
         self.batch, self.sampling = batch_size, sampling
+        self.exact = np.zeros((batch_size, batch_size))  # the bound of every exact (B, B) route, shared: read only
+        self.exact.flags.writeable = False
         self.nodes: list[Node] = []
         self._cuts: dict[Node, np.ndarray] = {}
 
     def _node(self, kind: str, parents: tuple[Node, ...] = (), **fields) -> Node:
-        node = Node(self, kind, len(self.nodes), parents, **fields)
+        node = Node(weakref.proxy(self), kind, len(self.nodes), parents, **fields)
         for parent in parents:
-            parent.children.append(node)
+            parent._children.append(weakref.ref(node))
         self.nodes.append(node)
         return node
 
@@ -308,18 +334,18 @@ class Graph:
 
     def input(self, sigma0: np.ndarray) -> Node:
         node = self._node("gaussian", link=("input",), zero_mean=True)
-        node.sources = frozenset({node})
+        node.sources = frozenset({node.index})
         node._kernel = Moment(sigma0[None], np.zeros_like(sigma0))
         return node
 
     def dense(self, x: Node, weight_var: float, bias_var: float) -> Node:
         """h = sqrt(w) W x / sqrt(n) + sqrt(b) beta: N(0, w K_x + b 11^T), a fresh source."""
         node = self._node("gaussian", link=("dense", x, weight_var), zero_mean=True)
-        node.sources = frozenset({node})
+        node.sources = frozenset({node.index})
         kernel = x.kernel()
         value = weight_var * kernel.value
         value += bias_var
-        node._kernel = Moment(value, weight_var * kernel.bound)
+        node._kernel = Moment(value, weight_var * kernel.bound if kernel.relative else kernel.bound)
         return node
 
     def apply(self, x: Node, op: Elementwise | TrainBN) -> Node:
@@ -440,10 +466,13 @@ class Graph:
         if parent.kind == "gaussian":
             k = parent.kernel()
             if isinstance(op, Elementwise):
-                result = _activation_kernel(op.phi, k.value)
+                result = _activation_kernel(op.phi, parent)
             else:
                 result = None if op.sizes else _bn_kernel(identity(), k.value, op.eps)
-            return None if result is None else Moment(result[0], result[1] + scaled_bound(k.relative, result[0]))
+            if result is None:
+                return None
+            return Moment(*result) if k.relative == 0 else Moment(result[0], result[1] + scaled_bound(k.relative,
+                                                                                                      result[0]))
         if (isinstance(op, Elementwise) and isinstance(parent.op, TrainBN) and parent.parents[0].kind == "gaussian"
                 and not parent.op.sizes):
             k = parent.parents[0].kernel()
@@ -581,14 +610,46 @@ def hermite_kernel(function, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return estimate.value, estimate.error.max(0)
 
 
-def _activation_kernel(phi: Phi, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """V_phi(K) per replicate: arc-cosine (positive-homogeneous) or arcsine (erf) closed form, or Gauss-Hermite (other
-    smooth phi)."""
+def unit_correlation(kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(c, r, positive) of a kernel (..., B, B): r_a = sqrt(K_aa), c_ab = K_ab / (r_a r_b) with its diagonal exactly
+    1 (0 where a variance is 0, as c is off the diagonal there; rounding below 1 would cost J_phi' about sqrt(machine
+    epsilon)), positive whether every variance is > 0."""
+    diagonal = np.diagonal(kernel, axis1=-2, axis2=-1)
+    root = np.sqrt(np.maximum(diagonal, 0.0))
+    scale = root[..., :, None] * root[..., None, :]
+    positive = bool((diagonal > 0).all())  # the usual case: no masking
+    if positive:
+        scale = np.divide(kernel, scale, out=scale)
+    else:
+        scale = np.divide(kernel, scale, out=np.zeros_like(kernel), where=scale > 0)
+    np.einsum("...ii->...i", scale)[...] = 1.0 if positive else np.where(diagonal > 0, 1.0, 0.0)
+    return scale, root, positive
+
+
+def homogeneous_map(phi: Phi, x: Node, slope: bool = False) -> np.ndarray:
+    """For positive-homogeneous phi of degree alpha and the Gaussian node x: E[phi(h) phi(h)^T] = c_alpha (K_aa
+    K_bb)^(alpha/2) J_phi(c) (``slope``: E[phi'(h) phi'(h)^T] = c_alpha (K_aa K_bb)^((alpha-1)/2) J_phi'(c), Price's
+    theorem, alpha > 1/2), from x's kept correlation; 0 where a variance is 0."""
+    corr, root, positive = x.correlation()
+    value = phi_kernel_derivative(phi, corr) if slope else phi_kernel(phi, corr)  # a new array: scaled in place
+    value *= c_alpha_of(phi.degree)
+    power = phi.degree - 1 if slope else phi.degree
+    if power != 0:
+        scale = root ** power if power != 1 else root
+        value *= scale[..., :, None]
+        value *= scale[..., None, :]
+    return value if positive else np.where((root[..., :, None] > 0) & (root[..., None, :] > 0), value, 0.0)
+
+
+def _activation_kernel(phi: Phi, x: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """V_phi(K) of the Gaussian node x per replicate: arc-cosine (positive-homogeneous phi) or arcsine (erf) closed
+    form, or Gauss-Hermite (other smooth phi)."""
     if phi.is_homogeneous:
-        return gaussian_kernel(phi, kernel), np.zeros(kernel.shape[1:])
+        return homogeneous_map(phi, x), x.graph.exact
+    kernel = x.kernel().value
     closed = erf_kernel(phi, kernel)
     if closed is not None:
-        return closed, np.zeros(kernel.shape[1:])
+        return closed, x.graph.exact
     return None if phi.kinks else hermite_kernel(phi, kernel)
 
 

@@ -89,7 +89,8 @@ def check_inputs(net: object, Sigma0: object, gradient: bool,
         shape = ()
     if sampling is not None and len(shape) == 2:
         check_sizes(network, shape[0], sampling)
-    train = any(isinstance(layer, BatchNorm) and layer.mode == "train" for layer in walk(network))
+    layers = list(walk(network))
+    train = any(isinstance(layer, BatchNorm) and layer.mode == "train" for layer in layers)
     try:
         sigma = check_covariance(Sigma0, batch_norm=train)
     except ValueError as error:
@@ -98,9 +99,10 @@ def check_inputs(net: object, Sigma0: object, gradient: bool,
                              f"{MIN_BATCH_SIZE}: {error}") from None
         raise
     batch = sigma.shape[0]
-    for layer in walk(network):
-        if refused_field(layer):
-            raise ValueError(refused_field(layer))
+    for layer in layers:
+        refused = refused_field(layer)
+        if refused:
+            raise ValueError(refused)
         if isinstance(layer, Activation):
             check_activation(layer.phi, batch if train else None, slope=gradient)
     return network, sigma
@@ -246,8 +248,10 @@ def build(net: Serial, sigma0: np.ndarray, sampling: Sampling,
 def _estimate(moment: Moment, method: str) -> Estimate:
     """A per-replicate moment as an Estimate: the replicates' mean, their standard error plus the bound."""
     values = moment.value
-    spread = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else np.zeros(values.shape[1:])
-    return Estimate(values.mean(0), spread + moment.bound, method if len(values) == 1 else "qmc")
+    if len(values) == 1:
+        return Estimate(values[0].copy(), moment.bound.copy(), method)  # copies: the caller owns them
+    spread = values.std(0, ddof=1) / np.sqrt(len(values))
+    return Estimate(values.mean(0), spread + moment.bound, "qmc")
 
 
 def kernel(net: object, Sigma0: object, with_error: bool = False, points: int = 2**12, replicates: int = 16,
@@ -264,7 +268,7 @@ def kernel(net: object, Sigma0: object, with_error: bool = False, points: int = 
     sampling = check_sampling(points, replicates, seed)
     network, sigma = check_inputs(net, Sigma0, gradient=False, sampling=sampling)
     with _float64_range(sigma):
-        _, outputs, _ = build(network, sigma, sampling)
+        graph, outputs, _ = build(network, sigma, sampling)  # the graph held while its nodes are read
         result = _estimate(outputs[-1].kernel(), "exact")
     check_resolved(result.value, result.error, f"the output kernel for this Sigma0 with {sampling.points} points "
                    "(raise points)")

@@ -142,12 +142,12 @@ class _Forward:
             value = theta.value / (scale[:, :, None] * scale[:, None, :])
             return Moment(np.where(np.isfinite(value), value, 0.0), scaled_bound(theta.relative, value))
         if isinstance(node.op, Elementwise) and parent.kind == "gaussian":
-            slope = _slope_kernel(node.op.phi, parent.kernel().value)
+            slope = _slope_kernel(node.op.phi, parent)
             if slope is not None:
                 theta = self.theta[parent]
                 value = slope[0] * theta.value
                 relative = theta.relative + parent.kernel().relative + Moment(*slope).relative
-                return Moment(value, scaled_bound(relative, value))
+                return Moment(value, scaled_bound(relative, value) if relative else self.graph.exact)
         chain = self._chain(node)
         if chain is None:
             return self._columns(node)
@@ -182,10 +182,14 @@ class _Forward:
     def _gaussian(self, node: Node) -> Moment:
         kind = node.link[0]
         if kind == "input":
-            return Moment(np.zeros((1, self.batch, self.batch)), np.zeros((self.batch, self.batch)))
+            return Moment(np.zeros((1, self.batch, self.batch)), self.graph.exact)
         if kind == "dense":  # w Theta^x + (w K^x + b), the latter the node's own kernel
             theta, kernel = self.theta[node.link[1]], node.kernel()
-            return Moment(node.link[2] * theta.value + kernel.value, node.link[2] * theta.bound + kernel.bound)
+            value = node.link[2] * theta.value
+            value += kernel.value
+            if not (theta.relative or kernel.relative):
+                return Moment(value, self.graph.exact)
+            return Moment(value, node.link[2] * theta.bound + kernel.bound)
         if kind == "scale":
             theta, scale = self.theta[node.link[1]], node.link[2]
             value = theta.value / (scale[:, :, None] * scale[:, None, :])

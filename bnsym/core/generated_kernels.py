@@ -199,15 +199,14 @@ KERNELS = {
         {'arcsin': ('numpy', 'arcsin'), 'pi': ('numpy', 'pi'), 'sqrt': ('numpy', 'sqrt')},
         ('def _lambdifygenerated(gamma, K_aa, K_bb, K_ab):\n'
          '    x0 = 2*gamma**2\n'
-         '    return 2*arcsin(K_ab*x0/sqrt(4*K_aa*K_bb*gamma**4 + K_aa*x0 + K_bb*x0 + 1))/pi\n'),
+         '    return 2*arcsin(K_ab*x0/sqrt((K_aa*x0 + 1)*(K_bb*x0 + 1)))/pi\n'),
     ),
     'bnsym.meanfield.kernels._erf_kernels:slope': (
         {'pi': ('numpy', 'pi'), 'sqrt': ('numpy', 'sqrt')},
         ('def _lambdifygenerated(gamma, K_aa, K_bb, K_ab):\n'
          '    x0 = gamma**2\n'
          '    x1 = 2*x0\n'
-         '    x2 = 4*gamma**4\n'
-         '    return 4*x0/(pi*sqrt(K_aa*K_bb*x2 + K_aa*x1 - K_ab**2*x2 + K_bb*x1 + 1))\n'),
+         '    return 4*x0/(pi*sqrt(-4*K_ab**2*gamma**4 + (K_aa*x1 + 1)*(K_bb*x1 + 1)))\n'),
     ),
     'bnsym.meanfield.kernels._integer_kernels:0': (
         {'arccos': ('numpy', 'arccos'), 'pi': ('numpy', 'pi')},

@@ -42,6 +42,7 @@ sp = lazy_module("sympy")  # SymPy (0.3 s of CPU to import) for the derivations,
 
 Function = Callable[[np.ndarray], np.ndarray]
 MAX_INTEGER_ORDER = 3  # J_0 ... J_3 are evaluated from their derived closed forms
+HERMITE_BLOCK = 2**22  # values of psi a Gauss-Hermite rule holds at once (32 MiB of float64 per temporary)
 
 
 def derive_arccos_kernel(order: int) -> Derivation:
@@ -85,6 +86,12 @@ def c_alpha(alpha: float | np.ndarray) -> np.ndarray:
     """c_alpha = E[rho_alpha(z)^2] = 2^(alpha-1) Gamma(alpha + 1/2) / sqrt(pi), z ~ N(0, 1) (Defn E.7)."""
     alpha = np.asarray(alpha, dtype=float)
     return np.exp((alpha - 1) * np.log(2.0) + gammaln(alpha + 0.5) - 0.5 * np.log(np.pi))
+
+
+@cache
+def c_alpha_of(alpha: float) -> float:
+    """:func:`c_alpha` of one degree, kept (the closed-form routes ask it once per layer)."""
+    return float(c_alpha(alpha))
 
 
 def c_alpha_symbolic(alpha: sp.Expr) -> sp.Expr:
@@ -248,20 +255,26 @@ def derive_erf_kernels() -> Derivation:
 
 @lambdified()
 def _erf_kernels():
-    """Numeric forms of :func:`derive_erf_kernels`, each of (gamma, K_aa, K_bb, K_ab), named as its results."""
+    """Numeric forms of :func:`derive_erf_kernels`, each of (gamma, K_aa, K_bb, K_ab), named as its results; the
+    product (1 + 2 gamma^2 K_aa)(1 + 2 gamma^2 K_bb) kept factored, so that on a column of K_aa and a row of K_bb
+    (:func:`erf_kernel`) its factors are vectors and it is one B x B product, not four."""
     from ..core.symbols import K_aa, K_ab, K_bb
 
     gamma = sp.Symbol("gamma", positive=True)
-    return {key: ((gamma, K_aa, K_bb, K_ab), value) for key, value in derive_erf_kernels().result.items()}
+    product = (1 + 2 * gamma**2 * K_aa) * (1 + 2 * gamma**2 * K_bb)
+    return {key: ((gamma, K_aa, K_bb, K_ab), value.subs(sp.expand(product), product))
+            for key, value in derive_erf_kernels().result.items()}
 
 
 _SCALES: weakref.WeakKeyDictionary[Activation, float | None] = weakref.WeakKeyDictionary()
+_UNKNOWN = object()  # not yet read
 
 
 def erf_scale(phi: Activation) -> float | None:
     """|gamma| where phi's expression is erf(gamma z) (the built-in erf, or a user's formula), else None; read once
     per activation."""
-    if phi not in _SCALES:
+    found = _SCALES.get(phi, _UNKNOWN)
+    if found is _UNKNOWN:
         from ..core.symbols import z
 
         scale, found = sp.Wild("gamma", exclude=[z]), None
@@ -271,7 +284,7 @@ def erf_scale(phi: Activation) -> float | None:
                 if match and match[scale].is_number and match[scale] != 0:
                     found = abs(float(match[scale]))
         _SCALES[phi] = found
-    return _SCALES[phi]
+    return found
 
 
 _ODD: weakref.WeakKeyDictionary[Activation, bool] = weakref.WeakKeyDictionary()
@@ -312,14 +325,24 @@ def hermite_nodes(degree: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _gauss_hermite_rule(s11: np.ndarray, s22: np.ndarray, s12: np.ndarray, phi: Function, psi: Function,
                         degree: int) -> np.ndarray:
-    """The tensor-product rule with `degree` nodes per axis, broadcast over the covariance arrays."""
+    """The tensor-product rule with `degree` nodes per axis on the (broadcast) covariance arrays, over blocks of
+    entries: each entry takes degree^2 values of psi, and a block at most HERMITE_BLOCK of them, so that the
+    temporaries stay within a few times HERMITE_BLOCK floats whatever the number of entries (at B = 128 and 512
+    nodes, all 8256 entries at once would take 2.2e9 floats per temporary, 17 GB)."""
     nodes, weights = hermite_nodes(degree)
-    a = np.sqrt(s11)
-    b = np.divide(s12, a, out=np.zeros_like(a), where=a > 0)
-    c = np.sqrt(np.clip(s22 - b * b, 0.0, None))  # clip: 0 up to rounding when the block is singular
-    first = phi(a[..., None] * nodes)  # phi(h_1) at u_k
-    second = psi(b[..., None, None] * nodes[:, None] + c[..., None, None] * nodes)  # psi(h_2) at (u_k, v_l)
-    return np.sum(weights * first * (second @ weights), axis=-1)
+    s11, s22, s12 = np.broadcast_arrays(s11, s22, s12)
+    shape, (s11, s22, s12) = s11.shape, (np.ravel(s) for s in (s11, s22, s12))
+    out = np.empty(s11.size)
+    step = max(1, HERMITE_BLOCK // degree**2)
+    for start in range(0, s11.size, step):
+        block = slice(start, start + step)
+        a = np.sqrt(s11[block])
+        b = np.divide(s12[block], a, out=np.zeros_like(a), where=a > 0)
+        c = np.sqrt(np.clip(s22[block] - b * b, 0.0, None))  # clip: 0 up to rounding when the block is singular
+        first = phi(a[:, None] * nodes)  # phi(h_1) at u_k
+        second = psi(b[:, None, None] * nodes[:, None] + c[:, None, None] * nodes)  # psi(h_2) at (u_k, v_l)
+        out[block] = np.sum(weights * first * (second @ weights), axis=-1)
+    return out.reshape(shape)
 
 
 def gauss_hermite_pair(phi: Activation | Function, s11: np.ndarray, s22: np.ndarray, s12: np.ndarray,
