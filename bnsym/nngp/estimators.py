@@ -5,12 +5,12 @@ The estimators follow scikit-learn's Gaussian processes: ``fit``, ``predict`` (`
 ``get_params``/``set_params``; the posterior goes through a Cholesky factor (SciPy).
 
 **Hyperparameters of the BN-NNGP.** The network's readout f = sqrt(weight_var) v . x^L / sqrt(N) + sqrt(bias_var) b
-(v, b standard normal) gives the prior weight_var K + bias_var 11^T, K the BN-NNGP of :mod:`bnsym.nngp.prior`; the
+(v, b standard normal) gives the prior weight_var K + bias_var 11^T, K the BN-NNGP of ``bnsym.nngp.prior``; the
 targets carry independent noise of variance ``noise``. Weight and bias variances of the hidden layers do not enter:
 at eps = 0 batch norm removes the scale of W^l and the (batch-constant) bias before it, so only the readout's remain,
 and there is no eps to fit. Each of ``noise``, ``weight_var``, ``bias_var`` is fitted by default (``"fit"``): the mean
 over the batchings of log p(y) is maximised by L-BFGS-B on their logs with its analytic gradient, from two starting
-points (:func:`fit_hyperparameters`), on the prior K computed once (a Cholesky factor per step; on diabetes' 352
+points (``fit_hyperparameters``), on the prior K computed once (a Cholesky factor per step; on diabetes' 352
 training copies 62 steps, 0.5 s of one core against 1.4 s for the prior); a number keeps one fixed.
 ``log_marginal_likelihood(theta)`` evaluates log p(y) at theta = the logs of (noise, weight_var, bias_var)
 (``HYPERPARAMETERS``), as scikit-learn's GaussianProcessRegressor. The classifiers fit them on the same criterion
@@ -447,7 +447,7 @@ class _BatchNormNNGP(BatchedEstimator):
 
     def _fit_targets(self, X: np.ndarray, targets: np.ndarray, labels: np.ndarray | None = None) -> None:
         """The prior and posterior of (X, targets) in each batching (stratified by ``labels`` where given), with the
-        hyperparameters given as ``FIT`` fitted (:func:`fit_hyperparameters`) and kept, with the given ones, as
+        hyperparameters given as ``FIT`` fitted (``fit_hyperparameters``) and kept, with the given ones, as
         ``noise_``, ``weight_var_``, ``bias_var_``; the other parameters they used are kept as the fitted ``phi_``,
         ``depth_`` (with depth="fit" the one of ``DEPTHS`` of largest fitted evidence, each depth's in
         ``depth_evidence_``), ``batch_size_``, ``nodes_``, which ``predict`` reads (set_params changes nothing until
@@ -565,7 +565,7 @@ class BatchNormNNGPRegressor(RegressorMixin, _BatchNormNNGP):
         Monte Carlo standard error of the mean prediction over them.
         random_state: the seed of the random batchings (scikit-learn's convention: None, an int, a RandomState).
         weight_var: the variance of the readout weights, which scales the prior K; "fit" or a number > 0, as
-        ``noise`` (fitted value ``weight_var_``; 1 is the prior of :mod:`bnsym.nngp.prior`).
+        ``noise`` (fitted value ``weight_var_``; 1 is the prior of ``bnsym.nngp.prior``).
         bias_var: the variance of the readout bias, a constant added to the prior; "fit" or a number >= 0, as
         ``noise`` (fitted value ``bias_var_``).
 
