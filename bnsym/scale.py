@@ -196,6 +196,13 @@ class Normalization:
 
 
 @dataclass(frozen=True)
+class Reliability:
+    """Chapter 15, how far to trust a prediction (the full grid: ``benchmarks/prediction_reliability.py``)."""
+
+    slice: Sizes  # the live slice: every probe at batch_sizes and widths, n_networks at the smallest of both
+
+
+@dataclass(frozen=True)
 class Scale:
     """Sizes of the Monte Carlo runs: network width N, number of independent networks and depth, shared by
     chapters 1-4 and 13, and one record per later chapter."""
@@ -215,6 +222,7 @@ class Scale:
     rank_collapse: RankCollapse
     products: Products
     normalization: Normalization
+    reliability: Reliability
 
 
 ARCHITECTURES = {
@@ -428,12 +436,18 @@ NORMALIZATION = {
                            float32=Sizes(width=2048, n_networks=64, depth=24)),
 }
 
+RELIABILITY = {
+    "test": Reliability(slice=Sizes(widths=(32, 64, 128), batch_sizes=(8,), n_networks=256)),
+    "book": Reliability(slice=Sizes(widths=(64, 128, 256), batch_sizes=(4, 16), n_networks=2048)),
+    "paper": Reliability(slice=Sizes(widths=(64, 256, 1024, 4096), batch_sizes=(4, 16, 128), n_networks=16384)),
+}
+
 SCALES = {
     name: Scale(name, width=width, n_networks=n_networks, depth=depth, architectures=ARCHITECTURES[name],
                 dilution=DILUTION[name], explode=EXPLODE[name],
                 epsilon=EPSILON[name], cross_batch=CROSS_BATCH[name], nngp=NNGP[name], bn_ntk=BN_NTK[name],
                 trainability=TRAINABILITY[name], rank_collapse=RANK_COLLAPSE[name], products=PRODUCTS[name],
-                normalization=NORMALIZATION[name])
+                normalization=NORMALIZATION[name], reliability=RELIABILITY[name])
     for name, width, n_networks, depth in (("test", 256, 8, 12), ("book", 1024, 32, 30), ("paper", 1000, 200, 50))
 }
 
