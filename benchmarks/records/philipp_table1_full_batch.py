@@ -2,7 +2,7 @@
 
 Chapter 7 simulates every row of Table 1 at the book's batch of 2,000 points, where batch-norm rows differ from the
 paper's by a known direction (their GSC falls as the batch grows). This record runs the eleven batch-norm rows at
-B = 10,000, depth 50, 16 networks and datasets each (``bnsym.sim.philipp.table1_cell``, cells of 4 seeds) through
+B = 10,000, depth 50, 8 networks and datasets each (``bnsym.sim.philipp.table1_cell``, cells of 4 seeds) through
 ``bnsym.sweep`` on 2 single-threaded workers, and stores each network's GSC(L, 0), St. Dev. and sign diversity.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/records/philipp_table1_full_batch.py
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from record import run, write
 
-N_POINTS, N_SEEDS, PER_CELL = 10_000, 16, 4
+N_POINTS, N_SEEDS, PER_CELL = 10_000, 8, 4
 ROWS = [("relu", "batch", "gaussian", "none", "100"), ("tanh", "batch", "gaussian", "none", "100"),
         ("relu", "batch", "gaussian", "none", "200"), ("relu", "batch", "gaussian", "none", "100/200"),
         ("relu", "batch", "orthogonal", "none", "100"), ("tanh", "batch", "orthogonal", "none", "100"),
